@@ -1,0 +1,49 @@
+/* kiln: memory, random numbers and time. */
+#ifndef KILN_CORE_H
+#define KILN_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- memory ----
+ * Every large buffer kiln owns comes from kiln_alloc: 64-byte aligned, zero-filled, and
+ * counted, so that the planned peak printed before training is the peak that was taken. */
+void *kiln_alloc(size_t bytes);   /* NULL when memory cannot be had (or past the limit) */
+void kiln_free(void *p);          /* kiln_free(NULL) is safe */
+size_t kiln_alloc_current(void);  /* bytes held now through kiln_alloc */
+size_t kiln_alloc_peak(void);     /* most bytes held at once */
+/* Make kiln_alloc fail once more than `bytes` would be held (0: no limit). For tests
+ * and for users who want a hard memory ceiling. */
+void kiln_alloc_set_limit(size_t bytes);
+/* Allocate into *out or return KILN_ERR_NOMEM with a message naming `what`. */
+kiln_status kiln_alloc_checked(void **out, size_t bytes, const char *what);
+
+/* Peak resident set size of this process in bytes (0 if unknown). */
+size_t kiln_peak_rss(void);
+
+/* ---- random numbers ----
+ * xoshiro256** seeded through splitmix64; the whole state is plain data so that a
+ * checkpoint can save it and a resumed run continues the same stream. */
+typedef struct kiln_rng {
+    uint64_t s[4];
+} kiln_rng;
+
+void kiln_rng_seed(kiln_rng *r, uint64_t seed);
+uint64_t kiln_rng_u64(kiln_rng *r);
+float kiln_rng_uniform(kiln_rng *r);       /* [0, 1) with 24 random bits */
+float kiln_rng_normal(kiln_rng *r);        /* standard normal (Box-Muller) */
+uint64_t kiln_rng_below(kiln_rng *r, uint64_t n); /* uniform in [0, n), unbiased; n > 0 */
+
+/* ---- time ---- */
+double kiln_time_ms(void); /* monotonic milliseconds */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

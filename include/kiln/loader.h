@@ -1,0 +1,50 @@
+/* kiln: the training data loader over token shards.
+ *
+ * Shards are memory-mapped. A batch is B windows of T+1 consecutive tokens: inputs are
+ * the first T, targets the last T. Each epoch visits the windows in a deterministic
+ * shuffled order drawn from the run's seed; with `world` data-parallel ranks each rank
+ * takes a disjoint slice of that order. The state (epoch, position, rng) can be saved
+ * and restored so that a resumed run sees exactly the batches it would have seen. */
+#ifndef KILN_LOADER_H
+#define KILN_LOADER_H
+
+#include <stdint.h>
+
+#include "kiln/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_loader_config {
+    const char *path; /* one shard, a folder of shards, or a glob ("data/*train*.bin") */
+    int64_t B, T;
+    int rank, world;  /* world >= 1, 0 <= rank < world */
+    uint64_t seed;
+    int shuffle;      /* 0: windows in file order (evaluation) */
+} kiln_loader_config;
+
+typedef struct kiln_loader_state {
+    uint64_t epoch;
+    uint64_t position; /* batches taken in this epoch by this rank */
+    uint64_t seed;
+} kiln_loader_state;
+
+typedef struct kiln_loader kiln_loader; /* opaque */
+
+kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_config *cfg);
+void kiln_loader_close(kiln_loader *l);
+/* Fill inputs and targets (B*T ids each) with the next batch; wraps into the next epoch. */
+kiln_status kiln_loader_next(kiln_loader *l, int32_t *inputs, int32_t *targets);
+/* Vocabulary size recorded in the shards (all shards must agree). */
+int64_t kiln_loader_vocab_size(const kiln_loader *l);
+int64_t kiln_loader_num_tokens(const kiln_loader *l);
+/* Batches in one epoch for this rank. */
+int64_t kiln_loader_batches_per_epoch(const kiln_loader *l);
+kiln_loader_state kiln_loader_get_state(const kiln_loader *l);
+kiln_status kiln_loader_set_state(kiln_loader *l, const kiln_loader_state *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,67 @@
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "core/error.h"
+#include "kiln/core.h"
+
+/* Each block carries a 64-byte header holding its size, so kiln_free can count it. */
+#define KILN_ALLOC_ALIGN 64
+
+static _Atomic size_t alloc_current;
+static _Atomic size_t alloc_peak;
+static _Atomic size_t alloc_limit;
+
+void *kiln_alloc(size_t bytes) {
+    if (bytes > SIZE_MAX - 2 * KILN_ALLOC_ALIGN)
+        return NULL;
+    size_t limit = atomic_load(&alloc_limit);
+    size_t now = atomic_fetch_add(&alloc_current, bytes) + bytes;
+    if (limit && now > limit) {
+        atomic_fetch_sub(&alloc_current, bytes);
+        return NULL;
+    }
+    size_t total = (bytes + KILN_ALLOC_ALIGN - 1) / KILN_ALLOC_ALIGN * KILN_ALLOC_ALIGN;
+    unsigned char *p = aligned_alloc(KILN_ALLOC_ALIGN, total + KILN_ALLOC_ALIGN);
+    if (!p) {
+        atomic_fetch_sub(&alloc_current, bytes);
+        return NULL;
+    }
+    memset(p + KILN_ALLOC_ALIGN, 0, bytes);
+    memcpy(p, &bytes, sizeof bytes);
+    size_t peak = atomic_load(&alloc_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&alloc_peak, &peak, now)) {
+    }
+    return p + KILN_ALLOC_ALIGN;
+}
+
+void kiln_free(void *ptr) {
+    if (!ptr)
+        return;
+    unsigned char *p = (unsigned char *)ptr - KILN_ALLOC_ALIGN;
+    size_t bytes;
+    memcpy(&bytes, p, sizeof bytes);
+    atomic_fetch_sub(&alloc_current, bytes);
+    free(p);
+}
+
+size_t kiln_alloc_current(void) { return atomic_load(&alloc_current); }
+size_t kiln_alloc_peak(void) { return atomic_load(&alloc_peak); }
+void kiln_alloc_set_limit(size_t bytes) { atomic_store(&alloc_limit, bytes); }
+
+kiln_status kiln_alloc_checked(void **out, size_t bytes, const char *what) {
+    *out = kiln_alloc(bytes);
+    if (!*out)
+        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate %zu bytes (%.1f MiB) for %s", bytes,
+                            (double)bytes / (1024.0 * 1024.0), what);
+    return KILN_OK;
+}
+
+size_t kiln_peak_rss(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (size_t)ru.ru_maxrss * 1024; /* Linux reports kilobytes */
+}

@@ -1,0 +1,13 @@
+/* kiln's subcommands. Each takes argc/argv starting at the subcommand's name and
+ * returns the process exit status (0 ok, 1 failure, 2 usage error). */
+#ifndef KILN_TOOL_COMMANDS_H
+#define KILN_TOOL_COMMANDS_H
+
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_tokenizer(int argc, char **argv);
+int cmd_prepare(int argc, char **argv);
+
+#endif
