@@ -59,7 +59,8 @@ typedef struct kiln_tensor_info {
     int64_t numel;
     int ndim;
     int64_t shape[KILN_MAX_DIMS];
-    int decay;              /* 1: a matrix that weight decay applies to; 0: bias, LayerNorm, wpe */
+    int decay;              /* 1: a matrix (2-D: wte, wpe, weights) that weight decay applies to;
+                               0: biases and LayerNorm parameters */
     int layer;              /* block index, or -1 for embedding and head tensors */
 } kiln_tensor_info;
 

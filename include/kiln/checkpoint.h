@@ -1,0 +1,35 @@
+/* kiln: model weights as safetensors, with Hugging Face GPT-2 tensor names.
+ *
+ * Files kiln writes load in PyTorch / Hugging Face unchanged, and GPT-2 checkpoints
+ * converted from Hugging Face load into kiln unchanged (a "transformer." prefix on names,
+ * an "lm_head.weight" equal to the tied embedding, and the "attn.bias"/"attn.masked_bias"
+ * mask buffers are accepted). kiln records its configuration in the file's __metadata__.
+ * Writes go to a temporary name, are flushed, then renamed: a failed save never leaves a
+ * half-written file under the final name, nor harms the file it would replace. */
+#ifndef KILN_CHECKPOINT_H
+#define KILN_CHECKPOINT_H
+
+#include "kiln/model.h"
+#include "kiln/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Save the parameters (F32; the embedding's V rows, not the padded ones). */
+kiln_status kiln_gpt_save_safetensors(kiln_gpt *m, const char *path);
+
+/* Load every parameter tensor. Each must be present with exactly the model's shape; F32,
+ * F16 and BF16 are accepted and converted. The padded embedding rows are zeroed. Errors
+ * name the file and the tensor. On failure the model's parameters may be partly written. */
+kiln_status kiln_gpt_load_safetensors(kiln_gpt *m, const char *path);
+
+/* The configuration a file holds: from kiln's __metadata__ when present, else inferred
+ * from the tensor shapes, with n_head taken from *cfg as given (Hugging Face files do not
+ * record it; the caller sets it, 12 for gpt2-124m). */
+kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
