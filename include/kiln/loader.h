@@ -4,7 +4,12 @@
  * the first T, targets the last T. Each epoch visits the windows in a deterministic
  * shuffled order drawn from the run's seed; with `world` data-parallel ranks each rank
  * takes a disjoint slice of that order. The state (epoch, position, rng) can be saved
- * and restored so that a resumed run sees exactly the batches it would have seen. */
+ * and restored so that a resumed run sees exactly the batches it would have seen.
+ *
+ * A folder path means every "*.bin" in it: `kiln prepare` puts train and val shards in
+ * one folder, so name them with a pattern ("data/brown/train_*.bin"). Every shard is
+ * verified on open (kiln/shard.h) and must hold at least T+1 tokens. A restored state
+ * is only meaningful with the same shards, B, T, world size and rank. */
 #ifndef KILN_LOADER_H
 #define KILN_LOADER_H
 
@@ -17,7 +22,7 @@ extern "C" {
 #endif
 
 typedef struct kiln_loader_config {
-    const char *path; /* one shard, a folder of shards, or a glob ("data/*train*.bin") */
+    const char *path; /* one shard, a folder of shards, or a glob ("data/train_*.bin") */
     int64_t B, T;
     int rank, world;  /* world >= 1, 0 <= rank < world */
     uint64_t seed;
@@ -41,6 +46,8 @@ int64_t kiln_loader_vocab_size(const kiln_loader *l);
 int64_t kiln_loader_num_tokens(const kiln_loader *l);
 /* Batches in one epoch for this rank. */
 int64_t kiln_loader_batches_per_epoch(const kiln_loader *l);
+/* Windows of T+1 tokens over all shards (window k of a shard starts at token k*T). */
+int64_t kiln_loader_num_windows(const kiln_loader *l);
 kiln_loader_state kiln_loader_get_state(const kiln_loader *l);
 kiln_status kiln_loader_set_state(kiln_loader *l, const kiln_loader_state *s);
 

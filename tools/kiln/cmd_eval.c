@@ -1,11 +1,60 @@
-/* kiln eval: being built. */
+/* kiln eval: mean loss and perplexity of a model over a token file. */
+#include <math.h>
 #include <stdio.h>
 
 #include "commands.h"
+#include "flags.h"
+#include "kiln/core.h"
+#include "kiln/train.h"
+#include "tool_common.h"
+
+static const char *usage =
+    "usage: kiln eval [flags]\n\n"
+    "Mean next-token loss (nats) and perplexity of a model over every window of T+1 tokens of\n"
+    "the token shards in --data, in file order.";
 
 int cmd_eval(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "kiln eval: not available in this build\n");
-    return 1;
+    const char *weights = "out/model.safetensors", *data = "data/brown/val_*.bin";
+    int64_t B = 4, T = 64, batches = 0, heads = 0, threads = 0;
+    const tool_flag flags[] = {
+        {"weights", TOOL_FLAG_STRING, &weights, "model weights (safetensors)"},
+        {"data", TOOL_FLAG_STRING, &data, "token shards: file, folder or glob"},
+        {"batch", TOOL_FLAG_INT, &B, "sequences per batch"},
+        {"seq", TOOL_FLAG_INT, &T, "tokens per sequence"},
+        {"batches", TOOL_FLAG_INT, &batches, "batches to evaluate (0: all)"},
+        {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata"},
+        {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)"},
+    };
+    int npos = 0;
+    int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
+    if (rc)
+        return rc == TOOL_FLAGS_HELP ? 0 : 2;
+    if (npos || B < 1 || T < 1 || batches < 0) {
+        fprintf(stderr, "kiln eval: bad arguments (see --help)\n");
+        return 2;
+    }
+    tool_set_threads(threads);
+    kiln_gpt *m = NULL;
+    kiln_status s = tool_load_model(&m, weights, heads, B, T);
+    if (s) {
+        tool_report("eval", s);
+        return 1;
+    }
+    if (T > kiln_gpt_max_seq(m)) {
+        fprintf(stderr, "kiln eval: --seq %lld is beyond the model's context %lld\n",
+                (long long)T, (long long)kiln_gpt_max_seq(m));
+        kiln_gpt_free(m);
+        return 2;
+    }
+    double loss = 0.0, t0 = kiln_time_ms();
+    int64_t tokens = 0;
+    s = kiln_evaluate(m, data, B, T, batches, &loss, &tokens);
+    kiln_gpt_free(m);
+    if (s) {
+        tool_report("eval", s);
+        return 1;
+    }
+    printf("tokens %lld | loss %.6f | perplexity %.4f | %.1f s\n", (long long)tokens, loss,
+           exp(loss), (kiln_time_ms() - t0) / 1e3);
+    return 0;
 }

@@ -1,11 +1,114 @@
-/* kiln sample: being built. */
+/* kiln sample: generate text from a model. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "commands.h"
+#include "flags.h"
+#include "kiln/sample.h"
+#include "kiln/tokenizer.h"
+#include "tool_common.h"
+
+static const char *usage =
+    "usage: kiln sample [flags]\n\n"
+    "Generate text from a model's weights, continuing --prompt (the start of a document when\n"
+    "empty). Same seed, same weights, same text.";
+
+typedef struct print_ctx {
+    const kiln_tokenizer *tok;
+    kiln_bytes buf;
+    kiln_status status;
+} print_ctx;
+
+static void print_token(int32_t id, void *p) {
+    print_ctx *c = p;
+    c->buf.len = 0;
+    kiln_status s = kiln_tokenizer_decode(c->tok, &id, 1, &c->buf);
+    if (s) {
+        c->status = s;
+        return;
+    }
+    fwrite(c->buf.data, 1, c->buf.len, stdout);
+    fflush(stdout);
+}
 
 int cmd_sample(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "kiln sample: not available in this build\n");
-    return 1;
+    const char *weights = "out/model.safetensors", *prompt = "", *tokenizer = NULL;
+    int64_t count = 200, top_k = 40, seed = 1337, heads = 0, threads = 0;
+    double temperature = 1.0;
+    const tool_flag flags[] = {
+        {"weights", TOOL_FLAG_STRING, &weights, "model weights (safetensors)"},
+        {"prompt", TOOL_FLAG_STRING, &prompt, "text to continue"},
+        {"tokens", TOOL_FLAG_INT, &count, "tokens to generate"},
+        {"temperature", TOOL_FLAG_FLOAT, &temperature, "softmax temperature (0: most likely)"},
+        {"top-k", TOOL_FLAG_INT, &top_k, "sample among the k most likely (0: all)"},
+        {"seed", TOOL_FLAG_INT, &seed, "seed of the draws"},
+        {"tokenizer", TOOL_FLAG_STRING, &tokenizer,
+         "gpt2, bytes or a tokenizer file (default: from the vocabulary size)"},
+        {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata"},
+        {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)"},
+    };
+    int npos = 0;
+    int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
+    if (rc)
+        return rc == TOOL_FLAGS_HELP ? 0 : 2;
+    if (npos || count < 0 || temperature < 0) {
+        fprintf(stderr, "kiln sample: bad arguments (see --help)\n");
+        return 2;
+    }
+    tool_set_threads(threads);
+    kiln_gpt *m = NULL;
+    kiln_tokenizer *tok = NULL;
+    kiln_tokens ids = {0};
+    print_ctx pc = {0};
+    kiln_status s = tool_load_model(&m, weights, heads, 1, 0);
+    if (s) {
+        tool_report("sample", s);
+        return 1;
+    }
+    rc = 1;
+    const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
+    const char *spec = tool_default_tokenizer(tokenizer, cfg->vocab_size);
+    if (!spec || (s = kiln_tokenizer_load(&tok, spec))) {
+        tool_report("sample", spec ? s : KILN_ERR_ARG);
+        goto done;
+    }
+    if (kiln_tokenizer_vocab_size(tok) > cfg->vocab_size) {
+        fprintf(stderr, "kiln sample: tokenizer %s has %lld tokens, the model only %lld\n", spec,
+                (long long)kiln_tokenizer_vocab_size(tok), (long long)cfg->vocab_size);
+        goto done;
+    }
+    int32_t eot = kiln_tokenizer_eot(tok);
+    if (eot >= 0 && !prompt[0]) {
+        ids.ids = malloc(sizeof(int32_t));
+        if (!ids.ids)
+            goto done;
+        ids.ids[0] = eot;
+        ids.len = ids.cap = 1;
+    } else if ((s = kiln_tokenizer_encode(tok, prompt[0] ? prompt : "\n",
+                                          prompt[0] ? strlen(prompt) : 1, &ids))) {
+        tool_report("sample", s);
+        goto done;
+    }
+    int32_t *all = malloc((size_t)(ids.len + count) * sizeof *all);
+    if (!all)
+        goto done;
+    memcpy(all, ids.ids, (size_t)ids.len * sizeof *all);
+    fputs(prompt, stdout);
+    pc.tok = tok;
+    s = kiln_generate(m, all, ids.len, count, (float)temperature, top_k, (uint64_t)seed,
+                      print_token, &pc);
+    free(all);
+    printf("\n");
+    if (s || pc.status) {
+        tool_report("sample", s ? s : pc.status);
+        goto done;
+    }
+    rc = 0;
+done:
+    kiln_bytes_free(&pc.buf);
+    kiln_tokens_free(&ids);
+    kiln_tokenizer_free(tok);
+    kiln_gpt_free(m);
+    return rc;
 }

@@ -1,0 +1,63 @@
+/* kiln: the trainer loop that wires data, model, optimizer and metrics together. */
+#ifndef KILN_TRAIN_H
+#define KILN_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kiln/model.h"
+#include "kiln/optim.h"
+#include "kiln/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_train_config {
+    /* Model: the architecture; vocab_size 0 takes the training shards' vocabulary.
+     * init_path: start from these safetensors weights instead of a seeded init. */
+    kiln_gpt_config model;
+    const char *init_path;
+    /* Data: token shards (file, folder or glob); val_path may be NULL. */
+    const char *train_path, *val_path;
+    int64_t B, T;
+    int64_t grad_accum;   /* micro-batches per step (>= 1) */
+    int64_t steps;
+    int64_t eval_every;   /* 0: never; else every N steps and after the last */
+    int64_t eval_batches; /* batches of validation per evaluation (0: the whole val set) */
+    kiln_optim_config optim;
+    kiln_lr_schedule lr;  /* total_steps 0 means `steps` */
+    float grad_clip;      /* 0: no clipping */
+    uint64_t seed;
+    const char *metrics_path; /* JSON Lines, one object per step (NULL: none) */
+    const char *save_path;    /* final weights (NULL: not saved) */
+    int64_t save_every;       /* also save every N steps (0: only at the end) */
+    double peak_gflops;       /* MFU denominator; <= 0 measures it at start */
+    FILE *log;                /* console lines (NULL: silent) */
+} kiln_train_config;
+
+/* Defaults: B 4, T 64, grad_accum 1, steps 100, eval_every 0, eval_batches 20,
+ * AdamW lr 3e-4 cosine to 10% with warmup 10, grad_clip 1.0, seed 1337. */
+kiln_train_config kiln_train_config_default(void);
+
+typedef struct kiln_train_result {
+    int64_t steps;
+    float first_loss, last_loss, last_val_loss; /* last_val_loss NaN when never evaluated */
+    double mean_ms;          /* per step, over steps after the first */
+    double tokens_per_s;     /* over steps after the first */
+    double mfu;              /* fraction of peak_gflops, over steps after the first */
+    double peak_gflops;
+    size_t peak_rss;
+} kiln_train_result;
+
+kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *result);
+
+/* Mean loss of a model over every window of a token file, in file order.
+ * batches 0: all windows that fit whole batches. */
+kiln_status kiln_evaluate(kiln_gpt *m, const char *path, int64_t B, int64_t T, int64_t batches,
+                          double *mean_loss, int64_t *tokens);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,133 @@
+/* GPT-2 configurations: presets, JSON files, validation, FLOP counts. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kiln/model.h"
+
+#define GPT2_VOCAB 50257
+
+typedef struct gpt_preset {
+    const char *name;
+    int64_t L, C, NH, maxT;
+} gpt_preset;
+
+/* GPT-2's four sizes, and small ones for CPU work: dN has N layers of 32N channels in
+ * heads of 32 channels. */
+static const gpt_preset presets[] = {
+    {"gpt2-124m", 12, 768, 12, 1024},  {"gpt2-350m", 24, 1024, 16, 1024},
+    {"gpt2-774m", 36, 1280, 20, 1024}, {"gpt2-1558m", 48, 1600, 25, 1024},
+    {"d4", 4, 128, 4, 256},            {"d6", 6, 192, 6, 256},
+    {"d12", 12, 384, 12, 512},
+};
+
+const char *const kiln_gpt_preset_names[] = {"gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m",
+                                             "d4",        "d6",        "d12",       NULL};
+
+kiln_status kiln_gpt_config_preset(kiln_gpt_config *cfg, const char *name) {
+    if (!cfg || !name)
+        return kiln__errorf(KILN_ERR_ARG, "config preset: NULL argument");
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        if (strcmp(presets[i].name, name) != 0)
+            continue;
+        memset(cfg, 0, sizeof *cfg);
+        cfg->n_layer = presets[i].L;
+        cfg->n_embd = presets[i].C;
+        cfg->n_head = presets[i].NH;
+        cfg->max_seq_len = presets[i].maxT;
+        cfg->vocab_size = GPT2_VOCAB;
+        return kiln_gpt_config_validate(cfg);
+    }
+    char known[256] = "";
+    for (int i = 0; kiln_gpt_preset_names[i]; i++) {
+        strncat(known, i ? ", " : "", sizeof known - strlen(known) - 1);
+        strncat(known, kiln_gpt_preset_names[i], sizeof known - strlen(known) - 1);
+    }
+    return kiln__errorf(KILN_ERR_NOT_FOUND, "no model preset named '%s' (known: %s)", name, known);
+}
+
+static kiln_status json_int(const cJSON *root, const char *key, const char *alt, int64_t *out,
+                            const char *path) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v && alt)
+        v = cJSON_GetObjectItemCaseSensitive(root, alt);
+    if (!v)
+        return kiln__errorf(KILN_ERR_CONFIG, "%s: missing key \"%s\"", path, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
+        return kiln__errorf(KILN_ERR_CONFIG, "%s: \"%s\" must be an integer", path, key);
+    *out = (int64_t)v->valuedouble;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpt_config_from_json(kiln_gpt_config *cfg, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return kiln__errorf(KILN_ERR_IO, "cannot open model config %s", path);
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    int too_long = !feof(f);
+    fclose(f);
+    if (too_long)
+        return kiln__errorf(KILN_ERR_CONFIG, "%s: a model config should be under 64 KiB", path);
+    buf[n] = '\0';
+    cJSON *root = cJSON_Parse(buf);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return kiln__errorf(KILN_ERR_CONFIG, "%s: not a JSON object", path);
+    }
+    kiln_gpt_config c;
+    memset(&c, 0, sizeof c);
+    kiln_status s = json_int(root, "n_layer", NULL, &c.n_layer, path);
+    if (!s)
+        s = json_int(root, "n_head", NULL, &c.n_head, path);
+    if (!s)
+        s = json_int(root, "n_embd", NULL, &c.n_embd, path);
+    if (!s)
+        s = json_int(root, "vocab_size", NULL, &c.vocab_size, path);
+    if (!s)
+        s = json_int(root, "max_seq_len", "n_positions", &c.max_seq_len, path);
+    cJSON_Delete(root);
+    if (s)
+        return s;
+    s = kiln_gpt_config_validate(&c);
+    if (s)
+        return kiln__error_wrap(s, "%s", path);
+    *cfg = c;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpt_config_validate(kiln_gpt_config *cfg) {
+    if (cfg->n_layer < 1 || cfg->n_layer > 1024)
+        return kiln__errorf(KILN_ERR_CONFIG, "n_layer is %lld; it must be 1..1024",
+                            (long long)cfg->n_layer);
+    if (cfg->n_embd < 1 || cfg->n_embd > 65536)
+        return kiln__errorf(KILN_ERR_CONFIG, "n_embd is %lld; it must be 1..65536",
+                            (long long)cfg->n_embd);
+    if (cfg->n_head < 1 || cfg->n_embd % cfg->n_head != 0)
+        return kiln__errorf(KILN_ERR_CONFIG, "n_head %lld does not divide n_embd %lld",
+                            (long long)cfg->n_head, (long long)cfg->n_embd);
+    if (cfg->vocab_size < 2 || cfg->vocab_size > (1LL << 31) - 256)
+        return kiln__errorf(KILN_ERR_CONFIG, "vocab_size is %lld; it must be 2..2^31-256",
+                            (long long)cfg->vocab_size);
+    if (cfg->max_seq_len < 1 || cfg->max_seq_len > (1 << 20))
+        return kiln__errorf(KILN_ERR_CONFIG, "max_seq_len is %lld; it must be 1..2^20",
+                            (long long)cfg->max_seq_len);
+    /* Padding to a multiple of 128 keeps the head's matrix products on fast paths. */
+    cfg->padded_vocab_size = (cfg->vocab_size + 127) / 128 * 128;
+    return KILN_OK;
+}
+
+int64_t kiln_gpt_config_num_params(const kiln_gpt_config *cfg) {
+    int64_t C = cfg->n_embd, L = cfg->n_layer;
+    int64_t block = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) +
+                    (4 * C * C + C);
+    return cfg->vocab_size * C + cfg->max_seq_len * C + L * block + 2 * C;
+}
+
+double kiln_gpt_flops_per_token(const kiln_gpt_config *cfg, int64_t T) {
+    double C = (double)cfg->n_embd, L = (double)cfg->n_layer, V = (double)cfg->vocab_size;
+    double matmul_params = L * 12.0 * C * C + V * C;
+    return 6.0 * matmul_params + 12.0 * L * (double)T * C;
+}

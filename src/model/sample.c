@@ -1,0 +1,102 @@
+/* Sampling with temperature and top-k. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kiln/sample.h"
+
+/* Partition so the k largest values of v[0..n) come first (quickselect on values, with
+ * their ids carried along). */
+static void top_k_select(float *v, float *ids, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        float pivot = v[(lo + hi) / 2];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] > pivot)
+                i++;
+            while (v[j] < pivot)
+                j--;
+            if (i <= j) {
+                float t = v[i];
+                v[i] = v[j];
+                v[j] = t;
+                t = ids[i];
+                ids[i] = ids[j];
+                ids[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            break;
+    }
+}
+
+int32_t kiln_sample_logits(const float *logits, int64_t V, float temperature, int64_t top_k,
+                           kiln_rng *rng, float *scratch) {
+    if (temperature <= 0.0f) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < V; i++)
+            if (logits[i] > logits[best])
+                best = i;
+        return (int32_t)best;
+    }
+    float *v = scratch, *ids = scratch + V; /* ids as floats: exact below 2^24 */
+    for (int64_t i = 0; i < V; i++) {
+        v[i] = logits[i] / temperature;
+        ids[i] = (float)i;
+    }
+    int64_t n = V;
+    if (top_k > 0 && top_k < V) {
+        top_k_select(v, ids, V, top_k);
+        n = top_k;
+    }
+    float mx = v[0];
+    for (int64_t i = 1; i < n; i++)
+        mx = v[i] > mx ? v[i] : mx;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        v[i] = expf(v[i] - mx);
+        sum += v[i];
+    }
+    double u = (double)kiln_rng_uniform(rng) * sum, acc = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        acc += v[i];
+        if (u < acc)
+            return (int32_t)ids[i];
+    }
+    return (int32_t)ids[n - 1];
+}
+
+kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, float temperature,
+                          int64_t top_k, uint64_t seed,
+                          void (*on_token)(int32_t id, void *ctx), void *ctx) {
+    const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
+    int64_t V = cfg->vocab_size, Vp = cfg->padded_vocab_size, maxT = kiln_gpt_max_seq(m);
+    if (n < 1)
+        return kiln__errorf(KILN_ERR_ARG, "generation needs at least one token to start from");
+    float *scratch = malloc((size_t)(2 * V) * sizeof *scratch);
+    if (!scratch)
+        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate sampling scratch");
+    kiln_rng rng;
+    kiln_rng_seed(&rng, seed);
+    kiln_status s = KILN_OK;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t len = n + i, T = len < maxT ? len : maxT;
+        s = kiln_gpt_forward(m, ids + len - T, NULL, 1, T, NULL);
+        if (s)
+            break;
+        const float *last = kiln_gpt_logits(m) + (T - 1) * Vp;
+        ids[len] = kiln_sample_logits(last, V, temperature, top_k, &rng, scratch);
+        if (on_token)
+            on_token(ids[len], ctx);
+    }
+    free(scratch);
+    return s;
+}

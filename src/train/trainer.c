@@ -1,0 +1,262 @@
+/* The trainer: data -> model forward/backward -> clip -> optimizer, with metrics. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kiln/checkpoint.h"
+#include "kiln/core.h"
+#include "kiln/loader.h"
+#include "kiln/train.h"
+#include "train/metrics.h"
+
+kiln_train_config kiln_train_config_default(void) {
+    kiln_train_config c;
+    memset(&c, 0, sizeof c);
+    c.B = 4;
+    c.T = 64;
+    c.grad_accum = 1;
+    c.steps = 100;
+    c.eval_batches = 20;
+    c.optim = kiln_optim_config_default();
+    c.lr.kind = KILN_LR_COSINE;
+    c.lr.lr = 3e-4f;
+    c.lr.min_lr = 3e-5f;
+    c.lr.warmup_steps = 10;
+    c.grad_clip = 1.0f;
+    c.seed = 1337;
+    return c;
+}
+
+kiln_status kiln_evaluate(kiln_gpt *m, const char *path, int64_t B, int64_t T, int64_t batches,
+                          double *mean_loss, int64_t *tokens) {
+    kiln_loader_config lc = {.path = path, .B = B, .T = T, .rank = 0, .world = 1, .shuffle = 0};
+    kiln_loader *l = NULL;
+    KILN_CHECK(kiln_loader_open(&l, &lc));
+    kiln_status s = KILN_OK;
+    int32_t *in = malloc((size_t)(B * T) * sizeof *in), *tg = malloc((size_t)(B * T) * sizeof *tg);
+    if (!in || !tg) {
+        s = kiln__errorf(KILN_ERR_NOMEM, "cannot allocate an evaluation batch");
+        goto done;
+    }
+    if (kiln_loader_vocab_size(l) > kiln_gpt_get_config(m)->vocab_size) {
+        s = kiln__errorf(KILN_ERR_CONFIG,
+                         "%s holds tokens of a %lld-token vocabulary; the model has %lld", path,
+                         (long long)kiln_loader_vocab_size(l),
+                         (long long)kiln_gpt_get_config(m)->vocab_size);
+        goto done;
+    }
+    int64_t n = kiln_loader_batches_per_epoch(l);
+    if (batches > 0 && batches < n)
+        n = batches;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float loss = 0.0f;
+        KILN_CHECK_GOTO(s, kiln_loader_next(l, in, tg), done);
+        KILN_CHECK_GOTO(s, kiln_gpt_forward(m, in, tg, B, T, &loss), done);
+        sum += loss;
+    }
+    *mean_loss = n > 0 ? sum / (double)n : NAN;
+    if (tokens)
+        *tokens = n * B * T;
+done:
+    free(in);
+    free(tg);
+    kiln_loader_close(l);
+    return s;
+}
+
+typedef struct trainer {
+    const kiln_train_config *cfg;
+    kiln_loader *train;
+    kiln_gpt *model;
+    kiln_optim *opt;
+    int32_t *inputs, *targets;
+    FILE *metrics;
+    double flops_per_step;
+    double peak;
+} trainer;
+
+static void trainer_free(trainer *t) {
+    if (t->metrics)
+        fclose(t->metrics);
+    free(t->inputs);
+    free(t->targets);
+    kiln_optim_free(t->opt);
+    kiln_gpt_free(t->model);
+    kiln_loader_close(t->train);
+}
+
+static kiln_status build_optimizer(trainer *t) {
+    int n = kiln_gpt_num_tensors(t->model);
+    kiln_param_range *r = calloc((size_t)n, sizeof *r);
+    if (!r)
+        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate optimizer ranges");
+    for (int i = 0; i < n; i++) {
+        const kiln_tensor_info *ti = kiln_gpt_tensor(t->model, i);
+        r[i].offset = ti->offset;
+        r[i].numel = ti->numel;
+        r[i].decay = ti->decay;
+    }
+    kiln_status s = kiln_optim_create(&t->opt, &t->cfg->optim, kiln_gpt_slab_len(t->model), r, n,
+                                      kiln_gpt_backend(t->model));
+    free(r);
+    return s;
+}
+
+static void print_plan(const trainer *t) {
+    FILE *log = t->cfg->log;
+    if (!log)
+        return;
+    const kiln_gpt_config *c = kiln_gpt_get_config(t->model);
+    kiln_gpt_memory mem = kiln_gpt_memory_plan(t->model);
+    size_t opt = kiln_optim_state_bytes(t->opt);
+    double mib = 1024.0 * 1024.0;
+    fprintf(log,
+            "model: %lld layers, %lld heads, %lld channels, vocabulary %lld (padded %lld), "
+            "context %lld: %.2fM parameters\n",
+            (long long)c->n_layer, (long long)c->n_head, (long long)c->n_embd,
+            (long long)c->vocab_size, (long long)c->padded_vocab_size, (long long)c->max_seq_len,
+            (double)kiln_gpt_config_num_params(c) / 1e6);
+    fprintf(log,
+            "memory plan: parameters %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, "
+            "activations %.1f MiB (B=%lld, T=%lld): %.1f MiB in all\n",
+            (double)mem.params / mib, (double)mem.grads / mib, (double)opt / mib,
+            (double)mem.activations / mib, (long long)t->cfg->B, (long long)t->cfg->T,
+            (double)(mem.total + opt) / mib);
+    fprintf(log, "compute: %.2f GFLOP per step; MFU against %.1f GFLOP/s\n",
+            t->flops_per_step / 1e9, t->peak);
+}
+
+static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
+    memset(t, 0, sizeof *t);
+    t->cfg = cfg;
+    if (cfg->B < 1 || cfg->T < 1 || cfg->grad_accum < 1 || cfg->steps < 0)
+        return kiln__errorf(KILN_ERR_CONFIG, "batch, sequence, accumulation must be positive");
+    kiln_loader_config lc = {.path = cfg->train_path, .B = cfg->B, .T = cfg->T, .rank = 0,
+                             .world = 1, .seed = cfg->seed, .shuffle = 1};
+    KILN_CHECK(kiln_loader_open(&t->train, &lc));
+    kiln_gpt_config mc = cfg->model;
+    int64_t data_vocab = kiln_loader_vocab_size(t->train);
+    if (cfg->init_path) {
+        KILN_CHECK(kiln_gpt_config_from_safetensors(&mc, cfg->init_path));
+        if (data_vocab != mc.vocab_size)
+            return kiln__errorf(KILN_ERR_CONFIG,
+                                "%s was written with a %lld-token vocabulary but the weights "
+                                "in %s have %lld: tokenize the data with the model's tokenizer",
+                                cfg->train_path, (long long)data_vocab, cfg->init_path,
+                                (long long)mc.vocab_size);
+    } else if (mc.vocab_size == 0) {
+        mc.vocab_size = data_vocab;
+    } else if (mc.vocab_size != data_vocab) {
+        return kiln__errorf(KILN_ERR_CONFIG,
+                            "%s was written with a %lld-token vocabulary; the model has %lld",
+                            cfg->train_path, (long long)data_vocab, (long long)mc.vocab_size);
+    }
+    KILN_CHECK(kiln_gpt_config_validate(&mc));
+    if (cfg->T > mc.max_seq_len)
+        return kiln__errorf(KILN_ERR_CONFIG, "sequence length %lld is beyond the context of %lld",
+                            (long long)cfg->T, (long long)mc.max_seq_len);
+    KILN_CHECK(kiln_gpt_create(&t->model, &mc, cfg->B, cfg->T, NULL));
+    if (cfg->init_path)
+        KILN_CHECK(kiln_gpt_load_safetensors(t->model, cfg->init_path));
+    else
+        kiln_gpt_init_weights(t->model, cfg->seed);
+    KILN_CHECK(build_optimizer(t));
+    t->inputs = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->inputs);
+    t->targets = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->targets);
+    if (!t->inputs || !t->targets)
+        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate a batch");
+    if (cfg->metrics_path && !(t->metrics = fopen(cfg->metrics_path, "w")))
+        return kiln__errorf(KILN_ERR_IO, "cannot open metrics file %s for writing",
+                            cfg->metrics_path);
+    t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
+                        (double)cfg->grad_accum;
+    t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops : kiln_backend_cpu_peak_gflops(3072, 1.0);
+    print_plan(t);
+    return KILN_OK;
+}
+
+/* One optimizer step over grad_accum micro-batches; returns the mean loss. */
+static kiln_status train_step(trainer *t, int64_t step, float *loss, float *norm, float *lr) {
+    const kiln_train_config *cfg = t->cfg;
+    kiln_gpt_zero_grad(t->model);
+    double sum = 0.0;
+    for (int64_t micro = 0; micro < cfg->grad_accum; micro++) {
+        float l = 0.0f;
+        KILN_CHECK(kiln_loader_next(t->train, t->inputs, t->targets));
+        KILN_CHECK(kiln_gpt_forward(t->model, t->inputs, t->targets, cfg->B, cfg->T, &l));
+        KILN_CHECK(kiln_gpt_backward(t->model, 1.0f / (float)cfg->grad_accum));
+        sum += l;
+    }
+    *loss = (float)(sum / (double)cfg->grad_accum);
+    if (!isfinite(*loss))
+        return kiln__errorf(KILN_ERR_RANGE, "loss is %f at step %lld", *loss, (long long)step);
+    *norm = kiln_clip_grad_norm(kiln_gpt_backend(t->model), kiln_gpt_grads(t->model),
+                                kiln_gpt_slab_len(t->model), cfg->grad_clip);
+    kiln_lr_schedule sched = cfg->lr;
+    if (sched.total_steps <= 0)
+        sched.total_steps = cfg->steps;
+    *lr = kiln_lr_at(&sched, step);
+    return kiln_optim_step(t->opt, kiln_gpt_params(t->model), kiln_gpt_grads(t->model), *lr);
+}
+
+static kiln_status maybe_save(trainer *t, int64_t step) {
+    const kiln_train_config *cfg = t->cfg;
+    if (!cfg->save_path)
+        return KILN_OK;
+    int last = step == cfg->steps;
+    if (!last && !(cfg->save_every > 0 && step % cfg->save_every == 0))
+        return KILN_OK;
+    KILN_CHECK(kiln_gpt_save_safetensors(t->model, cfg->save_path));
+    if (cfg->log)
+        fprintf(cfg->log, "saved weights to %s (step %lld)\n", cfg->save_path, (long long)step);
+    return KILN_OK;
+}
+
+kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *res) {
+    trainer t;
+    memset(res, 0, sizeof *res);
+    res->last_val_loss = NAN;
+    kiln_status s = trainer_init(&t, cfg);
+    if (s)
+        goto done;
+    res->peak_gflops = t.peak;
+    double total_ms = 0.0;
+    for (int64_t step = 0; step < cfg->steps; step++) {
+        train_step_metrics mt = {.step = step + 1, .steps = cfg->steps, .val_loss = NAN};
+        double t0 = kiln_time_ms();
+        KILN_CHECK_GOTO(s, train_step(&t, step, &mt.loss, &mt.grad_norm, &mt.lr), done);
+        mt.ms = kiln_time_ms() - t0;
+        mt.tokens_per_s = (double)(cfg->B * cfg->T * cfg->grad_accum) / (mt.ms / 1e3);
+        mt.mfu = t.flops_per_step / (mt.ms / 1e3) / (t.peak * 1e9);
+        int last = step + 1 == cfg->steps;
+        if (cfg->val_path && cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || last)) {
+            double vl = 0.0;
+            KILN_CHECK_GOTO(s, kiln_evaluate(t.model, cfg->val_path, cfg->B, cfg->T,
+                                             cfg->eval_batches, &vl, NULL), done);
+            mt.val_loss = (float)vl;
+            res->last_val_loss = (float)vl;
+        }
+        mt.rss = kiln_peak_rss();
+        train_metrics_console(cfg->log, &mt);
+        if (t.metrics)
+            KILN_CHECK_GOTO(s, train_metrics_write(t.metrics, cfg->metrics_path, &mt), done);
+        if (step == 0)
+            res->first_loss = mt.loss;
+        else
+            total_ms += mt.ms;
+        res->last_loss = mt.loss;
+        res->steps = step + 1;
+        KILN_CHECK_GOTO(s, maybe_save(&t, step + 1), done);
+    }
+    if (res->steps > 1) {
+        res->mean_ms = total_ms / (double)(res->steps - 1);
+        res->tokens_per_s = (double)(cfg->B * cfg->T * cfg->grad_accum) / (res->mean_ms / 1e3);
+        res->mfu = t.flops_per_step / (res->mean_ms / 1e3) / (t.peak * 1e9);
+    }
+    res->peak_rss = kiln_peak_rss();
+done:
+    trainer_free(&t);
+    return s;
+}

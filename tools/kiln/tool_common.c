@@ -1,0 +1,66 @@
+#include "tool_common.h"
+
+#include <errno.h>
+#include <omp.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/error.h"
+#include "kiln/checkpoint.h"
+
+void openblas_set_num_threads(int num_threads);
+
+void tool_set_threads(int64_t n) {
+    if (n <= 0)
+        return;
+    omp_set_num_threads((int)n);
+    openblas_set_num_threads((int)n);
+}
+
+kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int64_t B, int64_t T) {
+    kiln_gpt_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.n_head = heads;
+    KILN_CHECK(kiln_gpt_config_from_safetensors(&cfg, path));
+    if (heads > 0)
+        cfg.n_head = heads;
+    KILN_CHECK(kiln_gpt_config_validate(&cfg));
+    if (T <= 0 || T > cfg.max_seq_len)
+        T = cfg.max_seq_len;
+    KILN_CHECK(kiln_gpt_create(out, &cfg, B, T, NULL));
+    kiln_status s = kiln_gpt_load_safetensors(*out, path);
+    if (s) {
+        kiln_gpt_free(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+kiln_status tool_make_parent_dirs(const char *path) {
+    char buf[4096];
+    if (strlen(path) >= sizeof buf)
+        return kiln__errorf(KILN_ERR_ARG, "path too long: %s", path);
+    strcpy(buf, path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return kiln__errorf(KILN_ERR_IO, "cannot create folder %s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    return KILN_OK;
+}
+
+const char *tool_default_tokenizer(const char *given, int64_t vocab_size) {
+    if (given)
+        return given;
+    if (vocab_size == 256)
+        return "bytes";
+    if (vocab_size == 50257)
+        return "gpt2";
+    kiln__errorf(KILN_ERR_ARG,
+                 "the model's vocabulary has %lld tokens: say which tokenizer with --tokenizer",
+                 (long long)vocab_size);
+    return NULL;
+}

@@ -1,0 +1,24 @@
+/* Helpers shared by kiln's subcommands. */
+#ifndef KILN_TOOL_COMMON_H
+#define KILN_TOOL_COMMON_H
+
+#include <stdint.h>
+
+#include "kiln/model.h"
+#include "kiln/status.h"
+
+/* Use n threads for kiln's loops and OpenBLAS (n <= 0: leave OpenMP's default). */
+void tool_set_threads(int64_t n);
+
+/* Load weights from a safetensors file into a new model planned for B x T (T 0: the
+ * model's context). heads > 0 overrides the head count for files without kiln metadata. */
+kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int64_t B, int64_t T);
+
+/* Create the folder part of path (like mkdir -p on its dirname). */
+kiln_status tool_make_parent_dirs(const char *path);
+
+/* The tokenizer spec for a model: `given` when set, else "bytes" for a 256-token
+ * vocabulary and "gpt2" for 50257; else NULL with an error. */
+const char *tool_default_tokenizer(const char *given, int64_t vocab_size);
+
+#endif
