@@ -21,12 +21,17 @@ kiln_status kiln_gpt_save_safetensors(kiln_gpt *m, const char *path);
 
 /* Load every parameter tensor. Each must be present with exactly the model's shape; F32,
  * F16 and BF16 are accepted and converted. The padded embedding rows are zeroed. Errors
- * name the file and the tensor. On failure the model's parameters may be partly written. */
+ * name the file and the tensor: KILN_ERR_NOT_FOUND (a tensor is missing), KILN_ERR_SHAPE
+ * (expected and found shapes), KILN_ERR_DTYPE, KILN_ERR_FORMAT (a malformed file, or a
+ * tensor this model does not have), KILN_ERR_UNSUPPORTED (an lm_head.weight that differs
+ * from wte.weight). The whole file is checked before anything is copied, so a file that
+ * does not fit leaves the parameters as they were. */
 kiln_status kiln_gpt_load_safetensors(kiln_gpt *m, const char *path);
 
-/* The configuration a file holds: from kiln's __metadata__ when present, else inferred
- * from the tensor shapes, with n_head taken from *cfg as given (Hugging Face files do not
- * record it; the caller sets it, 12 for gpt2-124m). */
+/* The configuration a file holds: from kiln's __metadata__ when present (checked against
+ * the tensor shapes), else inferred from the shapes, with n_head taken from *cfg as given
+ * (Hugging Face files do not record it; the caller sets it, 12 for gpt2-124m) or, when
+ * cfg->n_head is 0, GPT-2's n_embd / 64. The result is validated (padded_vocab_size set). */
 kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *path);
 
 #ifdef __cplusplus

@@ -1,0 +1,312 @@
+/* GPT-2 weights as safetensors with Hugging Face's tensor names.
+ *
+ * Saving writes every tensor of the model's table (model.h) as F32, straight from the
+ * parameter slab, with kiln's configuration in __metadata__. Loading first matches every
+ * tensor of the file against the table (name, dtype, shape; nothing missing, nothing
+ * unexpected) and only then copies, so a file that does not fit leaves the model as it was. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kiln/checkpoint.h"
+#include "kiln/safetensors.h"
+
+#define HF_PREFIX "transformer."
+
+static const struct {
+    const char *key;
+    size_t field;  /* offset in kiln_gpt_config */
+    int in_shapes; /* 1: the tensor shapes tell this value too */
+} meta_keys[] = {
+    {"kiln.n_layer", offsetof(kiln_gpt_config, n_layer), 1},
+    {"kiln.n_head", offsetof(kiln_gpt_config, n_head), 0},
+    {"kiln.n_embd", offsetof(kiln_gpt_config, n_embd), 1},
+    {"kiln.vocab_size", offsetof(kiln_gpt_config, vocab_size), 1},
+    {"kiln.max_seq_len", offsetof(kiln_gpt_config, max_seq_len), 1},
+};
+#define N_META_KEYS (int)(sizeof meta_keys / sizeof meta_keys[0])
+
+static int64_t *config_field(kiln_gpt_config *c, int k) {
+    return (int64_t *)((char *)c + meta_keys[k].field);
+}
+
+kiln_status kiln_gpt_save_safetensors(kiln_gpt *m, const char *path) {
+    if (!m || !path)
+        return kiln__errorf(KILN_ERR_ARG, "save weights: NULL argument");
+    kiln_safetensors_writer *w = NULL;
+    KILN_CHECK(kiln_safetensors_writer_init(&w));
+    kiln_gpt_config cfg = *kiln_gpt_get_config(m);
+    const float *params = kiln_gpt_params(m);
+    kiln_status s = kiln_safetensors_writer_set_metadata(w, "format", "pt");
+    for (int k = 0; s == KILN_OK && k < N_META_KEYS; k++) {
+        char v[32];
+        snprintf(v, sizeof v, "%lld", (long long)*config_field(&cfg, k));
+        s = kiln_safetensors_writer_set_metadata(w, meta_keys[k].key, v);
+    }
+    for (int i = 0; s == KILN_OK && i < kiln_gpt_num_tensors(m); i++) {
+        const kiln_tensor_info *t = kiln_gpt_tensor(m, i);
+        s = kiln_safetensors_writer_add(w, t->name, KILN_ST_DTYPE_F32, t->ndim, t->shape,
+                                        params + t->offset);
+    }
+    if (s == KILN_OK)
+        s = kiln_safetensors_writer_write(w, path);
+    kiln_safetensors_writer_free(w);
+    if (s != KILN_OK)
+        return kiln__error_wrap(s, "saving model weights");
+    return KILN_OK;
+}
+
+/* The name without Hugging Face's "transformer." prefix. */
+static const char *strip_prefix(const char *name) {
+    size_t n = strlen(HF_PREFIX);
+    return strncmp(name, HF_PREFIX, n) == 0 ? name + n : name;
+}
+
+/* Hugging Face's causal-mask buffers, "h.<i>.attn.bias" and "h.<i>.attn.masked_bias": not
+ * parameters, ignored. */
+static int is_mask_buffer(const char *name) {
+    if (strncmp(name, "h.", 2) != 0)
+        return 0;
+    const char *p = name + 2;
+    if (*p < '0' || *p > '9')
+        return 0;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return strcmp(p, ".attn.bias") == 0 || strcmp(p, ".attn.masked_bias") == 0;
+}
+
+static int is_float_dtype(kiln_st_dtype d) {
+    return d == KILN_ST_DTYPE_F32 || d == KILN_ST_DTYPE_F16 || d == KILN_ST_DTYPE_BF16;
+}
+
+static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t at = (size_t)snprintf(buf, cap, "(");
+    for (int i = 0; i < ndim && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (at < cap)
+        snprintf(buf + at, cap - at, ")");
+}
+
+static int same_shape(const kiln_st_tensor *t, int ndim, const int64_t *shape) {
+    if (t->ndim != ndim)
+        return 0;
+    for (int i = 0; i < ndim; i++)
+        if (t->shape[i] != shape[i])
+            return 0;
+    return 1;
+}
+
+static kiln_status check_tensor(const char *path, const kiln_st_tensor *t, int ndim,
+                                const int64_t *shape) {
+    if (!is_float_dtype(t->dtype))
+        return kiln__errorf(KILN_ERR_DTYPE, "%s: tensor \"%s\" is %s; expected F32, F16 or BF16",
+                            path, t->name, kiln_st_dtype_name(t->dtype));
+    if (!same_shape(t, ndim, shape)) {
+        char want[96], got[96];
+        format_shape(want, sizeof want, ndim, shape);
+        format_shape(got, sizeof got, t->ndim, t->shape);
+        return kiln__errorf(KILN_ERR_SHAPE, "%s: tensor \"%s\" has shape %s; the model expects %s",
+                            path, t->name, got, want);
+    }
+    return KILN_OK;
+}
+
+/* An "lm_head.weight" is accepted only as a copy of the tied embedding. */
+static kiln_status check_lm_head(const kiln_safetensors *f, const kiln_st_tensor *head,
+                                 const kiln_st_tensor *wte) {
+    const char *path = kiln_safetensors_path(f);
+    KILN_CHECK(check_tensor(path, head, wte->ndim, wte->shape));
+    int equal = 1;
+    if (head->dtype == wte->dtype) {
+        equal = memcmp(head->data, wte->data, wte->nbytes) == 0;
+    } else {
+        /* compare row by row after conversion */
+        int64_t C = wte->shape[1], rows = wte->shape[0];
+        float *a = malloc((size_t)C * 2 * sizeof(float));
+        if (!a)
+            return kiln__errorf(KILN_ERR_NOMEM, "%s: no memory to compare lm_head.weight", path);
+        for (int64_t r = 0; r < rows && equal; r++) {
+            size_t ea = kiln_st_dtype_size(head->dtype), eb = kiln_st_dtype_size(wte->dtype);
+            kiln_st_tensor ra = *head, rb = *wte;
+            ra.ndim = rb.ndim = 1;
+            ra.shape[0] = rb.shape[0] = ra.numel = rb.numel = C;
+            ra.nbytes = (size_t)C * ea;
+            rb.nbytes = (size_t)C * eb;
+            ra.data = (const char *)head->data + (size_t)(r * C) * ea;
+            rb.data = (const char *)wte->data + (size_t)(r * C) * eb;
+            kiln_safetensors_read_f32(f, &ra, a);
+            kiln_safetensors_read_f32(f, &rb, a + C);
+            equal = memcmp(a, a + C, (size_t)C * sizeof(float)) == 0;
+        }
+        free(a);
+    }
+    if (!equal)
+        return kiln__errorf(KILN_ERR_UNSUPPORTED,
+                            "%s: \"%s\" differs from the token embedding; kiln's output head is "
+                            "tied to wte.weight",
+                            path, head->name);
+    return KILN_OK;
+}
+
+/* Match every tensor of the file to the model's table: src[i] is the file's tensor for the
+ * model's tensor i. */
+static kiln_status match_tensors(const kiln_gpt *m, const kiln_safetensors *f,
+                                 const kiln_st_tensor **src) {
+    const char *path = kiln_safetensors_path(f);
+    const kiln_st_tensor *head = NULL;
+    for (int k = 0; k < kiln_safetensors_num_tensors(f); k++) {
+        const kiln_st_tensor *t = kiln_safetensors_tensor(f, k);
+        const char *name = strip_prefix(t->name);
+        if (is_mask_buffer(name))
+            continue;
+        if (strcmp(name, "lm_head.weight") == 0) {
+            if (head)
+                return kiln__errorf(KILN_ERR_FORMAT, "%s: two lm_head.weight tensors", path);
+            head = t;
+            continue;
+        }
+        int i = kiln_gpt_find_tensor(m, name);
+        if (i < 0)
+            return kiln__errorf(KILN_ERR_FORMAT,
+                                "%s: unexpected tensor \"%s\": not part of this GPT-2 model "
+                                "(%lld layers)",
+                                path, t->name, (long long)kiln_gpt_get_config(m)->n_layer);
+        if (src[i])
+            return kiln__errorf(KILN_ERR_FORMAT, "%s: tensor \"%s\" appears twice (as \"%s\")",
+                                path, name, t->name);
+        const kiln_tensor_info *info = kiln_gpt_tensor(m, i);
+        KILN_CHECK(check_tensor(path, t, info->ndim, info->shape));
+        src[i] = t;
+    }
+    for (int i = 0; i < kiln_gpt_num_tensors(m); i++)
+        if (!src[i])
+            return kiln__errorf(KILN_ERR_NOT_FOUND, "%s: tensor \"%s\" is missing", path,
+                                kiln_gpt_tensor(m, i)->name);
+    if (head)
+        KILN_CHECK(check_lm_head(f, head, src[kiln_gpt_find_tensor(m, "wte.weight")]));
+    return KILN_OK;
+}
+
+kiln_status kiln_gpt_load_safetensors(kiln_gpt *m, const char *path) {
+    if (!m || !path)
+        return kiln__errorf(KILN_ERR_ARG, "load weights: NULL argument");
+    kiln_safetensors *f = NULL;
+    KILN_CHECK(kiln_safetensors_open(&f, path));
+    int n = kiln_gpt_num_tensors(m);
+    const kiln_st_tensor **src = calloc((size_t)n, sizeof *src);
+    kiln_status s = KILN_OK;
+    if (!src) {
+        s = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory to match tensors", path);
+        goto done;
+    }
+    KILN_CHECK_GOTO(s, match_tensors(m, f, src), done);
+    float *params = kiln_gpt_params(m);
+    for (int i = 0; i < n; i++)
+        KILN_CHECK_GOTO(
+            s, kiln_safetensors_read_f32(f, src[i], params + kiln_gpt_tensor(m, i)->offset), done);
+    /* The padded rows of the embedding (V..Vp-1) hold nothing and must be zero. */
+    const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
+    const kiln_tensor_info *wte = kiln_gpt_tensor(m, kiln_gpt_find_tensor(m, "wte.weight"));
+    int64_t pad = (cfg->padded_vocab_size - cfg->vocab_size) * cfg->n_embd;
+    if (pad > 0)
+        memset(params + wte->offset + wte->numel, 0, (size_t)pad * sizeof(float));
+done:
+    free(src);
+    kiln_safetensors_close(f);
+    return s;
+}
+
+/* ---- configuration ---- */
+
+static kiln_status parse_meta_int(const char *path, const char *key, const char *v, int64_t *out) {
+    char *end = NULL;
+    long long x = strtoll(v, &end, 10);
+    if (!v[0] || *end || x < 1)
+        return kiln__errorf(KILN_ERR_FORMAT,
+                            "%s: metadata \"%s\" is \"%s\", not a positive integer", path, key, v);
+    *out = x;
+    return KILN_OK;
+}
+
+static const kiln_st_tensor *find_either(const kiln_safetensors *f, const char *name) {
+    const kiln_st_tensor *t = kiln_safetensors_find(f, name);
+    if (!t) {
+        char full[96];
+        snprintf(full, sizeof full, HF_PREFIX "%s", name);
+        t = kiln_safetensors_find(f, full);
+    }
+    return t;
+}
+
+/* What the tensors say: V and C from wte, maxT from wpe, L from the highest block index. */
+static kiln_status infer_config(const kiln_safetensors *f, kiln_gpt_config *c) {
+    const char *path = kiln_safetensors_path(f);
+    const kiln_st_tensor *wte = find_either(f, "wte.weight"), *wpe = find_either(f, "wpe.weight");
+    if (!wte || !wpe)
+        return kiln__errorf(KILN_ERR_NOT_FOUND, "%s: tensor \"%s\" is missing", path,
+                            !wte ? "wte.weight" : "wpe.weight");
+    if (wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1])
+        return kiln__errorf(KILN_ERR_SHAPE,
+                            "%s: wte.weight and wpe.weight should be (V, C) and (maxT, C)", path);
+    c->vocab_size = wte->shape[0];
+    c->n_embd = wte->shape[1];
+    c->max_seq_len = wpe->shape[0];
+    int64_t layers = 0;
+    for (int k = 0; k < kiln_safetensors_num_tensors(f); k++) {
+        const char *name = strip_prefix(kiln_safetensors_tensor(f, k)->name);
+        if (strncmp(name, "h.", 2) != 0 || name[2] < '0' || name[2] > '9')
+            continue;
+        long long l = strtoll(name + 2, NULL, 10);
+        if (l >= 0 && l < (1 << 20) && l + 1 > layers)
+            layers = l + 1;
+    }
+    c->n_layer = layers;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *path) {
+    if (!cfg || !path)
+        return kiln__errorf(KILN_ERR_ARG, "config from weights: NULL argument");
+    kiln_safetensors *f = NULL;
+    KILN_CHECK(kiln_safetensors_open(&f, path));
+    kiln_gpt_config c;
+    memset(&c, 0, sizeof c);
+    kiln_status s = infer_config(f, &c);
+    int present = 0;
+    for (int k = 0; s == KILN_OK && k < N_META_KEYS; k++) {
+        const char *v = kiln_safetensors_metadata(f, meta_keys[k].key);
+        if (!v)
+            continue;
+        present++;
+        int64_t x = 0, inferred = *config_field(&c, k);
+        s = parse_meta_int(path, meta_keys[k].key, v, &x);
+        if (s == KILN_OK && meta_keys[k].in_shapes && x != inferred)
+            s = kiln__errorf(KILN_ERR_FORMAT,
+                             "%s: metadata says %s is %lld but the tensors say %lld", path,
+                             meta_keys[k].key, (long long)x, (long long)inferred);
+        *config_field(&c, k) = x;
+    }
+    if (s == KILN_OK && present && present != N_META_KEYS)
+        s = kiln__errorf(KILN_ERR_FORMAT, "%s: kiln metadata is incomplete (%d of %d keys)", path,
+                         present, N_META_KEYS);
+    kiln_safetensors_close(f);
+    if (s != KILN_OK)
+        return s;
+    if (!present) {
+        /* Hugging Face files do not record the head count: the caller's, or GPT-2's 64
+         * channels per head. */
+        c.n_head = cfg->n_head > 0 ? cfg->n_head : c.n_embd % 64 == 0 ? c.n_embd / 64 : 0;
+        if (c.n_head == 0)
+            return kiln__errorf(KILN_ERR_CONFIG,
+                                "%s does not record n_head, and n_embd %lld is not a multiple "
+                                "of GPT-2's 64 channels per head: give the head count",
+                                path, (long long)c.n_embd);
+    }
+    s = kiln_gpt_config_validate(&c);
+    if (s != KILN_OK)
+        return kiln__error_wrap(s, "%s", path);
+    *cfg = c;
+    return KILN_OK;
+}

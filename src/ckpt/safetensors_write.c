@@ -1,0 +1,351 @@
+/* safetensors writer: collect tensors and metadata, then write atomically.
+ *
+ * The file is written under a temporary name in the target's folder, flushed with fsync,
+ * closed and renamed over the target; the folder is then flushed so the rename itself is
+ * durable. Any failure removes the temporary, so the target is either the old file, byte
+ * for byte, or the complete new one. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "kiln/safetensors.h"
+
+typedef struct writer_entry {
+    char *name;
+    kiln_st_dtype dtype;
+    int ndim;
+    int64_t shape[KILN_ST_MAX_DIMS];
+    size_t nbytes;
+    const void *data; /* borrowed */
+} writer_entry;
+
+struct kiln_safetensors_writer {
+    int n, cap;
+    writer_entry *e; /* in the order added, which is the order of the data */
+    int n_meta, cap_meta;
+    char **meta; /* key i at 2i, value at 2i+1 */
+};
+
+kiln_status kiln_safetensors_writer_init(kiln_safetensors_writer **out) {
+    if (!out)
+        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: NULL argument");
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory");
+    return KILN_OK;
+}
+
+void kiln_safetensors_writer_free(kiln_safetensors_writer *w) {
+    if (!w)
+        return;
+    for (int i = 0; i < w->n; i++)
+        free(w->e[i].name);
+    for (int i = 0; i < 2 * w->n_meta; i++)
+        free(w->meta[i]);
+    free(w->e);
+    free(w->meta);
+    free(w);
+}
+
+kiln_status kiln_safetensors_writer_add(kiln_safetensors_writer *w, const char *name,
+                                        kiln_st_dtype dtype, int ndim, const int64_t *shape,
+                                        const void *data) {
+    if (!w || !name || (ndim > 0 && !shape))
+        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: NULL argument");
+    if (!name[0] || strcmp(name, "__metadata__") == 0)
+        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: invalid tensor name \"%s\"", name);
+    if ((unsigned)dtype >= KILN_ST_DTYPE_COUNT || ndim < 0 || ndim > KILN_ST_MAX_DIMS)
+        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\": bad dtype or ndim %d",
+                            name, ndim);
+    uint64_t numel = 1, nbytes;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0 || __builtin_mul_overflow(numel, (uint64_t)shape[i], &numel))
+            return kiln__errorf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\": bad shape", name);
+    }
+    if (__builtin_mul_overflow(numel, (uint64_t)kiln_st_dtype_size(dtype), &nbytes) ||
+        nbytes > (uint64_t)INT64_MAX)
+        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\" is too large", name);
+    if (nbytes && !data)
+        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\" has no data", name);
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 64;
+        writer_entry *e = realloc(w->e, (size_t)cap * sizeof *e);
+        if (!e)
+            return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for tensors");
+        w->e = e;
+        w->cap = cap;
+    }
+    writer_entry *e = &w->e[w->n];
+    memset(e, 0, sizeof *e);
+    e->name = strdup(name);
+    if (!e->name)
+        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for tensors");
+    e->dtype = dtype;
+    e->ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        e->shape[i] = shape[i];
+    e->nbytes = (size_t)nbytes;
+    e->data = data;
+    w->n++;
+    return KILN_OK;
+}
+
+kiln_status kiln_safetensors_writer_set_metadata(kiln_safetensors_writer *w, const char *key,
+                                                 const char *value) {
+    if (!w || !key || !value)
+        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: NULL argument");
+    char *v = strdup(value);
+    if (!v)
+        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for metadata");
+    for (int i = 0; i < w->n_meta; i++) {
+        if (strcmp(w->meta[2 * i], key) == 0) {
+            free(w->meta[2 * i + 1]);
+            w->meta[2 * i + 1] = v;
+            return KILN_OK;
+        }
+    }
+    if (w->n_meta == w->cap_meta) {
+        int cap = w->cap_meta ? 2 * w->cap_meta : 8;
+        char **m = realloc(w->meta, (size_t)(2 * cap) * sizeof *m);
+        if (!m) {
+            free(v);
+            return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for metadata");
+        }
+        w->meta = m;
+        w->cap_meta = cap;
+    }
+    char *k = strdup(key);
+    if (!k) {
+        free(v);
+        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for metadata");
+    }
+    w->meta[2 * w->n_meta] = k;
+    w->meta[2 * w->n_meta + 1] = v;
+    w->n_meta++;
+    return KILN_OK;
+}
+
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static kiln_status check_unique(const kiln_safetensors_writer *w) {
+    char **names = malloc((size_t)(w->n ? w->n : 1) * sizeof *names);
+    if (!names)
+        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory");
+    for (int i = 0; i < w->n; i++)
+        names[i] = w->e[i].name;
+    qsort(names, (size_t)w->n, sizeof *names, cmp_names);
+    kiln_status s = KILN_OK;
+    for (int i = 1; i < w->n && s == KILN_OK; i++)
+        if (strcmp(names[i - 1], names[i]) == 0)
+            s = kiln__errorf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\" added twice",
+                             names[i]);
+    free(names);
+    return s;
+}
+
+/* Append an integer written exactly (cJSON's own numbers are doubles). */
+static int add_int(cJSON *array, uint64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%" PRIu64, v);
+    cJSON *d = cJSON_CreateRaw(buf);
+    if (d && cJSON_AddItemToArray(array, d))
+        return 1;
+    cJSON_Delete(d);
+    return 0;
+}
+
+/* "name": {"dtype": .., "shape": [..], "data_offsets": [begin, end]}; 0 when out of memory
+ * (whatever was attached to root is freed with it). */
+static int add_tensor_json(cJSON *root, const writer_entry *e, uint64_t begin) {
+    cJSON *obj = cJSON_CreateObject();
+    if (!obj || !cJSON_AddItemToObject(root, e->name, obj)) {
+        cJSON_Delete(obj);
+        return 0;
+    }
+    if (!cJSON_AddStringToObject(obj, "dtype", kiln_st_dtype_name(e->dtype)))
+        return 0;
+    cJSON *shape = cJSON_AddArrayToObject(obj, "shape");
+    for (int i = 0; i < e->ndim; i++)
+        if (!shape || !add_int(shape, (uint64_t)e->shape[i]))
+            return 0;
+    cJSON *offs = cJSON_AddArrayToObject(obj, "data_offsets");
+    return shape && offs && add_int(offs, begin) && add_int(offs, begin + e->nbytes);
+}
+
+/* The header JSON padded with spaces to a multiple of 8 (so the data starts 8-aligned),
+ * and the size of the data buffer. *out is malloc'd. */
+static kiln_status build_header(const kiln_safetensors_writer *w, char **out, size_t *len,
+                                size_t *data_size) {
+    KILN_CHECK(check_unique(w));
+    cJSON *root = cJSON_CreateObject();
+    int ok = root != NULL;
+    if (ok && w->n_meta) {
+        cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+        ok = meta != NULL;
+        for (int i = 0; ok && i < w->n_meta; i++)
+            ok = cJSON_AddStringToObject(meta, w->meta[2 * i], w->meta[2 * i + 1]) != NULL;
+    }
+    uint64_t off = 0;
+    for (int i = 0; ok && i < w->n; i++) {
+        ok = add_tensor_json(root, &w->e[i], off);
+        off += w->e[i].nbytes;
+    }
+    char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (!json)
+        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for the header");
+    size_t n = strlen(json), padded = (n + 7) / 8 * 8;
+    char *h = realloc(json, padded + 1);
+    if (!h) {
+        free(json);
+        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for the header");
+    }
+    memset(h + n, ' ', padded - n);
+    h[padded] = '\0';
+    *out = h;
+    *len = padded;
+    *data_size = (size_t)off;
+    return KILN_OK;
+}
+
+static void put_le64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+kiln_status kiln_safetensors_writer_to_memory(const kiln_safetensors_writer *w, void **out,
+                                              size_t *size) {
+    if (!w || !out || !size)
+        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: NULL argument");
+    char *header;
+    size_t hlen, dsize;
+    KILN_CHECK(build_header(w, &header, &hlen, &dsize));
+    unsigned char *buf = NULL;
+    if (dsize <= SIZE_MAX - 8 - hlen)
+        buf = malloc(8 + hlen + dsize);
+    if (!buf) {
+        free(header);
+        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for %zu bytes", dsize);
+    }
+    put_le64(buf, hlen);
+    memcpy(buf + 8, header, hlen);
+    size_t at = 8 + hlen;
+    for (int i = 0; i < w->n; i++) {
+        if (w->e[i].nbytes)
+            memcpy(buf + at, w->e[i].data, w->e[i].nbytes);
+        at += w->e[i].nbytes;
+    }
+    free(header);
+    *out = buf;
+    *size = at;
+    return KILN_OK;
+}
+
+static kiln_status write_all(int fd, const void *p, size_t n, const char *path) {
+    const unsigned char *b = p;
+    while (n > 0) {
+        ssize_t k = write(fd, b, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return kiln__errorf(KILN_ERR_IO, "writing %s: %s", path,
+                                k < 0 ? strerror(errno) : "nothing written");
+        b += k;
+        n -= (size_t)k;
+    }
+    return KILN_OK;
+}
+
+/* Create a new file next to `path` that no one else is using. */
+static kiln_status open_temp(const char *path, char *tmp, size_t cap, int *fd) {
+    static _Atomic unsigned counter;
+    for (int tries = 0; tries < 100; tries++) {
+        snprintf(tmp, cap, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+        *fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (*fd >= 0)
+            return KILN_OK;
+        if (errno != EEXIST)
+            return kiln__errorf(KILN_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    }
+    return kiln__errorf(KILN_ERR_IO, "cannot create a temporary file next to %s", path);
+}
+
+/* Make the rename durable; a folder that cannot be flushed (some file systems) is not an
+ * error, the data itself was already flushed. */
+static void sync_parent(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+kiln_status kiln_safetensors_writer_write(const kiln_safetensors_writer *w, const char *path) {
+    if (!w || !path || !path[0])
+        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: NULL argument");
+    char *header = NULL;
+    size_t hlen, dsize;
+    KILN_CHECK(build_header(w, &header, &hlen, &dsize));
+    size_t cap = strlen(path) + 64;
+    char *tmp = malloc(cap);
+    int fd = -1;
+    kiln_status s = KILN_OK;
+    if (!tmp) {
+        s = kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory");
+        goto fail;
+    }
+    KILN_CHECK_GOTO(s, open_temp(path, tmp, cap, &fd), fail);
+    unsigned char len8[8];
+    put_le64(len8, hlen);
+    KILN_CHECK_GOTO(s, write_all(fd, len8, 8, tmp), fail_unlink);
+    KILN_CHECK_GOTO(s, write_all(fd, header, hlen, tmp), fail_unlink);
+    for (int i = 0; i < w->n; i++)
+        KILN_CHECK_GOTO(s, write_all(fd, w->e[i].data, w->e[i].nbytes, tmp), fail_unlink);
+    if (fsync(fd) != 0) {
+        s = kiln__errorf(KILN_ERR_IO, "flushing %s: %s", tmp, strerror(errno));
+        goto fail_unlink;
+    }
+    int rc = close(fd);
+    fd = -1;
+    if (rc != 0) {
+        s = kiln__errorf(KILN_ERR_IO, "closing %s: %s", tmp, strerror(errno));
+        goto fail_unlink;
+    }
+    if (rename(tmp, path) != 0) {
+        s = kiln__errorf(KILN_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        goto fail_unlink;
+    }
+    sync_parent(path);
+    free(tmp);
+    free(header);
+    return KILN_OK;
+
+fail_unlink:
+    if (fd >= 0)
+        close(fd);
+    fd = -1;
+    unlink(tmp);
+fail:
+    if (fd >= 0)
+        close(fd);
+    free(tmp);
+    free(header);
+    return s;
+}

@@ -1,0 +1,22 @@
+# safetensors cross-check with PyTorch, label "ref": files kiln writes (generic tensors and
+# GPT-2 weights) are parsed by hand in Python (json + torch.frombuffer) and must hold what kiln
+# meant; files written in Python (every F16 and BF16 bit pattern, Hugging Face-style GPT-2
+# weights) must read and load into kiln with torch's values, bit for bit. Needs a Python
+# with torch (Debian's python3-torch); without it the test fails and says why.
+set(KILN_TORCH_PYTHON /usr/bin/python3 CACHE FILEPATH
+    "Python interpreter that can import torch, for the reference tests")
+
+add_executable(st_tool ${CMAKE_SOURCE_DIR}/tests/st/st_tool.c)
+target_link_libraries(st_tool PRIVATE kiln)
+set_target_properties(st_tool PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+
+if(EXISTS ${KILN_TORCH_PYTHON})
+  add_test(NAME st.python_cross_check
+    COMMAND ${KILN_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}/tests/st/check_safetensors.py
+      $<TARGET_FILE:st_tool> ${CMAKE_BINARY_DIR}/st_python)
+else()
+  add_test(NAME st.python_cross_check
+    COMMAND sh -c "echo 'this test needs PyTorch: ${KILN_TORCH_PYTHON} does not exist (set KILN_TORCH_PYTHON, or apt-get install python3-torch)' >&2; exit 1")
+endif()
+set_tests_properties(st.python_cross_check PROPERTIES LABELS ref TIMEOUT 120
+  ENVIRONMENT "OMP_NUM_THREADS=2")
