@@ -102,7 +102,8 @@ kiln_gpt_memory kiln_gpt_memory_plan(const kiln_gpt *m);
  * an id >= V fails with KILN_ERR_RANGE and a message naming its position. */
 kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
                              int64_t B, int64_t T, float *loss);
-/* Logits (B,T,Vp) of the last forward; the padded columns are not meaningful. */
+/* Logits (B,T,Vp) of the last forward, valid until backward, which overwrites them in place
+ * with their gradient; the padded columns are not meaningful. */
 const float *kiln_gpt_logits(const kiln_gpt *m);
 /* Per-position losses (B,T) of the last forward with targets. */
 const float *kiln_gpt_losses(const kiln_gpt *m);
