@@ -38,6 +38,10 @@ kiln_optim_config kiln_optim_config_default(void);
 /* Parse "adamw", "adam", "sgd", "rmsprop". */
 kiln_status kiln_optim_kind_parse(const char *s, kiln_optim_kind *out);
 const char *kiln_optim_kind_name(kiln_optim_kind k);
+/* KILN_ERR_CONFIG, with a message, when a field the kind uses cannot work: betas and
+ * alpha outside [0, 1), eps <= 0, weight decay < 0, momentum outside [0, 1), dampening
+ * outside [0, 1], Nesterov without momentum or with dampening (as PyTorch), NaN anywhere. */
+kiln_status kiln_optim_config_check(const kiln_optim_config *cfg);
 
 /* A range of the slab and whether weight decay applies to it. */
 typedef struct kiln_param_range {
@@ -47,14 +51,20 @@ typedef struct kiln_param_range {
 
 typedef struct kiln_optim kiln_optim; /* opaque */
 
-/* Moment slabs of n floats are allocated here (zero). The ranges are copied. */
+/* Moment slabs of n floats are allocated here (zero). The ranges are copied; they must lie
+ * inside [0, n) and not overlap (gaps are left untouched by the step). nranges == 0 (ranges
+ * may be NULL) means one range over the whole slab, with weight decay. The backend must
+ * outlive the optimizer. */
 kiln_status kiln_optim_create(kiln_optim **out, const kiln_optim_config *cfg, int64_t n,
                               const kiln_param_range *ranges, int nranges,
                               const kiln_backend *be);
 void kiln_optim_free(kiln_optim *o);
-/* One update at learning rate lr; the step counter (for bias correction) advances. */
+/* One update at learning rate lr; the step counter (for bias correction) advances.
+ * lr must be finite and >= 0 (KILN_ERR_CONFIG otherwise, nothing changed). */
 kiln_status kiln_optim_step(kiln_optim *o, float *params, const float *grads, float lr);
 int64_t kiln_optim_steps_taken(const kiln_optim *o);
+/* Set the step counter, when resuming with moment slabs restored from a checkpoint. */
+kiln_status kiln_optim_set_steps(kiln_optim *o, int64_t steps);
 /* Moment slabs, for checkpoints: index 0 (m / momentum buffer / square average) and
  * 1 (v / RMSprop momentum buffer); NULL when the optimizer has no such slab. */
 float *kiln_optim_state(kiln_optim *o, int index);
@@ -75,12 +85,19 @@ typedef struct kiln_lr_schedule {
 
 kiln_status kiln_lr_kind_parse(const char *s, kiln_lr_kind *out); /* constant|cosine|linear */
 const char *kiln_lr_kind_name(kiln_lr_kind k);
-/* Learning rate of step `step` (0-based). Warmup: lr * (step+1) / warmup_steps. */
+/* KILN_ERR_CONFIG, with a message, for an unknown kind, lr or min_lr negative or not finite,
+ * min_lr > lr, or negative step counts. */
+kiln_status kiln_lr_schedule_check(const kiln_lr_schedule *s);
+/* Learning rate of step `step` (0-based). Warmup (every kind, when warmup_steps > 0):
+ * lr * (step+1) / warmup_steps for step < warmup_steps. Then constant stays at lr; cosine
+ * and linear go from lr at step warmup_steps to min_lr at total_steps and stay at min_lr
+ * after it (also when total_steps <= warmup_steps: min_lr right after the warmup). */
 float kiln_lr_at(const kiln_lr_schedule *s, int64_t step);
 
-/* Global L2 norm of the gradient slab; if max_norm > 0 and the norm exceeds it, the
- * gradients are scaled by max_norm / (norm + 1e-6) as torch.nn.utils.clip_grad_norm_ does.
- * Returns the norm before clipping. */
+/* Global L2 norm of the gradient slab (sum of squares in double); if max_norm > 0 and
+ * max_norm / (norm + 1e-6) < 1, the gradients are scaled by that factor, as
+ * torch.nn.utils.clip_grad_norm_ does. Returns the norm before clipping. A norm that is
+ * not finite is returned without scaling anything, so the caller can skip the step. */
 float kiln_clip_grad_norm(const kiln_backend *be, float *grads, int64_t n, float max_norm);
 
 #ifdef __cplusplus
