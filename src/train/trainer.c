@@ -133,6 +133,11 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
     t->cfg = cfg;
     if (cfg->B < 1 || cfg->T < 1 || cfg->grad_accum < 1 || cfg->steps < 0)
         return kiln__errorf(KILN_ERR_CONFIG, "batch, sequence, accumulation must be positive");
+    KILN_CHECK(kiln_optim_config_check(&cfg->optim));
+    kiln_lr_schedule sched = cfg->lr;
+    if (sched.total_steps <= 0)
+        sched.total_steps = cfg->steps;
+    KILN_CHECK(kiln_lr_schedule_check(&sched));
     kiln_loader_config lc = {.path = cfg->train_path, .B = cfg->B, .T = cfg->T, .rank = 0,
                              .world = 1, .seed = cfg->seed, .shuffle = 1};
     KILN_CHECK(kiln_loader_open(&t->train, &lc));
@@ -194,6 +199,9 @@ static kiln_status train_step(trainer *t, int64_t step, float *loss, float *norm
         return kiln__errorf(KILN_ERR_RANGE, "loss is %f at step %lld", *loss, (long long)step);
     *norm = kiln_clip_grad_norm(kiln_gpt_backend(t->model), kiln_gpt_grads(t->model),
                                 kiln_gpt_slab_len(t->model), cfg->grad_clip);
+    if (!isfinite(*norm)) /* never let a non-finite gradient reach the weights */
+        return kiln__errorf(KILN_ERR_RANGE, "gradient norm is %f at step %lld; weights unchanged",
+                            *norm, (long long)step);
     kiln_lr_schedule sched = cfg->lr;
     if (sched.total_steps <= 0)
         sched.total_steps = cfg->steps;
