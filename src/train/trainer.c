@@ -39,7 +39,7 @@ kiln_status kiln_evaluate(kiln_gpt *m, const char *path, int64_t B, int64_t T, i
         s = kiln__errorf(KILN_ERR_NOMEM, "cannot allocate an evaluation batch");
         goto done;
     }
-    if (kiln_loader_vocab_size(l) > kiln_gpt_get_config(m)->vocab_size) {
+    if (kiln_loader_vocab_size(l) != kiln_gpt_get_config(m)->vocab_size) {
         s = kiln__errorf(KILN_ERR_CONFIG,
                          "%s holds tokens of a %lld-token vocabulary; the model has %lld", path,
                          (long long)kiln_loader_vocab_size(l),
