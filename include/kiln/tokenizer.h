@@ -18,6 +18,8 @@ typedef struct kiln_tokens {
     int64_t len, cap;
 } kiln_tokens;
 void kiln_tokens_free(kiln_tokens *t);
+/* Make room for at least `extra` more ids (a caller that knows the size saves regrowth). */
+kiln_status kiln_tokens_reserve(kiln_tokens *t, int64_t extra);
 
 /* A growable byte buffer; zero-initialise, free with kiln_bytes_free. */
 typedef struct kiln_bytes {
@@ -28,10 +30,14 @@ void kiln_bytes_free(kiln_bytes *b);
 
 typedef struct kiln_tokenizer kiln_tokenizer; /* opaque; read-only after load, thread-safe */
 
-/* spec: "bytes", "gpt2" (GPT-2's encoder.json and vocab.bpe, found as described in
- * README.md), or the path of a tokenizer file written by kiln_tokenizer_save. */
+/* spec: "bytes"; "gpt2" (GPT-2's encoder.json and vocab.bpe, looked for in $KILN_GPT2_DIR,
+ * else <kiln executable's folder>/../deps/gpt2, <exe folder>/deps/gpt2, ./deps/gpt2);
+ * a folder holding encoder.json and vocab.bpe; or the path of a tokenizer file written by
+ * kiln_tokenizer_save. */
 kiln_status kiln_tokenizer_load(kiln_tokenizer **out, const char *spec);
 void kiln_tokenizer_free(kiln_tokenizer *t);
+/* "gpt2", "bytes", or the file name a trained tokenizer was loaded from ("bpe" before it
+ * is saved). */
 const char *kiln_tokenizer_name(const kiln_tokenizer *t);
 int64_t kiln_tokenizer_vocab_size(const kiln_tokenizer *t);
 /* Id of <|endoftext|>, or -1 when the tokenizer has none ("bytes"). */
@@ -44,6 +50,44 @@ kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, siz
 /* Append the bytes of ids to out; an id outside the vocabulary is KILN_ERR_RANGE. */
 kiln_status kiln_tokenizer_decode(const kiln_tokenizer *t, const int32_t *ids, int64_t n,
                                   kiln_bytes *out);
+
+/* The bytes of one token; <|endoftext|> gives that text. *bytes stays valid while t lives.
+ * An id outside the vocabulary is KILN_ERR_RANGE. */
+kiln_status kiln_tokenizer_token_bytes(const kiln_tokenizer *t, int32_t id, const char **bytes,
+                                       size_t *len);
+
+/* ---- many texts, many threads ----
+ * Both give exactly the ids kiln_tokenizer_encode gives, for any thread count. */
+
+/* Encode n documents: the ids of texts[i][0..lens[i]) are appended to outs[i]. The
+ * documents are spread over the OpenMP threads. */
+kiln_status kiln_tokenizer_encode_many(const kiln_tokenizer *t, const char *const *texts,
+                                       const size_t *lens, int64_t n, kiln_tokens *outs);
+/* Encode one long text with the OpenMP threads: the text is cut only at places where the
+ * pre-tokeniser provably starts a new piece (a letter after a newline, a space between
+ * letters), the parts are encoded at once and their ids appended to out in order. */
+kiln_status kiln_tokenizer_encode_parallel(const kiln_tokenizer *t, const char *text, size_t len,
+                                           kiln_tokens *out);
+
+/* ---- training a byte-level BPE ----
+ * Texts are pre-tokenised as GPT-2 does and the pieces counted; merges are then learned
+ * over the piece counts, most frequent adjacent pair first (ties: the smaller pair of ids).
+ * Ids: 0..255 the bytes, 256 + i the i-th merge, the last id <|endoftext|>. Encoding with
+ * the result applies the merges by rank, leftmost first. */
+typedef struct kiln_bpe_trainer kiln_bpe_trainer; /* opaque */
+kiln_status kiln_bpe_trainer_init(kiln_bpe_trainer **out);
+void kiln_bpe_trainer_free(kiln_bpe_trainer *tr);
+/* Count the pieces of one more text (any bytes). */
+kiln_status kiln_bpe_trainer_add(kiln_bpe_trainer *tr, const char *text, size_t len);
+/* Learn up to vocab_size - 257 merges (vocab_size counts the 256 bytes, the merges and
+ * <|endoftext|>; 257 <= vocab_size <= 2^24). Learning stops early when no piece has two
+ * tokens left; kiln_tokenizer_vocab_size says how many were learned. */
+kiln_status kiln_bpe_trainer_finish(kiln_bpe_trainer *tr, int64_t vocab_size, kiln_tokenizer **out);
+
+/* Write a trained tokenizer to path (a small binary file with a magic, the merges and an
+ * xxHash64 checksum; written to path.tmp and renamed). "gpt2" and "bytes" are not saved:
+ * they are named by their spec. */
+kiln_status kiln_tokenizer_save(const kiln_tokenizer *t, const char *path);
 
 #ifdef __cplusplus
 }
