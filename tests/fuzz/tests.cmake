@@ -39,5 +39,26 @@ if(KILN_FUZZ)
         ${CMAKE_SOURCE_DIR}/tests/fuzz/safetensors.dict
       WORKING_DIRECTORY ${work})
     set_tests_properties(fuzz.safetensors PROPERTIES LABELS fuzz TIMEOUT 120)
+    # The tokenizer: any bytes must encode, decode back to themselves, and never crash.
+    set(KILN_FUZZ_TOK_SOURCES
+      ${CMAKE_SOURCE_DIR}/src/data/tokenizer.c ${CMAKE_SOURCE_DIR}/src/data/tokenizer_gpt2.c
+      ${CMAKE_SOURCE_DIR}/src/data/tokenizer_file.c ${CMAKE_SOURCE_DIR}/src/data/tokenizer_pretok.c
+      ${CMAKE_SOURCE_DIR}/src/data/tokenizer_parallel.c ${CMAKE_SOURCE_DIR}/src/data/bpe.c
+      ${CMAKE_SOURCE_DIR}/src/data/bpe_train.c ${CMAKE_SOURCE_DIR}/src/core/error.c
+      ${CMAKE_SOURCE_DIR}/src/core/alloc.c)
+    add_executable(fuzz_tokenizer ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_tokenizer.c ${KILN_FUZZ_TOK_SOURCES})
+    target_compile_options(fuzz_tokenizer PRIVATE ${KILN_FUZZ_FLAGS})
+    target_link_options(fuzz_tokenizer PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_include_directories(fuzz_tokenizer PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src
+      ${CJSON_INCLUDE_DIR} ${XXHASH_INCLUDE_DIR})
+    target_link_libraries(fuzz_tokenizer PRIVATE ${CJSON_LIB} ${XXHASH_LIB} PkgConfig::PCRE2 OpenMP::OpenMP_C m)
+    set_target_properties(fuzz_tokenizer PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
+    file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz/tokenizer)
+    add_test(NAME fuzz.tokenizer
+      COMMAND sh -c "rm -rf corpus && mkdir corpus && \"$0\" -seed=1 -max_total_time=30 -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 corpus"
+        $<TARGET_FILE:fuzz_tokenizer>
+      WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz/tokenizer)
+    set_tests_properties(fuzz.tokenizer PROPERTIES LABELS fuzz TIMEOUT 120
+      ENVIRONMENT "KILN_GPT2_DIR=${CMAKE_SOURCE_DIR}/deps/gpt2")
   endif()
 endif()

@@ -211,7 +211,9 @@ void kiln__ref_attention_backward(float *dqkv, float *scratch, const float *dout
                         dv[i] += p[t2] * d[i];
                     }
                     ds[t2] = (float)dp;
-                    pdp += (double)p[t2] * dp;
+                    /* the stored (rounded) dp, so that a row with one entry (p = 1)
+                     * gives exactly 0 below */
+                    pdp += (double)p[t2] * (double)ds[t2];
                 }
                 for (int64_t t2 = 0; t2 <= t; t2++)
                     ds[t2] = (float)((double)p[t2] * ((double)ds[t2] - pdp));
