@@ -1,0 +1,157 @@
+#!/bin/sh
+# kiln sample: the same seed gives the same text, another seed other text, temperature 0
+# the most likely text whatever the seed; the byte tokenizer writes the language a byte
+# model learned; wrong weights, tokenizers and values are refused.
+. "$(dirname "$0")/lib.sh"
+
+sample() {
+    run sample --weights "$GOOD" --tokens 60 "$@"
+}
+
+case_seeds() {
+    need_fixture
+    sample --seed 5
+    expect_ok
+    cp "$W/stdout" s5a
+    sample --seed 5
+    expect_ok
+    check "the same seed gives the same text" same_file s5a "$W/stdout"
+    sample --seed 6
+    expect_ok
+    check "another seed gives other text" sh -c "! cmp -s s5a '$W/stdout'"
+    # On two threads as well (the same bits are promised for the same thread count).
+    sample --seed 5 --threads 2
+    expect_ok
+    cp "$W/stdout" s5t2
+    sample --seed 5 --threads 2
+    check "the same seed on two threads, twice: the same text" same_file s5t2 "$W/stdout"
+}
+
+case_temperature_zero() {
+    need_fixture
+    sample --temperature 0 --seed 1 --prompt "the lazy "
+    expect_ok
+    cp "$W/stdout" t0
+    sample --temperature 0 --seed 1 --prompt "the lazy "
+    check "temperature 0 twice: the same text" same_file t0 "$W/stdout"
+    sample --temperature 0 --seed 99 --prompt "the lazy "
+    check "temperature 0 ignores the seed" same_file t0 "$W/stdout"
+    sample --temperature 0 --top-k 1 --seed 3 --prompt "the lazy "
+    check "temperature 0 is top-k 1" same_file t0 "$W/stdout"
+}
+
+# The fixture model learned ten words from bytes: its bytes are the language's letters,
+# spaces and newlines, one byte per token.
+case_bytes_tokenizer() {
+    need_fixture
+    p="the lazy "
+    sample --tokenizer bytes --prompt "$p" --top-k 5 --seed 2
+    expect_ok
+    n=$(wc -c <"$W/stdout")
+    want=$((${#p} + 60 + 1))
+    if [ "$n" -eq "$want" ]; then ok "prompt, 60 bytes and a newline ($n bytes)"; else bad "$want bytes of output, got $n"; fi
+    check "the output starts with the prompt" sh -c "head -c ${#p} '$W/stdout' | grep -q '^the lazy \$'"
+    if tr -d 'abcdefghijklmnopqrstuvwxyz \n' <"$W/stdout" | cmp -s - /dev/null; then
+        ok "only the language's letters, spaces and newlines"
+    else
+        bad "only the language's letters, spaces and newlines: $(head -c 80 "$W/stdout" | od -c | head -n 3)"
+    fi
+    cp "$W/stdout" with_bytes
+    sample --prompt "$p" --top-k 5 --seed 2
+    expect_ok
+    check "a 256-token model defaults to the byte tokenizer" same_file with_bytes "$W/stdout"
+}
+
+case_prompts() {
+    need_fixture
+    # Longer than the model's context of 32 tokens: the window slides.
+    sample --tokens 10 --prompt "$(head -c 500 "$FIX/in/doc_01.txt")"
+    expect_ok
+    sample --tokens 0 --prompt "the"
+    expect_ok
+    check "--tokens 0 prints the prompt alone" sh -c "printf 'the\n' | cmp -s - '$W/stdout'"
+    sample --tokens 5 --prompt "$(printf '\377\376 invalid utf-8')"
+    expect_ok
+    sample --tokens 5
+    expect_ok
+}
+
+case_trained_tokenizer() {
+    need_fixture
+    run train $TINY --seq 16 --batch 2 --steps 3 --data "$DATA300" --save m296.safetensors
+    expect_ok
+    run sample --weights m296.safetensors --tokens 20 --tokenizer "$T300" --prompt "the fox"
+    expect_ok
+    # 296 tokens: no default tokenizer, say which.
+    run sample --weights m296.safetensors --tokens 20
+    expect_fail
+    expect_err "--tokenizer"
+    # A tokenizer smaller than the model: fine until the model draws an id the tokenizer
+    # lacks, which ends the run with an error naming the id.
+    run sample --weights m296.safetensors --tokens 20 --tokenizer bytes --seed 4
+    expect_rc 0 1
+    if [ "$RC" -eq 1 ]; then expect_err "bytes"; fi
+}
+
+case_bad_tokenizer() {
+    need_fixture
+    sample --tokenizer "$T300"
+    expect_fail
+    expect_err "296" "256"
+    sample --tokenizer nope.kbpe
+    expect_fail
+    expect_err "nope.kbpe"
+    cp "$T300" damaged.kbpe
+    flip_byte damaged.kbpe 40
+    sample --tokenizer damaged.kbpe
+    expect_fail
+    expect_err "damaged.kbpe"
+    sample --tokenizer "$GOOD"
+    expect_fail
+    expect_err "good.safetensors"
+}
+
+case_damaged_weights() {
+    need_fixture
+    damaged_weights
+    while read -r f rest; do
+        run sample --weights "$f" --tokens 5
+        expect_fail
+        expect_err "$(basename "$f")"
+        for e in $rest; do
+            expect_err "$e"
+        done
+    done <weights.list
+}
+
+case_bad_values() {
+    need_fixture
+    sample --tokens -1
+    expect_usage
+    sample --temperature -1
+    expect_usage
+    sample --temperature hot
+    expect_usage
+}
+
+# A temperature that is not a finite number is a usage error, not a stream of one token.
+case_bad_temperature() {
+    need_fixture
+    for t in nan inf; do
+        sample --temperature "$t"
+        expect_usage
+        expect_err "--temperature"
+    done
+}
+
+# A token count whose buffer size overflows must be refused, not crash.
+case_huge_token_count() {
+    need_fixture
+    CMD_TIMEOUT=10
+    for n in 4611686018427387904 9223372036854775807; do
+        sample --tokens "$n"
+        expect_fail
+    done
+}
+
+main "$@"
