@@ -98,6 +98,11 @@ typedef struct kiln_backend {
     void (*scale)(float *x, float s, int64_t n);
     /* x = 0 */
     void (*zero)(float *x, int64_t n);
+
+    /* Optional (may be NULL): called when a model is built on this backend, to check that
+     * the process can give the backend what it takes for itself (OpenBLAS's work buffers,
+     * say) before any kernel runs. */
+    kiln_status (*prepare)(void);
 } kiln_backend;
 
 /* The plain reference: single-threaded loops written for clarity, the ground truth that

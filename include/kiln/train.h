@@ -52,10 +52,17 @@ typedef struct kiln_train_result {
 
 kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *result);
 
-/* Mean loss of a model over every window of a token file, in file order.
- * batches 0: all windows that fit whole batches. */
-kiln_status kiln_evaluate(kiln_gpt *m, const char *path, int64_t B, int64_t T, int64_t batches,
-                          double *mean_loss, int64_t *tokens);
+struct kiln_loader;
+
+/* Mean loss of a model over the windows of an evaluation loader (opened with shuffle 0),
+ * from its first batch, in file order; batches 0: every whole batch. The loader's
+ * vocabulary must be the model's, and its B and T fit the model's plan. */
+kiln_status kiln_evaluate(kiln_gpt *m, struct kiln_loader *l, int64_t B, int64_t T,
+                          int64_t batches, double *mean_loss, int64_t *tokens);
+
+/* Open `path` for evaluation: file order, one rank. */
+kiln_status kiln_eval_loader_open(struct kiln_loader **out, const char *path, int64_t B,
+                                  int64_t T);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "kiln/safetensors.h"
 
 typedef struct writer_entry {
@@ -302,6 +303,9 @@ kiln_status kiln_safetensors_writer_write(const kiln_safetensors_writer *w, cons
         return kiln__errorf(KILN_ERR_ARG, "safetensors writer: NULL argument");
     char *header = NULL;
     size_t hlen, dsize;
+    kiln_status replaceable = kiln__check_replaceable(path);
+    if (replaceable)
+        return replaceable;
     KILN_CHECK(build_header(w, &header, &hlen, &dsize));
     size_t cap = strlen(path) + 64;
     char *tmp = malloc(cap);

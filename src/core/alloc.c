@@ -51,7 +51,39 @@ size_t kiln_alloc_current(void) { return atomic_load(&alloc_current); }
 size_t kiln_alloc_peak(void) { return atomic_load(&alloc_peak); }
 void kiln_alloc_set_limit(size_t bytes) { atomic_store(&alloc_limit, bytes); }
 
+/* MemAvailable + SwapFree from /proc/meminfo, in bytes (0 when unknown). */
+static size_t memory_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb, total = 0;
+    int found = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1 ||
+            sscanf(line, "SwapFree: %llu kB", &kb) == 1) {
+            total += kb;
+            found++;
+        }
+    }
+    fclose(f);
+    return found ? (size_t)(total * 1024ULL) : 0;
+}
+
 kiln_status kiln_alloc_checked(void **out, size_t bytes, const char *what) {
+    *out = NULL;
+    /* kiln_alloc touches every page it hands out; past the memory the machine has, that
+     * would end in the kernel killing the process instead of an error. Large blocks are
+     * checked against it first. */
+    if (bytes >= ((size_t)64 << 20)) {
+        size_t avail = memory_available();
+        if (avail && bytes > avail)
+            return kiln__errorf(KILN_ERR_NOMEM,
+                                "cannot allocate %.1f MiB for %s: the machine has %.1f MiB of "
+                                "memory available",
+                                (double)bytes / (1024.0 * 1024.0), what,
+                                (double)avail / (1024.0 * 1024.0));
+    }
     *out = kiln_alloc(bytes);
     if (!*out)
         return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate %zu bytes (%.1f MiB) for %s", bytes,

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "data/prepare_out.h"
 
 /* ---- shards ----
@@ -196,6 +197,7 @@ static int shard_number(const char *name, const char *prefix) {
 }
 
 static kiln_status write_text_atomic(const char *path, const char *text) {
+    KILN_CHECK(kiln__check_replaceable(path));
     char tmp[4200];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
         return kiln__errorf(KILN_ERR_ARG, "%s: path too long", path);

@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "kiln/core.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -385,6 +386,7 @@ kiln_status kiln_shard_writer_open(kiln_shard_writer **out, const char *path, in
     if (!path || vocab_size < 1 || vocab_size > KILN_SHARD_MAX_VOCAB)
         return kiln__errorf(KILN_ERR_ARG, "%s: cannot write a shard with vocabulary size %lld",
                             path ? path : "(no path)", (long long)vocab_size);
+    KILN_CHECK(kiln__check_replaceable(path));
     kiln_shard_writer *w = calloc(1, sizeof *w);
     if (!w)
         return kiln__errorf(KILN_ERR_NOMEM, "%s: no memory for a shard writer", path);

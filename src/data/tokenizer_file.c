@@ -15,6 +15,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "data/tok_internal.h"
 #include "kiln/core.h"
 
@@ -212,6 +213,7 @@ kiln_status kiln_tokenizer_save(const kiln_tokenizer *t, const char *path) {
         return kiln__errorf(KILN_ERR_UNSUPPORTED,
                             "the %s tokenizer is not saved to a file: name it by \"%s\"", t->name,
                             t->name);
+    KILN_CHECK(kiln__check_replaceable(path));
     size_t size = TOK_FILE_HEADER + 8 * (size_t)t->n_merges + 8;
     uint8_t *buf = malloc(size);
     if (!buf)

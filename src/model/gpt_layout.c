@@ -143,12 +143,16 @@ kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64
         (double)B * (double)T * (double)cfg.padded_vocab_size > 1e11)
         return kiln__errorf(KILN_ERR_CONFIG, "batch %lld x %lld is too large to plan",
                             (long long)B, (long long)T);
+    if (!be)
+        be = kiln_backend_cpu();
+    if (be->prepare)
+        KILN_CHECK(be->prepare());
     kiln_status s = KILN_ERR_NOMEM;
     kiln_gpt *m = calloc(1, sizeof *m);
     if (!m)
         return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate the model");
     m->cfg = cfg;
-    m->be = be ? be : kiln_backend_cpu();
+    m->be = be;
     m->maxB = B;
     m->maxT = T;
     int64_t L = cfg.n_layer;

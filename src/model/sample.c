@@ -93,6 +93,14 @@ kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, f
         if (s)
             break;
         const float *last = kiln_gpt_logits(m) + (T - 1) * Vp;
+        int finite = 1;
+        for (int64_t k = 0; k < V; k++)
+            finite &= isfinite(last[k]);
+        if (!finite) {
+            s = kiln__errorf(KILN_ERR_RANGE, "the model's output is not finite (its weights hold "
+                                             "NaN or infinite values)");
+            break;
+        }
         ids[len] = kiln_sample_logits(last, V, temperature, top_k, &rng, scratch);
         if (on_token)
             on_token(ids[len], ctx);

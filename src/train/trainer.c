@@ -28,22 +28,27 @@ kiln_train_config kiln_train_config_default(void) {
     return c;
 }
 
-kiln_status kiln_evaluate(kiln_gpt *m, const char *path, int64_t B, int64_t T, int64_t batches,
-                          double *mean_loss, int64_t *tokens) {
+kiln_status kiln_eval_loader_open(kiln_loader **out, const char *path, int64_t B, int64_t T) {
     kiln_loader_config lc = {.path = path, .B = B, .T = T, .rank = 0, .world = 1, .shuffle = 0};
-    kiln_loader *l = NULL;
-    KILN_CHECK(kiln_loader_open(&l, &lc));
+    return kiln_loader_open(out, &lc);
+}
+
+kiln_status kiln_evaluate(kiln_gpt *m, kiln_loader *l, int64_t B, int64_t T, int64_t batches,
+                          double *mean_loss, int64_t *tokens) {
+    const kiln_gpt_config *mc = kiln_gpt_get_config(m);
+    if (kiln_loader_vocab_size(l) != mc->vocab_size)
+        return kiln__errorf(KILN_ERR_CONFIG,
+                            "the evaluation data holds tokens of a %lld-token vocabulary; the "
+                            "model has %lld",
+                            (long long)kiln_loader_vocab_size(l), (long long)mc->vocab_size);
+    kiln_loader_state start = kiln_loader_get_state(l);
+    start.epoch = 0;
+    start.position = 0;
+    KILN_CHECK(kiln_loader_set_state(l, &start));
     kiln_status s = KILN_OK;
     int32_t *in = malloc((size_t)(B * T) * sizeof *in), *tg = malloc((size_t)(B * T) * sizeof *tg);
     if (!in || !tg) {
         s = kiln__errorf(KILN_ERR_NOMEM, "cannot allocate an evaluation batch");
-        goto done;
-    }
-    if (kiln_loader_vocab_size(l) != kiln_gpt_get_config(m)->vocab_size) {
-        s = kiln__errorf(KILN_ERR_CONFIG,
-                         "%s holds tokens of a %lld-token vocabulary; the model has %lld", path,
-                         (long long)kiln_loader_vocab_size(l),
-                         (long long)kiln_gpt_get_config(m)->vocab_size);
         goto done;
     }
     int64_t n = kiln_loader_batches_per_epoch(l);
@@ -62,13 +67,12 @@ kiln_status kiln_evaluate(kiln_gpt *m, const char *path, int64_t B, int64_t T, i
 done:
     free(in);
     free(tg);
-    kiln_loader_close(l);
     return s;
 }
 
 typedef struct trainer {
     const kiln_train_config *cfg;
-    kiln_loader *train;
+    kiln_loader *train, *val;
     kiln_gpt *model;
     kiln_optim *opt;
     int32_t *inputs, *targets;
@@ -84,6 +88,7 @@ static void trainer_free(trainer *t) {
     free(t->targets);
     kiln_optim_free(t->opt);
     kiln_gpt_free(t->model);
+    kiln_loader_close(t->val);
     kiln_loader_close(t->train);
 }
 
@@ -141,6 +146,15 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
     kiln_loader_config lc = {.path = cfg->train_path, .B = cfg->B, .T = cfg->T, .rank = 0,
                              .world = 1, .seed = cfg->seed, .shuffle = 1};
     KILN_CHECK(kiln_loader_open(&t->train, &lc));
+    /* Validation data is opened (and checked) now, not at the first evaluation. */
+    if (cfg->val_path) {
+        KILN_CHECK(kiln_eval_loader_open(&t->val, cfg->val_path, cfg->B, cfg->T));
+        if (kiln_loader_vocab_size(t->val) != kiln_loader_vocab_size(t->train))
+            return kiln__errorf(KILN_ERR_CONFIG,
+                                "%s holds a %lld-token vocabulary but %s holds %lld",
+                                cfg->val_path, (long long)kiln_loader_vocab_size(t->val),
+                                cfg->train_path, (long long)kiln_loader_vocab_size(t->train));
+    }
     kiln_gpt_config mc = cfg->model;
     int64_t data_vocab = kiln_loader_vocab_size(t->train);
     if (cfg->init_path) {
@@ -196,12 +210,13 @@ static kiln_status train_step(trainer *t, int64_t step, float *loss, float *norm
     }
     *loss = (float)(sum / (double)cfg->grad_accum);
     if (!isfinite(*loss))
-        return kiln__errorf(KILN_ERR_RANGE, "loss is %f at step %lld", *loss, (long long)step);
+        return kiln__errorf(KILN_ERR_RANGE, "loss is %f at step %lld; weights unchanged", *loss,
+                            (long long)step + 1);
     *norm = kiln_clip_grad_norm(kiln_gpt_backend(t->model), kiln_gpt_grads(t->model),
                                 kiln_gpt_slab_len(t->model), cfg->grad_clip);
     if (!isfinite(*norm)) /* never let a non-finite gradient reach the weights */
         return kiln__errorf(KILN_ERR_RANGE, "gradient norm is %f at step %lld; weights unchanged",
-                            *norm, (long long)step);
+                            *norm, (long long)step + 1);
     kiln_lr_schedule sched = cfg->lr;
     if (sched.total_steps <= 0)
         sched.total_steps = cfg->steps;
@@ -230,6 +245,8 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *res) {
     if (s)
         goto done;
     res->peak_gflops = t.peak;
+    if (cfg->steps == 0) /* nothing to train: the starting weights are the result */
+        KILN_CHECK_GOTO(s, maybe_save(&t, 0), done);
     double total_ms = 0.0;
     for (int64_t step = 0; step < cfg->steps; step++) {
         train_step_metrics mt = {.step = step + 1, .steps = cfg->steps, .val_loss = NAN};
@@ -239,10 +256,10 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *res) {
         mt.tokens_per_s = (double)(cfg->B * cfg->T * cfg->grad_accum) / (mt.ms / 1e3);
         mt.mfu = t.flops_per_step / (mt.ms / 1e3) / (t.peak * 1e9);
         int last = step + 1 == cfg->steps;
-        if (cfg->val_path && cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || last)) {
+        if (t.val && cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || last)) {
             double vl = 0.0;
-            KILN_CHECK_GOTO(s, kiln_evaluate(t.model, cfg->val_path, cfg->B, cfg->T,
-                                             cfg->eval_batches, &vl, NULL), done);
+            KILN_CHECK_GOTO(s, kiln_evaluate(t.model, t.val, cfg->B, cfg->T, cfg->eval_batches,
+                                             &vl, NULL), done);
             mt.val_loss = (float)vl;
             res->last_val_loss = (float)vl;
         }

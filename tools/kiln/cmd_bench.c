@@ -33,6 +33,11 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     tool_set_threads(threads);
+    kiln_status s = kiln_backend_cpu()->prepare();
+    if (s) {
+        tool_report("bench", s);
+        return 1;
+    }
     double g = kiln_backend_cpu_peak_gflops(max_dim, seconds);
     printf("peak fp32 GEMM: %.1f GFLOP/s (%d threads, OpenBLAS %s, kernel %s)\n", g,
            omp_get_max_threads(), openblas_get_config(), openblas_get_corename());

@@ -4,7 +4,9 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "core/error.h"
 #include "kiln/core.h"
+#include "kiln/loader.h"
 #include "kiln/train.h"
 #include "tool_common.h"
 
@@ -35,21 +37,27 @@ int cmd_eval(int argc, char **argv) {
     }
     tool_set_threads(threads);
     kiln_gpt *m = NULL;
-    kiln_status s = tool_load_model(&m, weights, heads, B, T);
-    if (s) {
-        tool_report("eval", s);
-        return 1;
-    }
-    if (T > kiln_gpt_max_seq(m)) {
+    kiln_loader *l = NULL;
+    /* The data first: a bad file is reported before the model's memory is taken. */
+    kiln_status s = kiln_eval_loader_open(&l, data, B, T);
+    if (!s)
+        s = tool_load_model(&m, weights, heads, B, T);
+    if (!s && T > kiln_gpt_max_seq(m)) {
         fprintf(stderr, "kiln eval: --seq %lld is beyond the model's context %lld\n",
                 (long long)T, (long long)kiln_gpt_max_seq(m));
         kiln_gpt_free(m);
+        kiln_loader_close(l);
         return 2;
     }
     double loss = 0.0, t0 = kiln_time_ms();
     int64_t tokens = 0;
-    s = kiln_evaluate(m, data, B, T, batches, &loss, &tokens);
+    if (!s && (s = kiln_evaluate(m, l, B, T, batches, &loss, &tokens)))
+        kiln__error_wrap(s, "evaluating on %s", data);
+    if (!s && !isfinite(loss))
+        s = kiln__errorf(KILN_ERR_RANGE, "the loss over %s is %f: the weights in %s hold values "
+                                         "that are not finite", data, loss, weights);
     kiln_gpt_free(m);
+    kiln_loader_close(l);
     if (s) {
         tool_report("eval", s);
         return 1;

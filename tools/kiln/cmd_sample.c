@@ -44,7 +44,7 @@ int cmd_sample(int argc, char **argv) {
         {"top-k", TOOL_FLAG_INT, &top_k, "sample among the k most likely (0: all)"},
         {"seed", TOOL_FLAG_INT, &seed, "seed of the draws"},
         {"tokenizer", TOOL_FLAG_STRING, &tokenizer,
-         "gpt2, bytes or a tokenizer file (default: from the vocabulary size)"},
+         "gpt2, bytes or a tokenizer file (none: chosen by the vocabulary size)"},
         {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata"},
         {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)"},
     };
@@ -52,8 +52,21 @@ int cmd_sample(int argc, char **argv) {
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
     if (rc)
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
-    if (npos || count < 0 || temperature < 0) {
-        fprintf(stderr, "kiln sample: bad arguments (see --help)\n");
+    if (npos) {
+        fprintf(stderr, "kiln sample: unexpected argument '%s' (see --help)\n", argv[1]);
+        return 2;
+    }
+    if (count < 0 || count > (1LL << 30)) {
+        fprintf(stderr, "kiln sample: --tokens must be 0..2^30, got %lld\n", (long long)count);
+        return 2;
+    }
+    if (!(temperature >= 0.0 && temperature < 1e30)) { /* also refuses nan and inf */
+        fprintf(stderr, "kiln sample: --temperature must be a finite number >= 0, got %g\n",
+                temperature);
+        return 2;
+    }
+    if (heads < 0 || top_k < 0) {
+        fprintf(stderr, "kiln sample: --heads and --top-k must be >= 0\n");
         return 2;
     }
     tool_set_threads(threads);

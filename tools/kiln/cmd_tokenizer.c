@@ -269,9 +269,13 @@ static int tok_cmd_train(int argc, char **argv) {
 }
 
 int cmd_tokenizer(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    if (argc < 2) {
+        fprintf(stderr, "kiln tokenizer: say which: encode, decode or train\n%s\n", usage_top);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         printf("%s\n", usage_top);
-        return argc < 2 ? 2 : 0;
+        return 0;
     }
     if (!strcmp(argv[1], "encode"))
         return tok_cmd_encode(argc - 1, argv + 1);

@@ -4,7 +4,9 @@
 #include <string.h>
 
 #include "commands.h"
+#include "core/fs.h"
 #include "flags.h"
+#include "kiln/checkpoint.h"
 #include "kiln/core.h"
 #include "kiln/model.h"
 #include "kiln/optim.h"
@@ -40,6 +42,33 @@ static int resolve_model(kiln_gpt_config *mc, const char *model, int64_t layers,
     if (context > 0)
         mc->max_seq_len = context;
     mc->vocab_size = vocab; /* 0: from the data */
+    return 0;
+}
+
+/* --init takes the architecture from the weights; flags that say otherwise are an error
+ * rather than silently ignored. */
+static int check_init_matches(const char *init, int64_t layers, int64_t heads, int64_t embd,
+                              int64_t context, int64_t vocab) {
+    kiln_gpt_config fc;
+    memset(&fc, 0, sizeof fc);
+    fc.n_head = heads;
+    kiln_status s = kiln_gpt_config_from_safetensors(&fc, init);
+    if (s) {
+        tool_report("train", s);
+        return 1;
+    }
+    const struct {
+        const char *flag;
+        int64_t given, file;
+    } f[] = {{"--layers", layers, fc.n_layer},     {"--heads", heads, fc.n_head},
+             {"--embd", embd, fc.n_embd},          {"--context", context, fc.max_seq_len},
+             {"--vocab", vocab, fc.vocab_size}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].given > 0 && f[i].given != f[i].file) {
+            fprintf(stderr, "kiln train: %s %lld, but the weights in %s have %lld\n", f[i].flag,
+                    (long long)f[i].given, init, (long long)f[i].file);
+            return 2;
+        }
     return 0;
 }
 
@@ -102,6 +131,18 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "kiln train: unexpected argument '%s' (see --help)\n", argv[1]);
         return 2;
     }
+    if (layers < 0 || heads < 0 || embd < 0 || context < 0 || vocab < 0) {
+        fprintf(stderr, "kiln train: --layers, --heads, --embd, --context and --vocab must be "
+                        ">= 0 (0 keeps the model's own)\n");
+        return 2;
+    }
+    if (init && (rc = check_init_matches(init, layers, heads, embd, context, vocab)))
+        return rc;
+    if (eval_every < 0 || eval_batches < 0 || save_every < 0 || threads < 0 || peak < 0) {
+        fprintf(stderr, "kiln train: --eval-every, --eval-batches, --save-every, --threads and "
+                        "--peak-gflops must be >= 0\n");
+        return 2;
+    }
     tool_set_threads(threads);
     if ((rc = resolve_model(&cfg.model, model, layers, heads, embd, context, vocab)))
         return rc;
@@ -144,7 +185,9 @@ int cmd_train(int argc, char **argv) {
     cfg.save_every = save_every;
     cfg.peak_gflops = peak;
     cfg.log = stdout;
-    if (cfg.save_path && (s = tool_make_parent_dirs(cfg.save_path))) {
+    /* A --save that could never be written fails now, not after hours of training. */
+    if (cfg.save_path && ((s = tool_make_parent_dirs(cfg.save_path)) ||
+                          (s = kiln__check_replaceable(cfg.save_path)))) {
         tool_report("train", s);
         return 1;
     }

@@ -20,6 +20,8 @@ void tool_set_threads(int64_t n) {
 kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int64_t B, int64_t T) {
     kiln_gpt_config cfg;
     memset(&cfg, 0, sizeof cfg);
+    if (heads < 0)
+        return kiln__errorf(KILN_ERR_ARG, "--heads must be >= 0, got %lld", (long long)heads);
     cfg.n_head = heads;
     KILN_CHECK(kiln_gpt_config_from_safetensors(&cfg, path));
     if (heads > 0)

@@ -22,6 +22,7 @@ static const kiln_backend cpu_backend = {
     .sumsq = kiln__cpu_sumsq,
     .scale = kiln__cpu_scale,
     .zero = kiln__cpu_zero,
+    .prepare = kiln__cpu_prepare,
 };
 
 const kiln_backend *kiln_backend_cpu(void) { return &cpu_backend; }

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "kiln/status.h"
+
 /* cpu_matmul.c */
 void kiln__cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                               int64_t N, int64_t C, int64_t OC, int trans_w);
@@ -47,5 +49,6 @@ void kiln__cpu_rmsprop_update(float *p, const float *g, float *sq, float *buf, i
 double kiln__cpu_sumsq(const float *x, int64_t n);
 void kiln__cpu_scale(float *x, float s, int64_t n);
 void kiln__cpu_zero(float *x, int64_t n);
+kiln_status kiln__cpu_prepare(void);
 
 #endif

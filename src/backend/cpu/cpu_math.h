@@ -13,8 +13,10 @@
  * x = n ln2 + r with |r| <= ln2/2; e^r by its Taylor polynomial; 2^n built in the
  * exponent bits. */
 static inline float kiln__cpu_expf(float xin) {
-    float x = xin < -87.3f ? -87.3f : xin;
-    x = x > 88.3f ? 88.3f : x;
+    /* written so that NaN clamps to -87.3 (every comparison with NaN is false): the
+     * float-to-int conversion below must never see a NaN */
+    float x = xin > -87.3f ? xin : -87.3f;
+    x = x < 88.3f ? x : 88.3f;
     /* round to nearest by the 1.5 * 2^23 trick: exact for |x log2 e| < 2^22 */
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693145751953125f; /* ln2 split in two so n*hi is exact */
@@ -31,7 +33,8 @@ static inline float kiln__cpu_expf(float xin) {
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return xin < -87.3f ? 0.0f : p * scale;
+    float out = xin < -87.3f ? 0.0f : p * scale;
+    return xin == xin ? out : xin;
 }
 
 /* 1 / (1 + e^-x): tanh(u) = 2 sigmoid(2u) - 1 without the cancellation near -1. */
