@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kiln's main job on its default data: install what is missing and build, turn the Brown
-# corpus into GPT-2 token shards, train a small model for about two minutes, then sample.
+# corpus into GPT-2 token shards, train a small model for about three minutes, then sample.
 #   KILN_DEMO_STEPS=N    optimizer steps (default 300)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

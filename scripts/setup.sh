@@ -61,5 +61,6 @@ done
 
 if [ "${KILN_SETUP_NO_BUILD:-0}" != 1 ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${KILN_CMAKE_FLAGS:-} >/dev/null
-  cmake --build build -j"$(nproc)"
+  # the kiln command only; the tests build in their own folders (scripts/test.sh)
+  cmake --build build -j"$(nproc)" --target ${KILN_SETUP_TARGETS:-kiln_cli}
 fi
