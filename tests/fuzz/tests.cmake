@@ -11,7 +11,8 @@ if(KILN_FUZZ)
       ${CMAKE_SOURCE_DIR}/src/ckpt/safetensors_dtype.c
       ${CMAKE_SOURCE_DIR}/src/ckpt/safetensors_read.c
       ${CMAKE_SOURCE_DIR}/src/ckpt/safetensors_write.c
-      ${CMAKE_SOURCE_DIR}/src/core/error.c)
+      ${CMAKE_SOURCE_DIR}/src/core/error.c
+      ${CMAKE_SOURCE_DIR}/src/core/fs.c)
     set(KILN_FUZZ_FLAGS -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
       -fno-omit-frame-pointer -g -O1)
 
@@ -45,7 +46,7 @@ if(KILN_FUZZ)
       ${CMAKE_SOURCE_DIR}/src/data/tokenizer_file.c ${CMAKE_SOURCE_DIR}/src/data/tokenizer_pretok.c
       ${CMAKE_SOURCE_DIR}/src/data/tokenizer_parallel.c ${CMAKE_SOURCE_DIR}/src/data/bpe.c
       ${CMAKE_SOURCE_DIR}/src/data/bpe_train.c ${CMAKE_SOURCE_DIR}/src/core/error.c
-      ${CMAKE_SOURCE_DIR}/src/core/alloc.c)
+      ${CMAKE_SOURCE_DIR}/src/core/alloc.c ${CMAKE_SOURCE_DIR}/src/core/fs.c)
     add_executable(fuzz_tokenizer ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_tokenizer.c ${KILN_FUZZ_TOK_SOURCES})
     target_compile_options(fuzz_tokenizer PRIVATE ${KILN_FUZZ_FLAGS})
     target_link_options(fuzz_tokenizer PRIVATE -fsanitize=fuzzer,address,undefined)
