@@ -102,6 +102,11 @@ kiln_gpt_memory kiln_gpt_memory_plan(const kiln_gpt *m);
  * an id >= V fails with KILN_ERR_RANGE and a message naming its position. */
 kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
                              int64_t B, int64_t T, float *loss);
+/* Forward over inputs (B,T) that computes the logits of each sequence's last position
+ * only, for generation: kiln_gpt_logits then holds (B,Vp). The blocks run in full; the
+ * head, which dominates small models, runs on B rows instead of B*T. */
+kiln_status kiln_gpt_forward_last(kiln_gpt *m, const int32_t *inputs, int64_t B, int64_t T);
+
 /* Logits (B,T,Vp) of the last forward, valid until backward, which overwrites them in place
  * with their gradient; the padded columns are not meaningful. */
 const float *kiln_gpt_logits(const kiln_gpt *m);

@@ -103,8 +103,9 @@ static void head_backward(kiln_gpt *m, int64_t B, int64_t T, float grad_scale) {
                            m->lnf_rstd, BT, C);
 }
 
-kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
-                             int64_t B, int64_t T, float *loss) {
+/* Checks the batch and runs the embedding and every block. */
+static kiln_status body_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
+                                int64_t B, int64_t T) {
     if (B < 1 || B > m->maxB || T < 1 || T > m->maxT)
         return kiln__errorf(KILN_ERR_ARG,
                             "batch %lld x %lld does not fit the model's plan of %lld x %lld",
@@ -117,10 +118,27 @@ kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *
     memcpy(m->inputs, inputs, (size_t)BT * sizeof *inputs);
     m->B = B;
     m->T = T;
-
     embed_forward(m, B, T);
     for (int64_t l = 0; l < m->cfg.n_layer; l++)
         block_forward(m, l, B, T);
+    return KILN_OK;
+}
+
+kiln_status kiln_gpt_forward_last(kiln_gpt *m, const int32_t *inputs, int64_t B, int64_t T) {
+    KILN_CHECK(body_forward(m, inputs, NULL, B, T));
+    int64_t C = m->cfg.n_embd;
+    const float *x = block_input(m, m->cfg.n_layer);
+    for (int64_t b = 0; b < B; b++)
+        m->be->layernorm_forward(m->lnf + b * C, m->lnf_mean + b, m->lnf_rstd + b,
+                                 x + (b * T + T - 1) * C, m->p.lnfw, m->p.lnfb, 1, C);
+    m->be->matmul_forward(m->logits, m->lnf, m->p.wte, NULL, B, C, m->cfg.padded_vocab_size, 1);
+    return KILN_OK;
+}
+
+kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
+                             int64_t B, int64_t T, float *loss) {
+    KILN_CHECK(body_forward(m, inputs, targets, B, T));
+    int64_t BT = B * T, V = m->cfg.vocab_size;
     head_forward(m, B, T);
 
     if (targets) {

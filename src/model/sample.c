@@ -78,7 +78,7 @@ kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, f
                           int64_t top_k, uint64_t seed,
                           void (*on_token)(int32_t id, void *ctx), void *ctx) {
     const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
-    int64_t V = cfg->vocab_size, Vp = cfg->padded_vocab_size, maxT = kiln_gpt_max_seq(m);
+    int64_t V = cfg->vocab_size, maxT = kiln_gpt_max_seq(m);
     if (n < 1)
         return kiln__errorf(KILN_ERR_ARG, "generation needs at least one token to start from");
     float *scratch = malloc((size_t)(2 * V) * sizeof *scratch);
@@ -89,10 +89,10 @@ kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, f
     kiln_status s = KILN_OK;
     for (int64_t i = 0; i < count; i++) {
         int64_t len = n + i, T = len < maxT ? len : maxT;
-        s = kiln_gpt_forward(m, ids + len - T, NULL, 1, T, NULL);
+        s = kiln_gpt_forward_last(m, ids + len - T, 1, T);
         if (s)
             break;
-        const float *last = kiln_gpt_logits(m) + (T - 1) * Vp;
+        const float *last = kiln_gpt_logits(m);
         int finite = 1;
         for (int64_t k = 0; k < V; k++)
             finite &= isfinite(last[k]);

@@ -197,6 +197,29 @@ static void test_accumulation_and_determinism(void) {
     kiln_gpt_free(b);
 }
 
+/* Logits of the last positions only equal the last rows of a full forward. */
+static void test_forward_last(void) {
+    kiln_gpt_config c = tiny_config();
+    kiln_gpt *m = NULL;
+    CHECK_OK(kiln_gpt_create(&m, &c, 2, 8, kiln_backend_cpu()));
+    if (!m)
+        return;
+    kiln_gpt_init_weights(m, 21);
+    int32_t in[14];
+    fill_ids(in, 14, c.vocab_size, 22);
+    int64_t Vp = c.padded_vocab_size, V = c.vocab_size;
+    CHECK_OK(kiln_gpt_forward(m, in, NULL, 2, 7, NULL));
+    float full[2][128];
+    for (int b = 0; b < 2; b++)
+        memcpy(full[b], kiln_gpt_logits(m) + (b * 7 + 6) * Vp, (size_t)V * sizeof(float));
+    CHECK_OK(kiln_gpt_forward_last(m, in, 2, 7));
+    for (int b = 0; b < 2; b++)
+        CHECK_TRUE(test_rel_err(kiln_gpt_logits(m) + b * Vp, full[b], V) < 1e-6);
+    in[3] = (int32_t)V;
+    CHECK_STATUS(kiln_gpt_forward_last(m, in, 2, 7), KILN_ERR_RANGE);
+    kiln_gpt_free(m);
+}
+
 static void test_out_of_memory(void) {
     kiln_gpt_config c;
     kiln_gpt_config_preset(&c, "gpt2-124m");
@@ -214,6 +237,7 @@ int main(void) {
     RUN_TEST(test_forward_checks);
     RUN_TEST(test_finite_differences);
     RUN_TEST(test_accumulation_and_determinism);
+    RUN_TEST(test_forward_last);
     RUN_TEST(test_out_of_memory);
     TEST_MAIN_END();
 }
