@@ -20,10 +20,11 @@ int32_t kiln_sample_logits(const float *logits, int64_t V, float temperature, in
 
 /* Extend ids[0..n) to ids[0..n+count) by sampling from the model, one token at a time, each
  * step over the last (at most the model's planned T) tokens. `ids` holds n+count entries.
- * on_token, if set, is called with each new id (e.g. to print it as it comes). */
+ * on_token, if set, is called with each new id (e.g. to print it as it comes); a status
+ * other than KILN_OK from it stops generation and is returned. */
 kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, float temperature,
                           int64_t top_k, uint64_t seed,
-                          void (*on_token)(int32_t id, void *ctx), void *ctx);
+                          kiln_status (*on_token)(int32_t id, void *ctx), void *ctx);
 
 #ifdef __cplusplus
 }

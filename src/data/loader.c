@@ -126,8 +126,8 @@ static kiln_status find_shards(const char *path, path_list *out) {
 static kiln_status check_config(const kiln_loader_config *c) {
     if (!c || !c->path)
         return kiln__errorf(KILN_ERR_ARG, "loader: no shard path given");
-    if (c->B < 1 || c->T < 1)
-        return kiln__errorf(KILN_ERR_ARG, "loader: B=%lld and T=%lld must both be at least 1",
+    if (c->B < 1 || c->T < 1 || c->B > (1LL << 31) || c->T > (1LL << 31))
+        return kiln__errorf(KILN_ERR_ARG, "loader: B=%lld and T=%lld must both be 1..2^31",
                             (long long)c->B, (long long)c->T);
     if (c->world < 1 || c->rank < 0 || c->rank >= c->world)
         return kiln__errorf(KILN_ERR_ARG, "loader: rank %d is not in [0, world=%d)", c->rank,

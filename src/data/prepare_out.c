@@ -217,6 +217,21 @@ static kiln_status write_text_atomic(const char *path, const char *text) {
 
 kiln_status prep_stage_commit(const char *out_dir, const char *staging, const prep_out *outs,
                               int n_outs, const char *manifest) {
+    /* Every destination is checked before the first move, so that nothing a move could
+     * refuse is found half way; the old manifest goes first and the new one comes last, so a
+     * folder without prepare.json is one whose commit was interrupted. */
+    for (int k = 0; k < n_outs; k++)
+        for (int i = 0; i < outs[k].shards; i++) {
+            char to[4200];
+            snprintf(to, sizeof to, "%s/%s_%03d.bin", out_dir, outs[k].name, i);
+            KILN_CHECK(kiln__check_replaceable(to));
+        }
+    char mp[4200];
+    snprintf(mp, sizeof mp, "%s/prepare.json", out_dir);
+    KILN_CHECK(kiln__check_replaceable(mp));
+    if (unlink(mp) != 0 && errno != ENOENT)
+        return kiln__errorf(KILN_ERR_IO, "%s: cannot remove the old manifest: %s", mp,
+                            strerror(errno));
     for (int k = 0; k < n_outs; k++)
         for (int i = 0; i < outs[k].shards; i++) {
             char from[4200], to[4200];
@@ -241,8 +256,6 @@ kiln_status prep_stage_commit(const char *out_dir, const char *staging, const pr
             }
         }
     closedir(dir);
-    char mp[4200];
-    snprintf(mp, sizeof mp, "%s/prepare.json", out_dir);
     KILN_CHECK(write_text_atomic(mp, manifest));
     remove_tree_flat(staging);
     int fd = open(out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -213,7 +213,6 @@ kiln_status kiln_tokenizer_save(const kiln_tokenizer *t, const char *path) {
         return kiln__errorf(KILN_ERR_UNSUPPORTED,
                             "the %s tokenizer is not saved to a file: name it by \"%s\"", t->name,
                             t->name);
-    KILN_CHECK(kiln__check_replaceable(path));
     size_t size = TOK_FILE_HEADER + 8 * (size_t)t->n_merges + 8;
     uint8_t *buf = malloc(size);
     if (!buf)
@@ -229,29 +228,7 @@ kiln_status kiln_tokenizer_save(const kiln_tokenizer *t, const char *path) {
     }
     put_u64(buf + size - 8, XXH64(buf, size - 8, 0));
 
-    kiln_status s = KILN_OK;
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) {
-        free(buf);
-        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate a file name");
-    }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        s = kiln__errorf(KILN_ERR_IO, "cannot create %s", tmp);
-    } else {
-        int bad = fwrite(buf, 1, size, f) != size;
-        bad |= fclose(f) != 0;
-        if (bad)
-            s = kiln__errorf(KILN_ERR_IO, "cannot write %s (disk full?)", tmp);
-        else if (rename(tmp, path) != 0)
-            s = kiln__errorf(KILN_ERR_IO, "cannot rename %s to %s", tmp, path);
-        if (s != KILN_OK)
-            remove(tmp);
-    }
-    free(tmp);
+    kiln_status s = kiln__write_file_atomic(path, buf, size);
     free(buf);
     return s;
 }

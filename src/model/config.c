@@ -55,7 +55,8 @@ static kiln_status json_int(const cJSON *root, const char *key, const char *alt,
         v = cJSON_GetObjectItemCaseSensitive(root, alt);
     if (!v)
         return kiln__errorf(KILN_ERR_CONFIG, "%s: missing key \"%s\"", path, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -1e15 && v->valuedouble <= 1e15) ||
+        v->valuedouble != (double)(int64_t)v->valuedouble)
         return kiln__errorf(KILN_ERR_CONFIG, "%s: \"%s\" must be an integer", path, key);
     *out = (int64_t)v->valuedouble;
     return KILN_OK;

@@ -48,8 +48,14 @@ int32_t kiln_sample_logits(const float *logits, int64_t V, float temperature, in
         return (int32_t)best;
     }
     float *v = scratch, *ids = scratch + V; /* ids as floats: exact below 2^24 */
+    /* Scaled relative to the largest logit, so that a tiny temperature cannot overflow:
+     * every value is <= 0 and the most likely id gets exp(0) = 1. */
+    float top = logits[0];
+    for (int64_t i = 1; i < V; i++)
+        top = logits[i] > top ? logits[i] : top;
     for (int64_t i = 0; i < V; i++) {
-        v[i] = logits[i] / temperature;
+        double scaled = ((double)logits[i] - (double)top) / (double)temperature;
+        v[i] = scaled < -1e30 ? -1e30f : (float)scaled;
         ids[i] = (float)i;
     }
     int64_t n = V;
@@ -76,7 +82,7 @@ int32_t kiln_sample_logits(const float *logits, int64_t V, float temperature, in
 
 kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, float temperature,
                           int64_t top_k, uint64_t seed,
-                          void (*on_token)(int32_t id, void *ctx), void *ctx) {
+                          kiln_status (*on_token)(int32_t id, void *ctx), void *ctx) {
     const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
     int64_t V = cfg->vocab_size, maxT = kiln_gpt_max_seq(m);
     if (n < 1)
@@ -102,8 +108,8 @@ kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, f
             break;
         }
         ids[len] = kiln_sample_logits(last, V, temperature, top_k, &rng, scratch);
-        if (on_token)
-            on_token(ids[len], ctx);
+        if (on_token && (s = on_token(ids[len], ctx)) != KILN_OK)
+            break;
     }
     free(scratch);
     return s;

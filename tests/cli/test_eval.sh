@@ -33,6 +33,15 @@ case_good() {
     expect_ok
 }
 
+# --heads fills in a head count only for files that record none; kiln's files record theirs.
+case_heads_must_agree() {
+    need_fixture
+    run eval --weights "$GOOD" --data "$VAL" --batch 2 --seq 16 --heads 1
+    expect_fail
+    expect_err_re 'heads'
+    expect_err 'good.safetensors'
+}
+
 case_damaged_weights() {
     need_fixture
     damaged_weights

@@ -4,6 +4,7 @@
 
 #include "kiln/core.h"
 #include "kiln/model.h"
+#include "kiln/sample.h"
 #include "test.h"
 
 static kiln_gpt_config tiny_config(void) {
@@ -220,6 +221,29 @@ static void test_forward_last(void) {
     kiln_gpt_free(m);
 }
 
+/* Temperature: near 0 the draw is the most likely id (no overflow), top-k keeps only the
+ * k largest, and the same seed draws the same ids. */
+static void test_sampling(void) {
+    float logits[6] = {1.0f, 3.0f, 2.5f, -1.0f, 3.0001f, 0.0f};
+    float scratch[12];
+    kiln_rng r;
+    kiln_rng_seed(&r, 1);
+    CHECK_INT_EQ(kiln_sample_logits(logits, 6, 0.0f, 0, &r, scratch), 4);
+    CHECK_INT_EQ(kiln_sample_logits(logits, 6, 1e-40f, 0, &r, scratch), 4);
+    CHECK_INT_EQ(kiln_sample_logits(logits, 6, 1e-40f, 3, &r, scratch), 4);
+    int counts[6] = {0};
+    for (int i = 0; i < 3000; i++)
+        counts[kiln_sample_logits(logits, 6, 1.0f, 2, &r, scratch)]++;
+    CHECK_INT_EQ(counts[0] + counts[2] + counts[3] + counts[5], 0);
+    CHECK_NEAR(counts[1], 1500, 0.1);
+    kiln_rng a, b;
+    kiln_rng_seed(&a, 9);
+    kiln_rng_seed(&b, 9);
+    for (int i = 0; i < 50; i++)
+        CHECK_INT_EQ(kiln_sample_logits(logits, 6, 1.0f, 0, &a, scratch),
+                     kiln_sample_logits(logits, 6, 1.0f, 0, &b, scratch));
+}
+
 static void test_out_of_memory(void) {
     kiln_gpt_config c;
     kiln_gpt_config_preset(&c, "gpt2-124m");
@@ -238,6 +262,7 @@ int main(void) {
     RUN_TEST(test_finite_differences);
     RUN_TEST(test_accumulation_and_determinism);
     RUN_TEST(test_forward_last);
+    RUN_TEST(test_sampling);
     RUN_TEST(test_out_of_memory);
     TEST_MAIN_END();
 }

@@ -12,8 +12,9 @@
 
 static const char *usage =
     "usage: kiln eval [flags]\n\n"
-    "Mean next-token loss (nats) and perplexity of a model over every window of T+1 tokens of\n"
-    "the token shards in --data, in file order.";
+    "Mean next-token loss (nats) and perplexity of a model over the windows of T+1 tokens of the\n"
+    "token shards in --data, in file order, in whole batches of --batch windows (the last\n"
+    "windows that do not fill a batch are left out; --batch 1 takes every window).";
 
 int cmd_eval(int argc, char **argv) {
     const char *weights = "out/model.safetensors", *data = "data/brown/val_*.bin";
@@ -23,7 +24,7 @@ int cmd_eval(int argc, char **argv) {
         {"data", TOOL_FLAG_STRING, &data, "token shards: file, folder or glob"},
         {"batch", TOOL_FLAG_INT, &B, "sequences per batch"},
         {"seq", TOOL_FLAG_INT, &T, "tokens per sequence"},
-        {"batches", TOOL_FLAG_INT, &batches, "batches to evaluate (0: all)"},
+        {"batches", TOOL_FLAG_INT, &batches, "batches to evaluate (0: every whole batch)"},
         {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata"},
         {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)"},
     };
@@ -31,7 +32,8 @@ int cmd_eval(int argc, char **argv) {
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
     if (rc)
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
-    if (npos || B < 1 || T < 1 || batches < 0) {
+    if (npos || B < 1 || T < 1 || B > (1 << 20) || T > (1 << 20) || batches < 0 || threads < 0 ||
+        threads > 4096) {
         fprintf(stderr, "kiln eval: bad arguments (see --help)\n");
         return 2;
     }

@@ -17,19 +17,17 @@ static const char *usage =
 typedef struct print_ctx {
     const kiln_tokenizer *tok;
     kiln_bytes buf;
-    kiln_status status;
 } print_ctx;
 
-static void print_token(int32_t id, void *p) {
+static kiln_status print_token(int32_t id, void *p) {
     print_ctx *c = p;
     c->buf.len = 0;
     kiln_status s = kiln_tokenizer_decode(c->tok, &id, 1, &c->buf);
-    if (s) {
-        c->status = s;
-        return;
-    }
+    if (s)
+        return s; /* stops generation at once */
     fwrite(c->buf.data, 1, c->buf.len, stdout);
     fflush(stdout);
+    return KILN_OK;
 }
 
 int cmd_sample(int argc, char **argv) {
@@ -65,8 +63,8 @@ int cmd_sample(int argc, char **argv) {
                 temperature);
         return 2;
     }
-    if (heads < 0 || top_k < 0) {
-        fprintf(stderr, "kiln sample: --heads and --top-k must be >= 0\n");
+    if (heads < 0 || top_k < 0 || threads < 0 || threads > 4096) {
+        fprintf(stderr, "kiln sample: --heads and --top-k must be >= 0, --threads 0..4096\n");
         return 2;
     }
     tool_set_threads(threads);
@@ -113,8 +111,8 @@ int cmd_sample(int argc, char **argv) {
                       print_token, &pc);
     free(all);
     printf("\n");
-    if (s || pc.status) {
-        tool_report("sample", s ? s : pc.status);
+    if (s) {
+        tool_report("sample", s);
         goto done;
     }
     rc = 0;

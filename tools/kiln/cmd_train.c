@@ -138,14 +138,23 @@ int cmd_train(int argc, char **argv) {
     }
     if (init && (rc = check_init_matches(init, layers, heads, embd, context, vocab)))
         return rc;
-    if (eval_every < 0 || eval_batches < 0 || save_every < 0 || threads < 0 || peak < 0) {
-        fprintf(stderr, "kiln train: --eval-every, --eval-batches, --save-every, --threads and "
-                        "--peak-gflops must be >= 0\n");
+    if (!(clip >= 0) || !(peak >= 0) || T > (1 << 20) || B > (1 << 20)) {
+        fprintf(stderr, "kiln train: --grad-clip and --peak-gflops must be numbers >= 0 (0: off / "
+                        "measure), --seq and --batch at most 2^20\n");
+        return 2;
+    }
+    if (eval_every < 0 || eval_batches < 0 || save_every < 0 || threads < 0 || threads > 4096) {
+        fprintf(stderr, "kiln train: --eval-every, --eval-batches, --save-every must be >= 0 "
+                        "and --threads 0..4096\n");
         return 2;
     }
     tool_set_threads(threads);
-    if ((rc = resolve_model(&cfg.model, model, layers, heads, embd, context, vocab)))
+    if (init) { /* the architecture is the file's; --heads only fills a missing head count */
+        memset(&cfg.model, 0, sizeof cfg.model);
+        cfg.model.n_head = heads;
+    } else if ((rc = resolve_model(&cfg.model, model, layers, heads, embd, context, vocab))) {
         return rc;
+    }
     kiln_status s = kiln_optim_kind_parse(optimizer, &cfg.optim.kind);
     if (!s)
         s = kiln_lr_kind_parse(schedule, &cfg.lr.kind);

@@ -24,8 +24,10 @@ kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int
         return kiln__errorf(KILN_ERR_ARG, "--heads must be >= 0, got %lld", (long long)heads);
     cfg.n_head = heads;
     KILN_CHECK(kiln_gpt_config_from_safetensors(&cfg, path));
-    if (heads > 0)
-        cfg.n_head = heads;
+    /* The caller's head count is used only where the file records none. */
+    if (heads > 0 && cfg.n_head != heads)
+        return kiln__errorf(KILN_ERR_CONFIG, "--heads %lld, but the weights in %s have %lld heads",
+                            (long long)heads, path, (long long)cfg.n_head);
     KILN_CHECK(kiln_gpt_config_validate(&cfg));
     if (T <= 0 || T > cfg.max_seq_len)
         T = cfg.max_seq_len;
