@@ -71,6 +71,11 @@ typedef struct kiln_gpt kiln_gpt; /* opaque */
  * `be` NULL means the CPU backend. */
 kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg, int64_t B, int64_t T,
                             const kiln_backend *be);
+/* The same for forward only (evaluation, generation): no gradient slab, no backward
+ * scratch, and the blocks share one block's activation buffers, which forward alone
+ * allows; kiln_gpt_grads is NULL and kiln_gpt_backward fails. */
+kiln_status kiln_gpt_create_inference(kiln_gpt **out, const kiln_gpt_config *cfg, int64_t B,
+                                      int64_t T, const kiln_backend *be);
 void kiln_gpt_free(kiln_gpt *m);
 
 const kiln_gpt_config *kiln_gpt_get_config(const kiln_gpt *m);

@@ -156,6 +156,8 @@ kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *
 }
 
 kiln_status kiln_gpt_backward(kiln_gpt *m, float grad_scale) {
+    if (m->inference)
+        return kiln__errorf(KILN_ERR_UNSUPPORTED, "this model was built for inference: no backward");
     if (!m->have_targets)
         return kiln__errorf(KILN_ERR_ARG, "backward needs a forward with targets before it");
     int64_t B = m->B, T = m->T;
@@ -167,7 +169,10 @@ kiln_status kiln_gpt_backward(kiln_gpt *m, float grad_scale) {
     return KILN_OK;
 }
 
-void kiln_gpt_zero_grad(kiln_gpt *m) { m->be->zero(m->grads, m->slab_len); }
+void kiln_gpt_zero_grad(kiln_gpt *m) {
+    if (m->grads)
+        m->be->zero(m->grads, m->slab_len);
+}
 
 const float *kiln_gpt_logits(const kiln_gpt *m) { return m->logits; }
 const float *kiln_gpt_losses(const kiln_gpt *m) { return m->losses; }

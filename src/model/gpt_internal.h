@@ -70,6 +70,7 @@ struct kiln_gpt {
 
     int64_t B, T;     /* sizes of the last forward */
     int have_targets; /* the last forward had targets and backward may run */
+    int inference;    /* forward only: no gradients, one block's activations shared by all */
 };
 
 #endif

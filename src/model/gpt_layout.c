@@ -95,7 +95,10 @@ static int64_t carve_acts(kiln_gpt *m, float *base) {
         off += ((int64_t)(n) + 15) / 16 * 16;         \
     } while (0)
     CARVE(m->encoded, BT * C);
-    for (int64_t l = 0; l < m->cfg.n_layer; l++) {
+    /* Forward alone reads a block's activations only while that block runs (its output
+     * is written after its input's last read), so in inference every block uses block 0's. */
+    int64_t carved = m->inference ? 1 : m->cfg.n_layer;
+    for (int64_t l = 0; l < carved; l++) {
         gpt_block_acts *a = &m->blocks[l];
         CARVE(a->ln1, BT * C);
         CARVE(a->ln1_mean, BT);
@@ -111,25 +114,29 @@ static int64_t carve_acts(kiln_gpt *m, float *base) {
         CARVE(a->fch_gelu, BT * 4 * C);
         CARVE(a->res3, BT * C);
     }
+    for (int64_t l = carved; l < m->cfg.n_layer; l++)
+        m->blocks[l] = m->blocks[0];
     gpt_grad_scratch *d = &m->d;
     CARVE(m->lnf, BT * C);
     CARVE(m->lnf_mean, BT);
     CARVE(m->lnf_rstd, BT);
     CARVE(m->logits, BT * Vp);
     CARVE(m->losses, BT);
-    CARVE(d->dres, BT * C);
-    CARVE(d->dln, BT * C);
-    CARVE(d->datty, BT * C);
-    CARVE(d->dqkv, BT * 3 * C);
-    CARVE(d->dfch, BT * 4 * C);
-    CARVE(d->dfch_gelu, BT * 4 * C);
-    CARVE(d->datt, B * NH * T * T);
+    if (!m->inference) {
+        CARVE(d->dres, BT * C);
+        CARVE(d->dln, BT * C);
+        CARVE(d->datty, BT * C);
+        CARVE(d->dqkv, BT * 3 * C);
+        CARVE(d->dfch, BT * 4 * C);
+        CARVE(d->dfch_gelu, BT * 4 * C);
+        CARVE(d->datt, B * NH * T * T);
+    }
 #undef CARVE
     return off;
 }
 
-kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64_t B, int64_t T,
-                            const kiln_backend *be) {
+static kiln_status gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64_t B,
+                              int64_t T, const kiln_backend *be, int inference) {
     *out = NULL;
     kiln_gpt_config cfg = *cfg_in;
     KILN_CHECK(kiln_gpt_config_validate(&cfg));
@@ -153,6 +160,7 @@ kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64
         return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate the model");
     m->cfg = cfg;
     m->be = be;
+    m->inference = inference;
     m->maxB = B;
     m->maxT = T;
     int64_t L = cfg.n_layer;
@@ -169,9 +177,11 @@ kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64
     m->slab_len = build_layout(m);
     size_t slab_bytes = (size_t)m->slab_len * sizeof(float);
     KILN_CHECK_GOTO(s, kiln_alloc_checked((void **)&m->params, slab_bytes, "parameters"), fail);
-    KILN_CHECK_GOTO(s, kiln_alloc_checked((void **)&m->grads, slab_bytes, "gradients"), fail);
     bind_views(m, &m->p, m->params);
-    bind_views(m, &m->g, m->grads);
+    if (!inference) {
+        KILN_CHECK_GOTO(s, kiln_alloc_checked((void **)&m->grads, slab_bytes, "gradients"), fail);
+        bind_views(m, &m->g, m->grads);
+    }
     m->acts_bytes = (size_t)carve_acts(m, NULL) * sizeof(float);
     KILN_CHECK_GOTO(s, kiln_alloc_checked((void **)&m->acts, m->acts_bytes, "activations"), fail);
     carve_acts(m, m->acts);
@@ -180,6 +190,16 @@ kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64
 fail:
     kiln_gpt_free(m);
     return s;
+}
+
+kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg, int64_t B, int64_t T,
+                            const kiln_backend *be) {
+    return gpt_create(out, cfg, B, T, be, 0);
+}
+
+kiln_status kiln_gpt_create_inference(kiln_gpt **out, const kiln_gpt_config *cfg, int64_t B,
+                                      int64_t T, const kiln_backend *be) {
+    return gpt_create(out, cfg, B, T, be, 1);
 }
 
 void kiln_gpt_free(kiln_gpt *m) {
@@ -241,7 +261,7 @@ int kiln_gpt_find_tensor(const kiln_gpt *m, const char *name) {
 kiln_gpt_memory kiln_gpt_memory_plan(const kiln_gpt *m) {
     kiln_gpt_memory mem;
     mem.params = (size_t)m->slab_len * sizeof(float);
-    mem.grads = mem.params;
+    mem.grads = m->grads ? mem.params : 0;
     mem.activations = m->acts_bytes;
     mem.total = mem.params + mem.grads + mem.activations;
     return mem;

@@ -221,6 +221,36 @@ static void test_forward_last(void) {
     kiln_gpt_free(m);
 }
 
+/* An inference model (no gradients, shared block buffers) computes the same logits, bit
+ * for bit, as a training model with the same weights, with less memory, and refuses
+ * backward. */
+static void test_inference_model(void) {
+    kiln_gpt_config c = tiny_config();
+    kiln_gpt *t = NULL, *inf = NULL;
+    CHECK_OK(kiln_gpt_create(&t, &c, 2, 8, kiln_backend_cpu()));
+    CHECK_OK(kiln_gpt_create_inference(&inf, &c, 2, 8, kiln_backend_cpu()));
+    if (!t || !inf)
+        return;
+    kiln_gpt_init_weights(t, 31);
+    memcpy(kiln_gpt_params(inf), kiln_gpt_params(t), (size_t)kiln_gpt_slab_len(t) * sizeof(float));
+    int32_t in[16], tg[16];
+    fill_ids(in, 16, c.vocab_size, 32);
+    fill_ids(tg, 16, c.vocab_size, 33);
+    float lt, li;
+    CHECK_OK(kiln_gpt_forward(t, in, tg, 2, 8, &lt));
+    CHECK_OK(kiln_gpt_forward(inf, in, tg, 2, 8, &li));
+    CHECK_TRUE(lt == li);
+    CHECK_TRUE(memcmp(kiln_gpt_logits(t), kiln_gpt_logits(inf),
+                      (size_t)(16 * c.padded_vocab_size) * sizeof(float)) == 0);
+    CHECK_TRUE(kiln_gpt_grads(inf) == NULL);
+    CHECK_STATUS(kiln_gpt_backward(inf, 1.0f), KILN_ERR_UNSUPPORTED);
+    kiln_gpt_memory mt = kiln_gpt_memory_plan(t), mi = kiln_gpt_memory_plan(inf);
+    CHECK_INT_EQ(mi.grads, 0);
+    CHECK_TRUE(mi.activations < mt.activations / 2);
+    kiln_gpt_free(t);
+    kiln_gpt_free(inf);
+}
+
 /* Temperature: near 0 the draw is the most likely id (no overflow), top-k keeps only the
  * k largest, and the same seed draws the same ids. */
 static void test_sampling(void) {
@@ -262,6 +292,7 @@ int main(void) {
     RUN_TEST(test_finite_differences);
     RUN_TEST(test_accumulation_and_determinism);
     RUN_TEST(test_forward_last);
+    RUN_TEST(test_inference_model);
     RUN_TEST(test_sampling);
     RUN_TEST(test_out_of_memory);
     TEST_MAIN_END();

@@ -31,7 +31,7 @@ kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int
     KILN_CHECK(kiln_gpt_config_validate(&cfg));
     if (T <= 0 || T > cfg.max_seq_len)
         T = cfg.max_seq_len;
-    KILN_CHECK(kiln_gpt_create(out, &cfg, B, T, NULL));
+    KILN_CHECK(kiln_gpt_create_inference(out, &cfg, B, T, NULL));
     kiln_status s = kiln_gpt_load_safetensors(*out, path);
     if (s) {
         kiln_gpt_free(*out);
