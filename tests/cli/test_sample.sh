@@ -27,6 +27,23 @@ case_seeds() {
     check "the same seed on two threads, twice: the same text" same_file s5t2 "$W/stdout"
 }
 
+# A GPT-2-vocabulary model with no prompt starts from <|endoftext|>: a tiny model saved
+# at initialisation (--steps 0) is enough to sample from.
+case_gpt2_default_prompt() {
+    need_fixture
+    printf 'The cat sat on the mat. The dog sat on the log.\n' >text.txt
+    run prepare --out g2 --val-fraction 0 text.txt
+    expect_ok
+    run train --layers 1 --heads 1 --embd 8 --context 8 --seq 4 --batch 1 --steps 0 \
+        --peak-gflops 100 --data "g2/train_*.bin" --save g2.safetensors
+    expect_ok
+    run sample --weights g2.safetensors --tokens 5 --seed 1
+    expect_ok
+    run sample --weights g2.safetensors --tokens 5 --seed 1 --prompt "The cat"
+    expect_ok
+    expect_out_re '^The cat'
+}
+
 case_temperature_zero() {
     need_fixture
     sample --temperature 0 --seed 1 --prompt "the lazy "

@@ -91,11 +91,12 @@ int cmd_sample(int argc, char **argv) {
     }
     int32_t eot = kiln_tokenizer_eot(tok);
     if (eot >= 0 && !prompt[0]) {
-        ids.ids = malloc(sizeof(int32_t));
-        if (!ids.ids)
+        if ((s = kiln_tokens_reserve(&ids, 1))) {
+            tool_report("sample", s);
             goto done;
+        }
         ids.ids[0] = eot;
-        ids.len = ids.cap = 1;
+        ids.len = 1;
     } else if ((s = kiln_tokenizer_encode(tok, prompt[0] ? prompt : "\n",
                                           prompt[0] ? strlen(prompt) : 1, &ids))) {
         tool_report("sample", s);
