@@ -280,24 +280,6 @@ static kiln_status open_temp(const char *path, char *tmp, size_t cap, int *fd) {
     return kiln__errorf(KILN_ERR_IO, "cannot create a temporary file next to %s", path);
 }
 
-/* Make the rename durable; a folder that cannot be flushed (some file systems) is not an
- * error, the data itself was already flushed. */
-static void sync_parent(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
 kiln_status kiln_safetensors_writer_write(const kiln_safetensors_writer *w, const char *path) {
     if (!w || !path || !path[0])
         return kiln__errorf(KILN_ERR_ARG, "safetensors writer: NULL argument");
@@ -336,7 +318,7 @@ kiln_status kiln_safetensors_writer_write(const kiln_safetensors_writer *w, cons
         s = kiln__errorf(KILN_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
         goto fail_unlink;
     }
-    sync_parent(path);
+    (void)kiln__sync_parent(path); /* the data itself is already on disk */
     free(tmp);
     free(header);
     return KILN_OK;

@@ -29,7 +29,7 @@ kiln_status kiln__check_replaceable(const char *path) {
                                      "replace it", path, kind);
 }
 
-static void sync_folder_of(const char *path) {
+kiln_status kiln__sync_parent(const char *path) {
     char dir[4096];
     const char *slash = strrchr(path, '/');
     if (!slash)
@@ -39,10 +39,15 @@ static void sync_folder_of(const char *path) {
     else
         snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
+    if (fd < 0)
+        return kiln__errorf(KILN_ERR_IO, "%s: cannot open the folder to sync it: %s", dir,
+                            strerror(errno));
+    int rc = fsync(fd);
+    int err = errno;
+    close(fd);
+    if (rc != 0 && err != EINVAL) /* some file systems cannot sync a folder */
+        return kiln__errorf(KILN_ERR_IO, "%s: folder fsync failed: %s", dir, strerror(err));
+    return KILN_OK;
 }
 
 kiln_status kiln__write_file_atomic(const char *path, const void *data, size_t size) {
@@ -80,7 +85,7 @@ kiln_status kiln__write_file_atomic(const char *path, const void *data, size_t s
     if (s != KILN_OK)
         unlink(tmp);
     else
-        sync_folder_of(path);
+        (void)kiln__sync_parent(path); /* the data itself is already on disk */
     free(tmp);
     return s;
 }

@@ -11,6 +11,9 @@
  * folder, device, FIFO or socket with a file. */
 kiln_status kiln__check_replaceable(const char *path);
 
+/* fsync the folder holding `path`, making a rename into it durable. */
+kiln_status kiln__sync_parent(const char *path);
+
 /* Write bytes to `path` whole or not at all: into a new temporary file beside it (created
  * exclusively, named with the process id and a counter), flushed to disk, renamed over
  * `path`, then the folder flushed. On failure the temporary is removed and an existing

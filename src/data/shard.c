@@ -471,28 +471,6 @@ int64_t kiln_shard_writer_count(const kiln_shard_writer *w) {
     return w->count;
 }
 
-/* Make the rename itself durable. */
-static kiln_status sync_parent_dir(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return kiln__errorf(KILN_ERR_IO, "%s: cannot open the folder to sync it: %s", dir,
-                            strerror(errno));
-    int rc = fsync(fd);
-    int err = errno;
-    close(fd);
-    if (rc != 0 && err != EINVAL) /* some file systems cannot sync a folder */
-        return kiln__errorf(KILN_ERR_IO, "%s: folder fsync failed: %s", dir, strerror(err));
-    return KILN_OK;
-}
-
 kiln_status kiln_shard_writer_finish(kiln_shard_writer *w) {
     if (w->failed || w->finished)
         return kiln__errorf(KILN_ERR_ARG, "%s: finish after the writer %s", w->path,
@@ -524,7 +502,7 @@ kiln_status kiln_shard_writer_finish(kiln_shard_writer *w) {
         goto fail;
     }
     w->finished = 1;
-    return sync_parent_dir(w->path);
+    return kiln__sync_parent(w->path);
 fail:
     w->failed = 1;
     return st;
