@@ -96,6 +96,10 @@ int main(int argc, char **argv) {
         c.bytes += c.lens[i];
     }
     kiln_tokenizer *t = NULL;
+    /* "gpt2": its files from $KILN_GPT2_DIR (bench_tokenizer.sh sets it). */
+    const char *gpt2_dir = getenv("KILN_GPT2_DIR");
+    if (!strcmp(spec, "gpt2") && gpt2_dir && gpt2_dir[0])
+        spec = gpt2_dir;
     double t0 = kiln_time_ms();
     if (kiln_tokenizer_load(&t, spec) != KILN_OK) {
         fprintf(stderr, "bench_tokenizer: %s\n", kiln_error_message());

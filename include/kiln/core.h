@@ -40,6 +40,13 @@ float kiln_rng_uniform(kiln_rng *r);       /* [0, 1) with 24 random bits */
 float kiln_rng_normal(kiln_rng *r);        /* standard normal (Box-Muller) */
 uint64_t kiln_rng_below(kiln_rng *r, uint64_t n); /* uniform in [0, n), unbiased; n > 0 */
 
+/* ---- files ---- */
+/* KILN_OK when `path` does not exist or is a regular file (or a link to one), which kiln
+ * may replace with a file it writes; else KILN_ERR_IO naming what it is. kiln never
+ * replaces a folder, device, FIFO or socket with a file. A command calls this before a
+ * long run, so that a save that could never succeed is refused up front. */
+kiln_status kiln_file_check_replaceable(const char *path);
+
 /* ---- time ---- */
 double kiln_time_ms(void); /* monotonic milliseconds */
 

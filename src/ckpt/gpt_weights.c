@@ -34,7 +34,7 @@ static int64_t *config_field(kiln_gpt_config *c, int k) {
 
 kiln_status kiln_gpt_save_safetensors(kiln_gpt *m, const char *path) {
     if (!m || !path)
-        return kiln__errorf(KILN_ERR_ARG, "save weights: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "save weights: NULL argument");
     kiln_safetensors_writer *w = NULL;
     KILN_CHECK(kiln_safetensors_writer_init(&w));
     kiln_gpt_config cfg = *kiln_gpt_get_config(m);
@@ -54,7 +54,7 @@ kiln_status kiln_gpt_save_safetensors(kiln_gpt *m, const char *path) {
         s = kiln_safetensors_writer_write(w, path);
     kiln_safetensors_writer_free(w);
     if (s != KILN_OK)
-        return kiln__error_wrap(s, "saving model weights");
+        return kiln_error_wrapf(s, "saving model weights");
     return KILN_OK;
 }
 
@@ -101,14 +101,15 @@ static int same_shape(const kiln_st_tensor *t, int ndim, const int64_t *shape) {
 static kiln_status check_tensor(const char *path, const kiln_st_tensor *t, int ndim,
                                 const int64_t *shape) {
     if (!is_float_dtype(t->dtype))
-        return kiln__errorf(KILN_ERR_DTYPE, "%s: tensor \"%s\" is %s; expected F32, F16 or BF16",
-                            path, t->name, kiln_st_dtype_name(t->dtype));
+        return kiln_error_setf(KILN_ERR_DTYPE, "%s: tensor \"%s\" is %s; expected F32, F16 or BF16",
+                               path, t->name, kiln_st_dtype_name(t->dtype));
     if (!same_shape(t, ndim, shape)) {
         char want[96], got[96];
         format_shape(want, sizeof want, ndim, shape);
         format_shape(got, sizeof got, t->ndim, t->shape);
-        return kiln__errorf(KILN_ERR_SHAPE, "%s: tensor \"%s\" has shape %s; the model expects %s",
-                            path, t->name, got, want);
+        return kiln_error_setf(KILN_ERR_SHAPE,
+                               "%s: tensor \"%s\" has shape %s; the model expects %s", path,
+                               t->name, got, want);
     }
     return KILN_OK;
 }
@@ -126,7 +127,7 @@ static kiln_status check_lm_head(const kiln_safetensors *f, const kiln_st_tensor
         int64_t C = wte->shape[1], rows = wte->shape[0];
         float *a = malloc((size_t)C * 2 * sizeof(float));
         if (!a)
-            return kiln__errorf(KILN_ERR_NOMEM, "%s: no memory to compare lm_head.weight", path);
+            return kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory to compare lm_head.weight", path);
         for (int64_t r = 0; r < rows && equal; r++) {
             size_t ea = kiln_st_dtype_size(head->dtype), eb = kiln_st_dtype_size(wte->dtype);
             kiln_st_tensor ra = *head, rb = *wte;
@@ -143,10 +144,10 @@ static kiln_status check_lm_head(const kiln_safetensors *f, const kiln_st_tensor
         free(a);
     }
     if (!equal)
-        return kiln__errorf(KILN_ERR_UNSUPPORTED,
-                            "%s: \"%s\" differs from the token embedding; kiln's output head is "
-                            "tied to wte.weight",
-                            path, head->name);
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "%s: \"%s\" differs from the token embedding; kiln's output head is "
+                               "tied to wte.weight",
+                               path, head->name);
     return KILN_OK;
 }
 
@@ -163,27 +164,27 @@ static kiln_status match_tensors(const kiln_gpt *m, const kiln_safetensors *f,
             continue;
         if (strcmp(name, "lm_head.weight") == 0) {
             if (head)
-                return kiln__errorf(KILN_ERR_FORMAT, "%s: two lm_head.weight tensors", path);
+                return kiln_error_setf(KILN_ERR_FORMAT, "%s: two lm_head.weight tensors", path);
             head = t;
             continue;
         }
         int i = kiln_gpt_find_tensor(m, name);
         if (i < 0)
-            return kiln__errorf(KILN_ERR_FORMAT,
-                                "%s: unexpected tensor \"%s\": not part of this GPT-2 model "
-                                "(%lld layers)",
-                                path, t->name, (long long)kiln_gpt_get_config(m)->n_layer);
+            return kiln_error_setf(KILN_ERR_FORMAT,
+                                   "%s: unexpected tensor \"%s\": not part of this GPT-2 model "
+                                   "(%lld layers)",
+                                   path, t->name, (long long)kiln_gpt_get_config(m)->n_layer);
         if (src[i])
-            return kiln__errorf(KILN_ERR_FORMAT, "%s: tensor \"%s\" appears twice (as \"%s\")",
-                                path, name, t->name);
+            return kiln_error_setf(KILN_ERR_FORMAT, "%s: tensor \"%s\" appears twice (as \"%s\")",
+                                   path, name, t->name);
         const kiln_tensor_info *info = kiln_gpt_tensor(m, i);
         KILN_CHECK(check_tensor(path, t, info->ndim, info->shape));
         src[i] = t;
     }
     for (int i = 0; i < kiln_gpt_num_tensors(m); i++)
         if (!src[i])
-            return kiln__errorf(KILN_ERR_NOT_FOUND, "%s: tensor \"%s\" is missing", path,
-                                kiln_gpt_tensor(m, i)->name);
+            return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: tensor \"%s\" is missing", path,
+                                   kiln_gpt_tensor(m, i)->name);
     if (head)
         KILN_CHECK(check_lm_head(f, head, src[kiln_gpt_find_tensor(m, "wte.weight")]));
     return KILN_OK;
@@ -191,14 +192,14 @@ static kiln_status match_tensors(const kiln_gpt *m, const kiln_safetensors *f,
 
 kiln_status kiln_gpt_load_safetensors(kiln_gpt *m, const char *path) {
     if (!m || !path)
-        return kiln__errorf(KILN_ERR_ARG, "load weights: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "load weights: NULL argument");
     kiln_safetensors *f = NULL;
     KILN_CHECK(kiln_safetensors_open(&f, path));
     int n = kiln_gpt_num_tensors(m);
     const kiln_st_tensor **src = calloc((size_t)n, sizeof *src);
     kiln_status s = KILN_OK;
     if (!src) {
-        s = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory to match tensors", path);
+        s = kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory to match tensors", path);
         goto done;
     }
     KILN_CHECK_GOTO(s, match_tensors(m, f, src), done);
@@ -224,8 +225,8 @@ static kiln_status parse_meta_int(const char *path, const char *key, const char 
     char *end = NULL;
     long long x = strtoll(v, &end, 10);
     if (!v[0] || *end || x < 1)
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s: metadata \"%s\" is \"%s\", not a positive integer", path, key, v);
+        return kiln_error_setf(
+            KILN_ERR_FORMAT, "%s: metadata \"%s\" is \"%s\", not a positive integer", path, key, v);
     *out = x;
     return KILN_OK;
 }
@@ -245,11 +246,11 @@ static kiln_status infer_config(const kiln_safetensors *f, kiln_gpt_config *c) {
     const char *path = kiln_safetensors_path(f);
     const kiln_st_tensor *wte = find_either(f, "wte.weight"), *wpe = find_either(f, "wpe.weight");
     if (!wte || !wpe)
-        return kiln__errorf(KILN_ERR_NOT_FOUND, "%s: tensor \"%s\" is missing", path,
-                            !wte ? "wte.weight" : "wpe.weight");
+        return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: tensor \"%s\" is missing", path,
+                               !wte ? "wte.weight" : "wpe.weight");
     if (wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1])
-        return kiln__errorf(KILN_ERR_SHAPE,
-                            "%s: wte.weight and wpe.weight should be (V, C) and (maxT, C)", path);
+        return kiln_error_setf(
+            KILN_ERR_SHAPE, "%s: wte.weight and wpe.weight should be (V, C) and (maxT, C)", path);
     c->vocab_size = wte->shape[0];
     c->n_embd = wte->shape[1];
     c->max_seq_len = wpe->shape[0];
@@ -268,7 +269,7 @@ static kiln_status infer_config(const kiln_safetensors *f, kiln_gpt_config *c) {
 
 kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *path) {
     if (!cfg || !path)
-        return kiln__errorf(KILN_ERR_ARG, "config from weights: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "config from weights: NULL argument");
     kiln_safetensors *f = NULL;
     KILN_CHECK(kiln_safetensors_open(&f, path));
     kiln_gpt_config c;
@@ -283,14 +284,14 @@ kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *p
         int64_t x = 0, inferred = *config_field(&c, k);
         s = parse_meta_int(path, meta_keys[k].key, v, &x);
         if (s == KILN_OK && meta_keys[k].in_shapes && x != inferred)
-            s = kiln__errorf(KILN_ERR_FORMAT,
-                             "%s: metadata says %s is %lld but the tensors say %lld", path,
-                             meta_keys[k].key, (long long)x, (long long)inferred);
+            s = kiln_error_setf(KILN_ERR_FORMAT,
+                                "%s: metadata says %s is %lld but the tensors say %lld", path,
+                                meta_keys[k].key, (long long)x, (long long)inferred);
         *config_field(&c, k) = x;
     }
     if (s == KILN_OK && present && present != N_META_KEYS)
-        s = kiln__errorf(KILN_ERR_FORMAT, "%s: kiln metadata is incomplete (%d of %d keys)", path,
-                         present, N_META_KEYS);
+        s = kiln_error_setf(KILN_ERR_FORMAT, "%s: kiln metadata is incomplete (%d of %d keys)",
+                            path, present, N_META_KEYS);
     kiln_safetensors_close(f);
     if (s != KILN_OK)
         return s;
@@ -299,14 +300,14 @@ kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *p
          * channels per head. */
         c.n_head = cfg->n_head > 0 ? cfg->n_head : c.n_embd % 64 == 0 ? c.n_embd / 64 : 0;
         if (c.n_head == 0)
-            return kiln__errorf(KILN_ERR_CONFIG,
-                                "%s does not record n_head, and n_embd %lld is not a multiple "
-                                "of GPT-2's 64 channels per head: give the head count",
-                                path, (long long)c.n_embd);
+            return kiln_error_setf(KILN_ERR_CONFIG,
+                                   "%s does not record n_head, and n_embd %lld is not a multiple "
+                                   "of GPT-2's 64 channels per head: give the head count",
+                                   path, (long long)c.n_embd);
     }
     s = kiln_gpt_config_validate(&c);
     if (s != KILN_OK)
-        return kiln__error_wrap(s, "%s", path);
+        return kiln_error_wrapf(s, "%s", path);
     *cfg = c;
     return KILN_OK;
 }

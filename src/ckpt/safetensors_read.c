@@ -55,21 +55,21 @@ static const char *tensor_name(const kiln_st_tensor *t) { return t->name ? t->na
 static kiln_status parse_shape(kiln_safetensors *f, const cJSON *shape, kiln_st_tensor *t) {
     const char *nm = tensor_name(t);
     if (!cJSON_IsArray(shape))
-        return kiln__errorf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\": \"shape\" is not an array",
-                            f->path, NAME_MAX_SHOWN, nm);
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\": \"shape\" is not an array",
+                               f->path, NAME_MAX_SHOWN, nm);
     int ndim = cJSON_GetArraySize(shape);
     if (ndim > KILN_ST_MAX_DIMS)
-        return kiln__errorf(KILN_ERR_UNSUPPORTED,
-                            "%s: tensor \"%.*s\" has %d dimensions; kiln reads at most %d", f->path,
-                            NAME_MAX_SHOWN, nm, ndim, KILN_ST_MAX_DIMS);
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "%s: tensor \"%.*s\" has %d dimensions; kiln reads at most %d",
+                               f->path, NAME_MAX_SHOWN, nm, ndim, KILN_ST_MAX_DIMS);
     int64_t numel = 1;
     int zero = 0, overflow = 0, i = 0;
     for (const cJSON *d = shape->child; d; d = d->next, i++) {
         uint64_t v;
         if (!json_u64(d, &v))
-            return kiln__errorf(KILN_ERR_FORMAT,
-                                "%s: tensor \"%.*s\": shape[%d] is not a non-negative integer",
-                                f->path, NAME_MAX_SHOWN, nm, i);
+            return kiln_error_setf(KILN_ERR_FORMAT,
+                                   "%s: tensor \"%.*s\": shape[%d] is not a non-negative integer",
+                                   f->path, NAME_MAX_SHOWN, nm, i);
         t->shape[i] = (int64_t)v;
         zero |= v == 0;
         overflow |= __builtin_mul_overflow(numel, (int64_t)v, &numel);
@@ -77,9 +77,9 @@ static kiln_status parse_shape(kiln_safetensors *f, const cJSON *shape, kiln_st_
     if (zero) {
         numel = 0;
     } else if (overflow) {
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s: tensor \"%.*s\": the product of its shape overflows 64 bits",
-                            f->path, NAME_MAX_SHOWN, nm);
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: tensor \"%.*s\": the product of its shape overflows 64 bits",
+                               f->path, NAME_MAX_SHOWN, nm);
     }
     t->ndim = ndim;
     t->numel = numel;
@@ -91,28 +91,29 @@ static kiln_status parse_offsets(kiln_safetensors *f, const cJSON *offs, kiln_st
     uint64_t begin, end;
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_u64(offs->child, &begin) ||
         !json_u64(offs->child->next, &end))
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s: tensor \"%.*s\": \"data_offsets\" is not [begin, end] in integers",
-                            f->path, NAME_MAX_SHOWN, nm);
+        return kiln_error_setf(
+            KILN_ERR_FORMAT,
+            "%s: tensor \"%.*s\": \"data_offsets\" is not [begin, end] in integers", f->path,
+            NAME_MAX_SHOWN, nm);
     size_t esize = kiln_st_dtype_size(t->dtype);
     uint64_t need;
     if (__builtin_mul_overflow((uint64_t)t->numel, (uint64_t)esize, &need) ||
         need > (uint64_t)INT64_MAX)
-        return kiln__errorf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\": its size in bytes overflows",
-                            f->path, NAME_MAX_SHOWN, nm);
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\": its size in bytes overflows",
+                               f->path, NAME_MAX_SHOWN, nm);
     if (end < begin || end - begin != need)
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s: tensor \"%.*s\": data_offsets [%llu, %llu] do not hold %lld %s "
-                            "elements (%llu bytes)",
-                            f->path, NAME_MAX_SHOWN, nm, (unsigned long long)begin,
-                            (unsigned long long)end, (long long)t->numel,
-                            kiln_st_dtype_name(t->dtype), (unsigned long long)need);
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: tensor \"%.*s\": data_offsets [%llu, %llu] do not hold %lld %s "
+                               "elements (%llu bytes)",
+                               f->path, NAME_MAX_SHOWN, nm, (unsigned long long)begin,
+                               (unsigned long long)end, (long long)t->numel,
+                               kiln_st_dtype_name(t->dtype), (unsigned long long)need);
     if (end > f->data_size)
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s: tensor \"%.*s\": data_offsets [%llu, %llu] run past the end of "
-                            "the data (%zu bytes)",
-                            f->path, NAME_MAX_SHOWN, nm, (unsigned long long)begin,
-                            (unsigned long long)end, f->data_size);
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: tensor \"%.*s\": data_offsets [%llu, %llu] run past the end of "
+                               "the data (%zu bytes)",
+                               f->path, NAME_MAX_SHOWN, nm, (unsigned long long)begin,
+                               (unsigned long long)end, f->data_size);
     t->offset = (size_t)begin;
     t->nbytes = (size_t)need;
     return KILN_OK;
@@ -122,8 +123,8 @@ static kiln_status parse_offsets(kiln_safetensors *f, const cJSON *offs, kiln_st
 static kiln_status parse_entry(kiln_safetensors *f, const cJSON *item, kiln_st_tensor *t) {
     const char *nm = tensor_name(t);
     if (!cJSON_IsObject(item))
-        return kiln__errorf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\": entry is not an object", f->path,
-                            NAME_MAX_SHOWN, nm);
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\": entry is not an object",
+                               f->path, NAME_MAX_SHOWN, nm);
     const cJSON *dtype = NULL, *shape = NULL, *offs = NULL;
     for (const cJSON *c = item->child; c; c = c->next) {
         const cJSON **slot = NULL;
@@ -134,19 +135,19 @@ static kiln_status parse_entry(kiln_safetensors *f, const cJSON *item, kiln_st_t
         else if (c->string && strcmp(c->string, "data_offsets") == 0)
             slot = &offs;
         if (!slot || *slot)
-            return kiln__errorf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\": %s field \"%.*s\"", f->path,
-                                NAME_MAX_SHOWN, nm, slot ? "repeated" : "unknown", NAME_MAX_SHOWN,
-                                c->string ? c->string : "");
+            return kiln_error_setf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\": %s field \"%.*s\"",
+                                   f->path, NAME_MAX_SHOWN, nm, slot ? "repeated" : "unknown",
+                                   NAME_MAX_SHOWN, c->string ? c->string : "");
         *slot = c;
     }
     const char *missing = !dtype ? "dtype" : !shape ? "shape" : !offs ? "data_offsets" : NULL;
     if (missing)
-        return kiln__errorf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\": no \"%s\" field", f->path,
-                            NAME_MAX_SHOWN, nm, missing);
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\": no \"%s\" field", f->path,
+                               NAME_MAX_SHOWN, nm, missing);
     if (!cJSON_IsString(dtype) || kiln_st_dtype_parse(dtype->valuestring, &t->dtype) != KILN_OK)
-        return kiln__errorf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\": unknown dtype \"%.*s\"", f->path,
-                            NAME_MAX_SHOWN, nm, 32,
-                            cJSON_IsString(dtype) ? dtype->valuestring : "(not a string)");
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\": unknown dtype \"%.*s\"",
+                               f->path, NAME_MAX_SHOWN, nm, 32,
+                               cJSON_IsString(dtype) ? dtype->valuestring : "(not a string)");
     KILN_CHECK(parse_shape(f, shape, t));
     return parse_offsets(f, offs, t);
 }
@@ -179,24 +180,24 @@ static kiln_status check_layout(kiln_safetensors *f) {
     for (int i = 0; i < f->n; i++) {
         const kiln_st_tensor *t = &f->tensors[i];
         if (t->offset < expect)
-            return kiln__errorf(KILN_ERR_FORMAT,
-                                "%s: tensor \"%.*s\" (bytes %zu..%zu) overlaps tensor \"%.*s\"",
-                                f->path, NAME_MAX_SHOWN, t->name, t->offset, t->offset + t->nbytes,
-                                NAME_MAX_SHOWN, f->tensors[i - 1].name);
+            return kiln_error_setf(KILN_ERR_FORMAT,
+                                   "%s: tensor \"%.*s\" (bytes %zu..%zu) overlaps tensor \"%.*s\"",
+                                   f->path, NAME_MAX_SHOWN, t->name, t->offset,
+                                   t->offset + t->nbytes, NAME_MAX_SHOWN, f->tensors[i - 1].name);
         if (t->offset > expect)
-            return kiln__errorf(KILN_ERR_FORMAT,
-                                "%s: bytes %zu..%zu of the data belong to no tensor (before "
-                                "tensor \"%.*s\")",
-                                f->path, expect, t->offset, NAME_MAX_SHOWN, t->name);
+            return kiln_error_setf(KILN_ERR_FORMAT,
+                                   "%s: bytes %zu..%zu of the data belong to no tensor (before "
+                                   "tensor \"%.*s\")",
+                                   f->path, expect, t->offset, NAME_MAX_SHOWN, t->name);
         expect = t->offset + t->nbytes;
     }
     if (expect != f->data_size)
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s: the data has %zu bytes but its tensors end at byte %zu", f->path,
-                            f->data_size, expect);
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: the data has %zu bytes but its tensors end at byte %zu",
+                               f->path, f->data_size, expect);
     f->by_name = malloc((f->n > 0 ? (size_t)f->n : 1) * sizeof *f->by_name);
     if (!f->by_name)
-        return kiln__errorf(KILN_ERR_NOMEM, "%s: no memory for the tensor index", f->path);
+        return kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory for the tensor index", f->path);
     for (int i = 0; i < f->n; i++)
         f->by_name[i] = i;
     sort_tensors = f->tensors;
@@ -204,8 +205,8 @@ static kiln_status check_layout(kiln_safetensors *f) {
     for (int i = 1; i < f->n; i++) {
         const char *a = f->tensors[f->by_name[i - 1]].name, *b = f->tensors[f->by_name[i]].name;
         if (strcmp(a, b) == 0)
-            return kiln__errorf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\" appears twice", f->path,
-                                NAME_MAX_SHOWN, a);
+            return kiln_error_setf(KILN_ERR_FORMAT, "%s: tensor \"%.*s\" appears twice", f->path,
+                                   NAME_MAX_SHOWN, a);
     }
     for (int i = 0; i < f->n; i++)
         f->tensors[i].data = f->data + f->tensors[i].offset;
@@ -214,19 +215,19 @@ static kiln_status check_layout(kiln_safetensors *f) {
 
 static kiln_status parse_metadata(kiln_safetensors *f, const cJSON *meta) {
     if (!cJSON_IsObject(meta))
-        return kiln__errorf(KILN_ERR_FORMAT, "%s: \"__metadata__\" is not an object", f->path);
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s: \"__metadata__\" is not an object", f->path);
     int n = cJSON_GetArraySize(meta);
     f->meta = calloc((size_t)(2 * n + 1), sizeof *f->meta);
     char ***keys = malloc((size_t)(n + 1) * sizeof *keys);
     if (!f->meta || !keys) {
         free(keys);
-        return kiln__errorf(KILN_ERR_NOMEM, "%s: no memory for the metadata", f->path);
+        return kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory for the metadata", f->path);
     }
     kiln_status s = KILN_OK;
     for (const cJSON *c = meta->child; c; c = c->next) {
         if (!c->string || !cJSON_IsString(c)) {
-            s = kiln__errorf(KILN_ERR_FORMAT, "%s: metadata \"%.*s\" is not a string", f->path,
-                             NAME_MAX_SHOWN, c->string ? c->string : "");
+            s = kiln_error_setf(KILN_ERR_FORMAT, "%s: metadata \"%.*s\" is not a string", f->path,
+                                NAME_MAX_SHOWN, c->string ? c->string : "");
             goto done;
         }
         char **kv = &f->meta[2 * f->n_meta];
@@ -235,15 +236,15 @@ static kiln_status parse_metadata(kiln_safetensors *f, const cJSON *meta) {
         keys[f->n_meta] = kv;
         f->n_meta++;
         if (!kv[0] || !kv[1]) {
-            s = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory for the metadata", f->path);
+            s = kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory for the metadata", f->path);
             goto done;
         }
     }
     qsort(keys, (size_t)f->n_meta, sizeof *keys, cmp_str_ptr);
     for (int i = 1; i < f->n_meta; i++) {
         if (strcmp(*keys[i - 1], *keys[i]) == 0) {
-            s = kiln__errorf(KILN_ERR_FORMAT, "%s: metadata key \"%.*s\" appears twice", f->path,
-                             NAME_MAX_SHOWN, *keys[i]);
+            s = kiln_error_setf(KILN_ERR_FORMAT, "%s: metadata key \"%.*s\" appears twice", f->path,
+                                NAME_MAX_SHOWN, *keys[i]);
             goto done;
         }
     }
@@ -254,38 +255,38 @@ done:
 
 static kiln_status parse_json(kiln_safetensors *f, const char *header, size_t len) {
     if (len == 0 || header[0] != '{')
-        return kiln__errorf(KILN_ERR_FORMAT, "%s: the header does not start with '{'", f->path);
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s: the header does not start with '{'", f->path);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(header, len, &end, 0);
     if (!root) {
         size_t at = end && end >= header ? (size_t)(end - header) : 0;
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s: the header is not valid JSON (at byte %zu of %zu)", f->path,
-                            8 + at, 8 + len);
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: the header is not valid JSON (at byte %zu of %zu)", f->path,
+                               8 + at, 8 + len);
     }
     kiln_status s = KILN_OK;
     for (const char *p = end; p < header + len; p++) {
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            s = kiln__errorf(KILN_ERR_FORMAT, "%s: bytes after the header's JSON (at byte %zu)",
-                             f->path, 8 + (size_t)(p - header));
+            s = kiln_error_setf(KILN_ERR_FORMAT, "%s: bytes after the header's JSON (at byte %zu)",
+                                f->path, 8 + (size_t)(p - header));
             goto done;
         }
     }
     if (!cJSON_IsObject(root)) {
-        s = kiln__errorf(KILN_ERR_FORMAT, "%s: the header is not a JSON object", f->path);
+        s = kiln_error_setf(KILN_ERR_FORMAT, "%s: the header is not a JSON object", f->path);
         goto done;
     }
     int count = cJSON_GetArraySize(root), seen_meta = 0;
     f->tensors = calloc((size_t)(count + 1), sizeof *f->tensors);
     if (!f->tensors) {
-        s = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory for %d tensor entries", f->path, count);
+        s = kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory for %d tensor entries", f->path, count);
         goto done;
     }
     for (const cJSON *c = root->child; c; c = c->next) {
         const char *key = c->string ? c->string : "";
         if (strcmp(key, "__metadata__") == 0) {
             if (seen_meta++) {
-                s = kiln__errorf(KILN_ERR_FORMAT, "%s: \"__metadata__\" appears twice", f->path);
+                s = kiln_error_setf(KILN_ERR_FORMAT, "%s: \"__metadata__\" appears twice", f->path);
                 goto done;
             }
             KILN_CHECK_GOTO(s, parse_metadata(f, c), done);
@@ -293,12 +294,12 @@ static kiln_status parse_json(kiln_safetensors *f, const char *header, size_t le
         }
         kiln_st_tensor *t = &f->tensors[f->n];
         if (key[0] == '\0') {
-            s = kiln__errorf(KILN_ERR_FORMAT, "%s: a tensor has an empty name", f->path);
+            s = kiln_error_setf(KILN_ERR_FORMAT, "%s: a tensor has an empty name", f->path);
             goto done;
         }
         t->name = strdup(key);
         if (!t->name) {
-            s = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory for tensor names", f->path);
+            s = kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory for tensor names", f->path);
             goto done;
         }
         f->n++;
@@ -313,20 +314,21 @@ done:
 /* Header length, header, data buffer. */
 static kiln_status parse(kiln_safetensors *f) {
     if (f->size < 8)
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s: %zu bytes; a safetensors file starts with an 8-byte header length",
-                            f->path, f->size);
+        return kiln_error_setf(
+            KILN_ERR_FORMAT,
+            "%s: %zu bytes; a safetensors file starts with an 8-byte header length", f->path,
+            f->size);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | f->bytes[i];
     if (n > KILN_ST_MAX_HEADER)
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s: header length %llu is over kiln's limit of %zu bytes", f->path,
-                            (unsigned long long)n, KILN_ST_MAX_HEADER);
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: header length %llu is over kiln's limit of %zu bytes", f->path,
+                               (unsigned long long)n, KILN_ST_MAX_HEADER);
     if (n > f->size - 8)
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s: header length %llu runs past the end of the file (%zu bytes)",
-                            f->path, (unsigned long long)n, f->size);
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: header length %llu runs past the end of the file (%zu bytes)",
+                               f->path, (unsigned long long)n, f->size);
     f->data = f->bytes + 8 + n;
     f->data_size = f->size - 8 - (size_t)n;
     return parse_json(f, (const char *)f->bytes + 8, (size_t)n);
@@ -338,7 +340,7 @@ static kiln_status new_handle(kiln_safetensors **out, const char *name) {
         f->path = strdup(name);
     if (!f || !f->path) {
         free(f);
-        return kiln__errorf(KILN_ERR_NOMEM, "%s: no memory to open", name);
+        return kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory to open", name);
     }
     *out = f;
     return KILN_OK;
@@ -347,7 +349,7 @@ static kiln_status new_handle(kiln_safetensors **out, const char *name) {
 kiln_status kiln_safetensors_open_memory(kiln_safetensors **out, const void *bytes, size_t size,
                                          const char *name) {
     if (!out || (!bytes && size))
-        return kiln__errorf(KILN_ERR_ARG, "safetensors open: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "safetensors open: NULL argument");
     *out = NULL;
     kiln_safetensors *f = NULL;
     KILN_CHECK(new_handle(&f, name ? name : "<memory>"));
@@ -364,16 +366,16 @@ kiln_status kiln_safetensors_open_memory(kiln_safetensors **out, const void *byt
 
 kiln_status kiln_safetensors_open(kiln_safetensors **out, const char *path) {
     if (!out || !path)
-        return kiln__errorf(KILN_ERR_ARG, "safetensors open: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "safetensors open: NULL argument");
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return kiln__errorf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO,
-                            "cannot open %s: %s", path, strerror(errno));
+        return kiln_error_setf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO,
+                               "cannot open %s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return kiln__errorf(KILN_ERR_IO, "%s: not a regular file", path);
+        return kiln_error_setf(KILN_ERR_IO, "%s: not a regular file", path);
     }
     kiln_safetensors *f = NULL;
     kiln_status s = new_handle(&f, path);
@@ -386,8 +388,8 @@ kiln_status kiln_safetensors_open(kiln_safetensors **out, const char *path) {
         f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (f->map == MAP_FAILED) {
             f->map = NULL;
-            s = kiln__errorf(KILN_ERR_IO, "cannot map %s (%zu bytes): %s", path, f->size,
-                             strerror(errno));
+            s = kiln_error_setf(KILN_ERR_IO, "cannot map %s (%zu bytes): %s", path, f->size,
+                                strerror(errno));
         }
         f->map_len = f->size;
         f->bytes = f->map;
@@ -484,7 +486,7 @@ kiln_status kiln_safetensors_read_f32(const kiln_safetensors *f, const kiln_st_t
         }
         return KILN_OK;
     default:
-        return kiln__errorf(
+        return kiln_error_setf(
             KILN_ERR_DTYPE,
             "%s: tensor \"%.*s\" is %s; kiln reads F32, F16, BF16 and F64 as floats", f->path,
             NAME_MAX_SHOWN, t->name, kiln_st_dtype_name(t->dtype));

@@ -1,18 +1,10 @@
-/* safetensors writer: collect tensors and metadata, then write atomically.
- *
- * The file is written under a temporary name in the target's folder, flushed with fsync,
- * closed and renamed over the target; the folder is then flushed so the rename itself is
- * durable. Any failure removes the temporary, so the target is either the old file, byte
- * for byte, or the complete new one. */
+/* safetensors writer: collect tensors and metadata, then write atomically (core/fs.h): the
+ * target is either the old file, byte for byte, or the complete new one. */
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -36,10 +28,10 @@ struct kiln_safetensors_writer {
 
 kiln_status kiln_safetensors_writer_init(kiln_safetensors_writer **out) {
     if (!out)
-        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "safetensors writer: NULL argument");
     *out = calloc(1, sizeof **out);
     if (!*out)
-        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory");
+        return kiln_error_setf(KILN_ERR_NOMEM, "safetensors writer: no memory");
     return KILN_OK;
 }
 
@@ -59,27 +51,30 @@ kiln_status kiln_safetensors_writer_add(kiln_safetensors_writer *w, const char *
                                         kiln_st_dtype dtype, int ndim, const int64_t *shape,
                                         const void *data) {
     if (!w || !name || (ndim > 0 && !shape))
-        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "safetensors writer: NULL argument");
     if (!name[0] || strcmp(name, "__metadata__") == 0)
-        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: invalid tensor name \"%s\"", name);
+        return kiln_error_setf(KILN_ERR_ARG, "safetensors writer: invalid tensor name \"%s\"",
+                               name);
     if ((unsigned)dtype >= KILN_ST_DTYPE_COUNT || ndim < 0 || ndim > KILN_ST_MAX_DIMS)
-        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\": bad dtype or ndim %d",
-                            name, ndim);
+        return kiln_error_setf(
+            KILN_ERR_ARG, "safetensors writer: tensor \"%s\": bad dtype or ndim %d", name, ndim);
     uint64_t numel = 1, nbytes;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0 || __builtin_mul_overflow(numel, (uint64_t)shape[i], &numel))
-            return kiln__errorf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\": bad shape", name);
+            return kiln_error_setf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\": bad shape",
+                                   name);
     }
     if (__builtin_mul_overflow(numel, (uint64_t)kiln_st_dtype_size(dtype), &nbytes) ||
         nbytes > (uint64_t)INT64_MAX)
-        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\" is too large", name);
+        return kiln_error_setf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\" is too large",
+                               name);
     if (nbytes && !data)
-        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\" has no data", name);
+        return kiln_error_setf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\" has no data", name);
     if (w->n == w->cap) {
         int cap = w->cap ? 2 * w->cap : 64;
         writer_entry *e = realloc(w->e, (size_t)cap * sizeof *e);
         if (!e)
-            return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for tensors");
+            return kiln_error_setf(KILN_ERR_NOMEM, "safetensors writer: no memory for tensors");
         w->e = e;
         w->cap = cap;
     }
@@ -87,7 +82,7 @@ kiln_status kiln_safetensors_writer_add(kiln_safetensors_writer *w, const char *
     memset(e, 0, sizeof *e);
     e->name = strdup(name);
     if (!e->name)
-        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for tensors");
+        return kiln_error_setf(KILN_ERR_NOMEM, "safetensors writer: no memory for tensors");
     e->dtype = dtype;
     e->ndim = ndim;
     for (int i = 0; i < ndim; i++)
@@ -101,10 +96,10 @@ kiln_status kiln_safetensors_writer_add(kiln_safetensors_writer *w, const char *
 kiln_status kiln_safetensors_writer_set_metadata(kiln_safetensors_writer *w, const char *key,
                                                  const char *value) {
     if (!w || !key || !value)
-        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "safetensors writer: NULL argument");
     char *v = strdup(value);
     if (!v)
-        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for metadata");
+        return kiln_error_setf(KILN_ERR_NOMEM, "safetensors writer: no memory for metadata");
     for (int i = 0; i < w->n_meta; i++) {
         if (strcmp(w->meta[2 * i], key) == 0) {
             free(w->meta[2 * i + 1]);
@@ -117,7 +112,7 @@ kiln_status kiln_safetensors_writer_set_metadata(kiln_safetensors_writer *w, con
         char **m = realloc(w->meta, (size_t)(2 * cap) * sizeof *m);
         if (!m) {
             free(v);
-            return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for metadata");
+            return kiln_error_setf(KILN_ERR_NOMEM, "safetensors writer: no memory for metadata");
         }
         w->meta = m;
         w->cap_meta = cap;
@@ -125,7 +120,7 @@ kiln_status kiln_safetensors_writer_set_metadata(kiln_safetensors_writer *w, con
     char *k = strdup(key);
     if (!k) {
         free(v);
-        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for metadata");
+        return kiln_error_setf(KILN_ERR_NOMEM, "safetensors writer: no memory for metadata");
     }
     w->meta[2 * w->n_meta] = k;
     w->meta[2 * w->n_meta + 1] = v;
@@ -140,15 +135,15 @@ static int cmp_names(const void *a, const void *b) {
 static kiln_status check_unique(const kiln_safetensors_writer *w) {
     char **names = malloc((size_t)(w->n ? w->n : 1) * sizeof *names);
     if (!names)
-        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory");
+        return kiln_error_setf(KILN_ERR_NOMEM, "safetensors writer: no memory");
     for (int i = 0; i < w->n; i++)
         names[i] = w->e[i].name;
     qsort(names, (size_t)w->n, sizeof *names, cmp_names);
     kiln_status s = KILN_OK;
     for (int i = 1; i < w->n && s == KILN_OK; i++)
         if (strcmp(names[i - 1], names[i]) == 0)
-            s = kiln__errorf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\" added twice",
-                             names[i]);
+            s = kiln_error_setf(KILN_ERR_ARG, "safetensors writer: tensor \"%s\" added twice",
+                                names[i]);
     free(names);
     return s;
 }
@@ -203,12 +198,12 @@ static kiln_status build_header(const kiln_safetensors_writer *w, char **out, si
     char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
     if (!json)
-        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for the header");
+        return kiln_error_setf(KILN_ERR_NOMEM, "safetensors writer: no memory for the header");
     size_t n = strlen(json), padded = (n + 7) / 8 * 8;
     char *h = realloc(json, padded + 1);
     if (!h) {
         free(json);
-        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for the header");
+        return kiln_error_setf(KILN_ERR_NOMEM, "safetensors writer: no memory for the header");
     }
     memset(h + n, ' ', padded - n);
     h[padded] = '\0';
@@ -226,7 +221,7 @@ static void put_le64(unsigned char *p, uint64_t v) {
 kiln_status kiln_safetensors_writer_to_memory(const kiln_safetensors_writer *w, void **out,
                                               size_t *size) {
     if (!w || !out || !size)
-        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "safetensors writer: NULL argument");
     char *header;
     size_t hlen, dsize;
     KILN_CHECK(build_header(w, &header, &hlen, &dsize));
@@ -235,7 +230,8 @@ kiln_status kiln_safetensors_writer_to_memory(const kiln_safetensors_writer *w, 
         buf = malloc(8 + hlen + dsize);
     if (!buf) {
         free(header);
-        return kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory for %zu bytes", dsize);
+        return kiln_error_setf(KILN_ERR_NOMEM, "safetensors writer: no memory for %zu bytes",
+                               dsize);
     }
     put_le64(buf, hlen);
     memcpy(buf + 8, header, hlen);
@@ -251,87 +247,24 @@ kiln_status kiln_safetensors_writer_to_memory(const kiln_safetensors_writer *w, 
     return KILN_OK;
 }
 
-static kiln_status write_all(int fd, const void *p, size_t n, const char *path) {
-    const unsigned char *b = p;
-    while (n > 0) {
-        ssize_t k = write(fd, b, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return kiln__errorf(KILN_ERR_IO, "writing %s: %s", path,
-                                k < 0 ? strerror(errno) : "nothing written");
-        b += k;
-        n -= (size_t)k;
-    }
-    return KILN_OK;
-}
-
-/* Create a new file next to `path` that no one else is using. */
-static kiln_status open_temp(const char *path, char *tmp, size_t cap, int *fd) {
-    static _Atomic unsigned counter;
-    for (int tries = 0; tries < 100; tries++) {
-        snprintf(tmp, cap, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
-        *fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (*fd >= 0)
-            return KILN_OK;
-        if (errno != EEXIST)
-            return kiln__errorf(KILN_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    }
-    return kiln__errorf(KILN_ERR_IO, "cannot create a temporary file next to %s", path);
-}
-
 kiln_status kiln_safetensors_writer_write(const kiln_safetensors_writer *w, const char *path) {
     if (!w || !path || !path[0])
-        return kiln__errorf(KILN_ERR_ARG, "safetensors writer: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "safetensors writer: NULL argument");
     char *header = NULL;
     size_t hlen, dsize;
-    kiln_status replaceable = kiln__check_replaceable(path);
-    if (replaceable)
-        return replaceable;
     KILN_CHECK(build_header(w, &header, &hlen, &dsize));
-    size_t cap = strlen(path) + 64;
-    char *tmp = malloc(cap);
-    int fd = -1;
-    kiln_status s = KILN_OK;
-    if (!tmp) {
-        s = kiln__errorf(KILN_ERR_NOMEM, "safetensors writer: no memory");
-        goto fail;
-    }
-    KILN_CHECK_GOTO(s, open_temp(path, tmp, cap, &fd), fail);
+    kiln__atomic_file f = KILN__ATOMIC_FILE_INIT;
+    kiln_status s;
+    KILN_CHECK_GOTO(s, kiln__atomic_open(&f, path), fail);
     unsigned char len8[8];
     put_le64(len8, hlen);
-    KILN_CHECK_GOTO(s, write_all(fd, len8, 8, tmp), fail_unlink);
-    KILN_CHECK_GOTO(s, write_all(fd, header, hlen, tmp), fail_unlink);
+    KILN_CHECK_GOTO(s, kiln__atomic_write(&f, len8, 8), fail);
+    KILN_CHECK_GOTO(s, kiln__atomic_write(&f, header, hlen), fail);
     for (int i = 0; i < w->n; i++)
-        KILN_CHECK_GOTO(s, write_all(fd, w->e[i].data, w->e[i].nbytes, tmp), fail_unlink);
-    if (fsync(fd) != 0) {
-        s = kiln__errorf(KILN_ERR_IO, "flushing %s: %s", tmp, strerror(errno));
-        goto fail_unlink;
-    }
-    int rc = close(fd);
-    fd = -1;
-    if (rc != 0) {
-        s = kiln__errorf(KILN_ERR_IO, "closing %s: %s", tmp, strerror(errno));
-        goto fail_unlink;
-    }
-    if (rename(tmp, path) != 0) {
-        s = kiln__errorf(KILN_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        goto fail_unlink;
-    }
-    (void)kiln__sync_parent(path); /* the data itself is already on disk */
-    free(tmp);
-    free(header);
-    return KILN_OK;
-
-fail_unlink:
-    if (fd >= 0)
-        close(fd);
-    fd = -1;
-    unlink(tmp);
+        KILN_CHECK_GOTO(s, kiln__atomic_write(&f, w->e[i].data, w->e[i].nbytes), fail);
+    s = kiln__atomic_commit(&f);
 fail:
-    if (fd >= 0)
-        close(fd);
-    free(tmp);
+    kiln__atomic_abort(&f);
     free(header);
     return s;
 }

@@ -78,16 +78,16 @@ kiln_status kiln_alloc_checked(void **out, size_t bytes, const char *what) {
     if (bytes >= ((size_t)64 << 20)) {
         size_t avail = memory_available();
         if (avail && bytes > avail)
-            return kiln__errorf(KILN_ERR_NOMEM,
-                                "cannot allocate %.1f MiB for %s: the machine has %.1f MiB of "
-                                "memory available",
-                                (double)bytes / (1024.0 * 1024.0), what,
-                                (double)avail / (1024.0 * 1024.0));
+            return kiln_error_setf(KILN_ERR_NOMEM,
+                                   "cannot allocate %.1f MiB for %s: the machine has %.1f MiB of "
+                                   "memory available",
+                                   (double)bytes / (1024.0 * 1024.0), what,
+                                   (double)avail / (1024.0 * 1024.0));
     }
     *out = kiln_alloc(bytes);
     if (!*out)
-        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate %zu bytes (%.1f MiB) for %s", bytes,
-                            (double)bytes / (1024.0 * 1024.0), what);
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %zu bytes (%.1f MiB) for %s", bytes,
+                               (double)bytes / (1024.0 * 1024.0), what);
     return KILN_OK;
 }
 

@@ -29,7 +29,7 @@ const char *kiln_error_message(void) { return error_msg; }
 
 void kiln_error_clear(void) { error_msg[0] = '\0'; }
 
-kiln_status kiln__errorf(kiln_status s, const char *fmt, ...) {
+kiln_status kiln_error_setf(kiln_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(error_msg, sizeof error_msg, fmt, ap);
@@ -37,7 +37,7 @@ kiln_status kiln__errorf(kiln_status s, const char *fmt, ...) {
     return s;
 }
 
-kiln_status kiln__error_wrap(kiln_status s, const char *fmt, ...) {
+kiln_status kiln_error_wrapf(kiln_status s, const char *fmt, ...) {
     char prefix[512], old[sizeof error_msg];
     va_list ap;
     va_start(ap, fmt);

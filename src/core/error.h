@@ -1,18 +1,9 @@
-/* Internal error helpers shared by every module. */
+/* Internal error helpers shared by every module (the message setters are public:
+ * kiln/status.h). */
 #ifndef KILN_CORE_ERROR_H
 #define KILN_CORE_ERROR_H
 
 #include "kiln/status.h"
-
-/* Record a detailed message for this thread and return s, so that
- *   return kiln__errorf(KILN_ERR_FORMAT, "%s: header is %zu bytes", path, n);
- * both sets the message and fails. */
-kiln_status kiln__errorf(kiln_status s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-/* Prefix the current message with more context: "loading x.safetensors: <old message>". */
-kiln_status kiln__error_wrap(kiln_status s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 
 #define KILN_CHECK(expr)                 \
     do {                                 \

@@ -1,91 +1,223 @@
 #include "core/fs.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
+#include "kiln/core.h"
 
-kiln_status kiln__check_replaceable(const char *path) {
+kiln_status kiln_file_check_replaceable(const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) {
         if (errno == ENOENT)
             return KILN_OK;
-        return kiln__errorf(KILN_ERR_IO, "%s: %s", path, strerror(errno));
+        return kiln_error_setf(KILN_ERR_IO, "%s: %s", path, strerror(errno));
     }
     if (S_ISREG(st.st_mode))
         return KILN_OK;
-    const char *kind = S_ISDIR(st.st_mode)    ? "a folder"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+    const char *kind = S_ISDIR(st.st_mode)                          ? "a folder"
+                       : S_ISFIFO(st.st_mode)                       ? "a FIFO"
                        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                                              : "not a regular file";
-    return kiln__errorf(KILN_ERR_IO, "%s is %s; kiln only writes regular files, and will not "
-                                     "replace it", path, kind);
+                       : S_ISSOCK(st.st_mode)                       ? "a socket"
+                                                                    : "not a regular file";
+    return kiln_error_setf(KILN_ERR_IO,
+                           "%s is %s; kiln only writes regular files, and will not replace it",
+                           path, kind);
+}
+
+/* The folder part of path into dir ("." or "/" when it has none). */
+static void parent_of(const char *path, char *dir, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, cap, ".");
+    else if (slash == path)
+        snprintf(dir, cap, "/");
+    else
+        snprintf(dir, cap, "%.*s", (int)(slash - path), path);
 }
 
 kiln_status kiln__sync_parent(const char *path) {
     char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    parent_of(path, dir, sizeof dir);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return kiln__errorf(KILN_ERR_IO, "%s: cannot open the folder to sync it: %s", dir,
-                            strerror(errno));
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot open the folder to sync it: %s", dir,
+                               strerror(errno));
     int rc = fsync(fd);
     int err = errno;
     close(fd);
     if (rc != 0 && err != EINVAL) /* some file systems cannot sync a folder */
-        return kiln__errorf(KILN_ERR_IO, "%s: folder fsync failed: %s", dir, strerror(err));
+        return kiln_error_setf(KILN_ERR_IO, "%s: folder fsync failed: %s", dir, strerror(err));
     return KILN_OK;
 }
 
-kiln_status kiln__write_file_atomic(const char *path, const void *data, size_t size) {
+/* pid when name is "<base>.tmp.<pid>" or "<base>.tmp.<pid>.<n>", else 0. */
+static long temp_owner(const char *name, const char *base) {
+    size_t n = strlen(base);
+    if (strncmp(name, base, n) != 0 || strncmp(name + n, ".tmp.", 5) != 0)
+        return 0;
+    const char *p = name + n + 5;
+    char *end;
+    errno = 0;
+    long pid = strtol(p, &end, 10);
+    if (errno || end == p || pid <= 0 || *p < '0' || *p > '9')
+        return 0;
+    if (*end == '.') {
+        const char *q = end + 1;
+        if (*q < '0' || *q > '9')
+            return 0;
+        strtoul(q, &end, 10);
+    }
+    return *end == '\0' ? pid : 0;
+}
+
+int kiln__remove_stale_temps(const char *path) {
+    char dir[4096];
+    parent_of(path, dir, sizeof dir);
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!base[0])
+        return 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int removed = 0;
+    time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long pid = temp_owner(e->d_name, base);
+        if (pid == 0 || pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* alive (or not ours to ask about) */
+        char full[8192];
+        if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= sizeof full)
+            continue;
+        struct stat st;
+        if (lstat(full, &st) != 0 || !S_ISREG(st.st_mode) || now - st.st_mtime < 60)
+            continue;
+        if (unlink(full) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
+}
+
+kiln_status kiln__atomic_open(kiln__atomic_file *f, const char *path) {
     static _Atomic unsigned counter;
-    KILN_CHECK(kiln__check_replaceable(path));
+    f->fd = -1;
+    f->path = f->tmp = NULL;
+    if (!path || !path[0])
+        return kiln_error_setf(KILN_ERR_ARG, "no file name to write");
+    KILN_CHECK(kiln_file_check_replaceable(path));
+    (void)kiln__remove_stale_temps(path);
     size_t cap = strlen(path) + 64;
-    char *tmp = malloc(cap);
-    if (!tmp)
-        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate a file name for %s", path);
-    snprintf(tmp, cap, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+    f->path = strdup(path);
+    f->tmp = malloc(cap);
+    if (!f->path || !f->tmp) {
+        kiln__atomic_abort(f);
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate a file name for %s", path);
+    }
+    for (int tries = 0; tries < 100; tries++) {
+        snprintf(f->tmp, cap, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+        f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (f->fd >= 0)
+            return KILN_OK;
+        if (errno != EEXIST) {
+            kiln_status s =
+                kiln_error_setf(KILN_ERR_IO, "cannot create %s: %s", f->tmp, strerror(errno));
+            free(f->tmp); /* nothing was created: abort must not remove another's file */
+            f->tmp = NULL;
+            kiln__atomic_abort(f);
+            return s;
+        }
+    }
+    free(f->tmp);
+    f->tmp = NULL;
+    kiln__atomic_abort(f);
+    return kiln_error_setf(KILN_ERR_IO, "cannot create a temporary file next to %s", path);
+}
+
+kiln_status kiln__atomic_write(kiln__atomic_file *f, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t k = write(f->fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return kiln_error_setf(KILN_ERR_IO, "cannot write %s: %s", f->tmp,
+                                   k < 0 ? strerror(errno) : "no progress");
+        p += k;
+        n -= (size_t)k;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln__atomic_pwrite(kiln__atomic_file *f, const void *data, size_t n, uint64_t offset) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t k = pwrite(f->fd, p, n, (off_t)offset);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return kiln_error_setf(KILN_ERR_IO, "cannot write %s: %s", f->tmp,
+                                   k < 0 ? strerror(errno) : "no progress");
+        p += k;
+        n -= (size_t)k;
+        offset += (uint64_t)k;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln__atomic_commit(kiln__atomic_file *f) {
     kiln_status s = KILN_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        s = kiln__errorf(KILN_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-        free(tmp);
+    if (fsync(f->fd) != 0)
+        s = kiln_error_setf(KILN_ERR_IO, "cannot flush %s: %s", f->tmp, strerror(errno));
+    int rc = close(f->fd);
+    f->fd = -1;
+    if (rc != 0 && s == KILN_OK)
+        s = kiln_error_setf(KILN_ERR_IO, "cannot close %s: %s", f->tmp, strerror(errno));
+    if (s == KILN_OK && rename(f->tmp, f->path) != 0)
+        s = kiln_error_setf(KILN_ERR_IO, "cannot rename %s to %s: %s", f->tmp, f->path,
+                            strerror(errno));
+    if (s != KILN_OK) {
+        kiln__atomic_abort(f);
         return s;
     }
-    const char *p = data;
-    size_t left = size;
-    while (left > 0 && s == KILN_OK) {
-        ssize_t n = write(fd, p, left);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            s = kiln__errorf(KILN_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        else
-            p += n, left -= (size_t)n;
+    (void)kiln__sync_parent(f->path); /* the data itself is already on disk */
+    free(f->tmp);
+    free(f->path);
+    f->tmp = f->path = NULL;
+    return KILN_OK;
+}
+
+void kiln__atomic_abort(kiln__atomic_file *f) {
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+    if (f->tmp)
+        unlink(f->tmp);
+    free(f->tmp);
+    free(f->path);
+    f->tmp = f->path = NULL;
+}
+
+kiln_status kiln__write_file_atomic(const char *path, const void *data, size_t size) {
+    kiln__atomic_file f;
+    KILN_CHECK(kiln__atomic_open(&f, path));
+    kiln_status s = kiln__atomic_write(&f, data, size);
+    if (s != KILN_OK) {
+        kiln__atomic_abort(&f);
+        return s;
     }
-    if (s == KILN_OK && fsync(fd) != 0)
-        s = kiln__errorf(KILN_ERR_IO, "cannot flush %s: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && s == KILN_OK)
-        s = kiln__errorf(KILN_ERR_IO, "cannot close %s: %s", tmp, strerror(errno));
-    if (s == KILN_OK && rename(tmp, path) != 0)
-        s = kiln__errorf(KILN_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    if (s != KILN_OK)
-        unlink(tmp);
-    else
-        (void)kiln__sync_parent(path); /* the data itself is already on disk */
-    free(tmp);
-    return s;
+    return kiln__atomic_commit(&f);
 }

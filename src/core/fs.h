@@ -1,23 +1,53 @@
-/* Internal file-system helpers shared by every module that writes users' files. */
+/* Internal file-system helpers shared by every module that writes users' files.
+ *
+ * Every file kiln writes for a user goes through kiln__atomic_*: the bytes go to a new
+ * temporary beside the target ("<target>.tmp.<pid>.<n>", created exclusively), which is
+ * flushed, closed and renamed over the target, and the folder is then flushed so the
+ * rename itself is durable. Any failure removes the temporary, so the target is either the
+ * old file, byte for byte, or the complete new one. Temporaries of the same target left by
+ * processes that died mid-write are removed when the next write of that target starts. */
 #ifndef KILN_CORE_FS_H
 #define KILN_CORE_FS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
+#include "kiln/core.h"
 #include "kiln/status.h"
-
-/* KILN_OK when `path` does not exist or is a regular file (or a link to one), which a
- * write-then-rename may replace; else KILN_ERR_IO naming it. kiln never replaces a
- * folder, device, FIFO or socket with a file. */
-kiln_status kiln__check_replaceable(const char *path);
 
 /* fsync the folder holding `path`, making a rename into it durable. */
 kiln_status kiln__sync_parent(const char *path);
 
-/* Write bytes to `path` whole or not at all: into a new temporary file beside it (created
- * exclusively, named with the process id and a counter), flushed to disk, renamed over
- * `path`, then the folder flushed. On failure the temporary is removed and an existing
- * `path` is untouched. */
+/* A file being written under a temporary name. Initialised with KILN__ATOMIC_FILE_INIT, and
+ * after a failed open, a commit or an abort, fd is -1 and the names NULL, and
+ * kiln__atomic_abort is a no-op. */
+typedef struct kiln__atomic_file {
+    int fd;
+    char *path; /* the target */
+    char *tmp;  /* the temporary beside it */
+} kiln__atomic_file;
+#define KILN__ATOMIC_FILE_INIT                                                                     \
+    { -1, NULL, NULL }
+
+/* Check that `path` may be replaced (kiln_file_check_replaceable), remove stale temporaries
+ * of it, and create a new temporary. On failure f is released. */
+kiln_status kiln__atomic_open(kiln__atomic_file *f, const char *path);
+/* Append n bytes; pwrite writes at a byte offset (a header filled in last). */
+kiln_status kiln__atomic_write(kiln__atomic_file *f, const void *data, size_t n);
+kiln_status kiln__atomic_pwrite(kiln__atomic_file *f, const void *data, size_t n, uint64_t offset);
+/* Flush, close and rename over the target, then flush the folder. f is released whether
+ * this succeeds or not; on failure the temporary is removed and the target untouched. */
+kiln_status kiln__atomic_commit(kiln__atomic_file *f);
+/* Give up: close and remove the temporary. Safe on a released or zeroed f. */
+void kiln__atomic_abort(kiln__atomic_file *f);
+
+/* Write bytes to `path` whole or not at all (open, write, commit). */
 kiln_status kiln__write_file_atomic(const char *path, const void *data, size_t size);
+
+/* Remove "<path>.tmp.<pid>[.<n>]" files beside `path` whose process no longer exists on
+ * this machine and that have not been written for a minute (a temporary on a shared file
+ * system may belong to a live process elsewhere; one being written stays fresh). Returns
+ * the number removed. */
+int kiln__remove_stale_temps(const char *path);
 
 #endif

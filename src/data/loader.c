@@ -60,14 +60,14 @@ static kiln_status path_list_add(path_list *p, const char *a, const char *b) {
         int cap = p->cap ? 2 * p->cap : 16;
         char **items = realloc(p->items, (size_t)cap * sizeof *items);
         if (!items)
-            return kiln__errorf(KILN_ERR_NOMEM, "no memory for the list of shards");
+            return kiln_error_setf(KILN_ERR_NOMEM, "no memory for the list of shards");
         p->items = items;
         p->cap = cap;
     }
     size_t n = strlen(a) + (b ? strlen(b) + 2 : 1);
     char *s = malloc(n);
     if (!s)
-        return kiln__errorf(KILN_ERR_NOMEM, "no memory for the list of shards");
+        return kiln_error_setf(KILN_ERR_NOMEM, "no memory for the list of shards");
     snprintf(s, n, b ? "%s/%s" : "%s", a, b);
     p->items[p->n++] = s;
     return KILN_OK;
@@ -90,8 +90,8 @@ static kiln_status find_shards(const char *path, path_list *out) {
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         DIR *d = opendir(path);
         if (!d)
-            return kiln__errorf(KILN_ERR_IO, "%s: cannot list the folder: %s", path,
-                                strerror(errno));
+            return kiln_error_setf(KILN_ERR_IO, "%s: cannot list the folder: %s", path,
+                                   strerror(errno));
         struct dirent *e;
         kiln_status st = KILN_OK;
         while (st == KILN_OK && (e = readdir(d)) != NULL)
@@ -100,18 +100,19 @@ static kiln_status find_shards(const char *path, path_list *out) {
         closedir(d);
         KILN_CHECK(st);
         if (out->n == 0)
-            return kiln__errorf(KILN_ERR_NOT_FOUND, "%s: the folder holds no *.bin shards", path);
+            return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: the folder holds no *.bin shards",
+                                   path);
         qsort(out->items, (size_t)out->n, sizeof *out->items, cmp_str);
         return KILN_OK;
     }
     if (!strpbrk(path, "*?["))
-        return kiln__errorf(KILN_ERR_NOT_FOUND, "%s: no such shard, folder or pattern", path);
+        return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: no such shard, folder or pattern", path);
     glob_t g;
     int rc = glob(path, GLOB_ERR, NULL, &g);
     if (rc == GLOB_NOMATCH)
-        return kiln__errorf(KILN_ERR_NOT_FOUND, "%s: no shards match the pattern", path);
+        return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: no shards match the pattern", path);
     if (rc != 0)
-        return kiln__errorf(KILN_ERR_IO, "%s: cannot expand the pattern", path);
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot expand the pattern", path);
     kiln_status st = KILN_OK;
     for (size_t i = 0; st == KILN_OK && i < g.gl_pathc; i++)
         st = path_list_add(out, g.gl_pathv[i], NULL);
@@ -125,13 +126,13 @@ static kiln_status find_shards(const char *path, path_list *out) {
 
 static kiln_status check_config(const kiln_loader_config *c) {
     if (!c || !c->path)
-        return kiln__errorf(KILN_ERR_ARG, "loader: no shard path given");
+        return kiln_error_setf(KILN_ERR_ARG, "loader: no shard path given");
     if (c->B < 1 || c->T < 1 || c->B > (1LL << 31) || c->T > (1LL << 31))
-        return kiln__errorf(KILN_ERR_ARG, "loader: B=%lld and T=%lld must both be 1..2^31",
-                            (long long)c->B, (long long)c->T);
+        return kiln_error_setf(KILN_ERR_ARG, "loader: B=%lld and T=%lld must both be 1..2^31",
+                               (long long)c->B, (long long)c->T);
     if (c->world < 1 || c->rank < 0 || c->rank >= c->world)
-        return kiln__errorf(KILN_ERR_ARG, "loader: rank %d is not in [0, world=%d)", c->rank,
-                            c->world);
+        return kiln_error_setf(KILN_ERR_ARG, "loader: rank %d is not in [0, world=%d)", c->rank,
+                               c->world);
     return KILN_OK;
 }
 
@@ -139,7 +140,7 @@ static kiln_status open_shards(kiln_loader *l, const path_list *paths) {
     l->shards = calloc((size_t)paths->n, sizeof *l->shards);
     l->first_window = calloc((size_t)paths->n + 1, sizeof *l->first_window);
     if (!l->shards || !l->first_window)
-        return kiln__errorf(KILN_ERR_NOMEM, "loader: no memory for %d shards", paths->n);
+        return kiln_error_setf(KILN_ERR_NOMEM, "loader: no memory for %d shards", paths->n);
     for (int i = 0; i < paths->n; i++) {
         KILN_CHECK(kiln_shard_open(&l->shards[i], paths->items[i]));
         l->num_shards = i + 1;
@@ -147,17 +148,17 @@ static kiln_status open_shards(kiln_loader *l, const path_list *paths) {
         if (i == 0)
             l->vocab = in->vocab_size;
         else if (in->vocab_size != l->vocab)
-            return kiln__errorf(KILN_ERR_FORMAT,
-                                "%s has vocabulary size %lld but %s has %lld: shards written "
-                                "with different tokenizers cannot be mixed",
-                                paths->items[i], (long long)in->vocab_size, paths->items[0],
-                                (long long)l->vocab);
+            return kiln_error_setf(KILN_ERR_FORMAT,
+                                   "%s has vocabulary size %lld but %s has %lld: shards written "
+                                   "with different tokenizers cannot be mixed",
+                                   paths->items[i], (long long)in->vocab_size, paths->items[0],
+                                   (long long)l->vocab);
         if (in->num_tokens < l->cfg.T + 1)
-            return kiln__errorf(KILN_ERR_CONFIG,
-                                "%s holds %lld tokens, fewer than one window of T+1 = %lld "
-                                "(use a smaller T, or more text)",
-                                paths->items[i], (long long)in->num_tokens,
-                                (long long)(l->cfg.T + 1));
+            return kiln_error_setf(KILN_ERR_CONFIG,
+                                   "%s holds %lld tokens, fewer than one window of T+1 = %lld "
+                                   "(use a smaller T, or more text)",
+                                   paths->items[i], (long long)in->num_tokens,
+                                   (long long)(l->cfg.T + 1));
         l->num_tokens += in->num_tokens;
         l->first_window[i + 1] = l->first_window[i] + (in->num_tokens - 1) / l->cfg.T;
     }
@@ -170,7 +171,7 @@ kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_config *cfg) {
     KILN_CHECK(check_config(cfg));
     kiln_loader *l = calloc(1, sizeof *l);
     if (!l)
-        return kiln__errorf(KILN_ERR_NOMEM, "loader: no memory");
+        return kiln_error_setf(KILN_ERR_NOMEM, "loader: no memory");
     l->cfg = *cfg;
     l->cfg.path = NULL;
     l->state.seed = cfg->seed;
@@ -181,16 +182,16 @@ kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_config *cfg) {
     int64_t per_batch = cfg->B * cfg->world;
     l->batches_per_epoch = l->num_windows / per_batch;
     if (l->batches_per_epoch < 1) {
-        st = kiln__errorf(KILN_ERR_CONFIG,
-                          "%s: %lld windows of T+1 = %lld tokens, fewer than one batch of "
-                          "B*world = %lld windows",
-                          cfg->path, (long long)l->num_windows, (long long)(cfg->T + 1),
-                          (long long)per_batch);
+        st = kiln_error_setf(KILN_ERR_CONFIG,
+                             "%s: %lld windows of T+1 = %lld tokens, fewer than one batch of "
+                             "B*world = %lld windows",
+                             cfg->path, (long long)l->num_windows, (long long)(cfg->T + 1),
+                             (long long)per_batch);
         goto fail;
     }
     if (cfg->shuffle && l->num_windows > (int64_t)UINT32_MAX) {
-        st = kiln__errorf(KILN_ERR_CONFIG, "%s: %lld windows, more than the shuffle's 2^32",
-                          cfg->path, (long long)l->num_windows);
+        st = kiln_error_setf(KILN_ERR_CONFIG, "%s: %lld windows, more than the shuffle's 2^32",
+                             cfg->path, (long long)l->num_windows);
         goto fail;
     }
     if (cfg->shuffle)
@@ -269,7 +270,7 @@ static void copy_window(const kiln_loader *l, int64_t w, int32_t *inputs, int32_
 
 kiln_status kiln_loader_next(kiln_loader *l, int32_t *inputs, int32_t *targets) {
     if (!l || !inputs || !targets)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_loader_next: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_loader_next: NULL argument");
     if (l->state.position >= (uint64_t)l->batches_per_epoch) {
         l->state.epoch++;
         l->state.position = 0;
@@ -301,12 +302,12 @@ kiln_loader_state kiln_loader_get_state(const kiln_loader *l) {
 
 kiln_status kiln_loader_set_state(kiln_loader *l, const kiln_loader_state *s) {
     if (!l || !s)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_loader_set_state: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_loader_set_state: NULL argument");
     if (s->position > (uint64_t)l->batches_per_epoch)
-        return kiln__errorf(KILN_ERR_RANGE,
-                            "loader state: position %llu is past the %lld batches of an epoch "
-                            "(saved with other data, B, T or world size?)",
-                            (unsigned long long)s->position, (long long)l->batches_per_epoch);
+        return kiln_error_setf(KILN_ERR_RANGE,
+                               "loader state: position %llu is past the %lld batches of an epoch "
+                               "(saved with other data, B, T or world size?)",
+                               (unsigned long long)s->position, (long long)l->batches_per_epoch);
     l->state = *s;
     return KILN_OK;
 }

@@ -70,49 +70,50 @@ static void header_encode(unsigned char h[KILN_SHARD_HEADER_BYTES], const kiln_s
 static kiln_status header_decode(const unsigned char *h, uint64_t file_bytes, const char *path,
                                  kiln_shard_info *info) {
     if (file_bytes < KILN_SHARD_HEADER_BYTES)
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s: %llu bytes, shorter than the %d-byte shard header (truncated, "
-                            "or not a token shard)",
-                            path, (unsigned long long)file_bytes, KILN_SHARD_HEADER_BYTES);
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: %llu bytes, shorter than the %d-byte shard header (truncated, "
+                               "or not a token shard)",
+                               path, (unsigned long long)file_bytes, KILN_SHARD_HEADER_BYTES);
     if (memcmp(h + OFF_MAGIC, KILN_SHARD_MAGIC, 8) != 0)
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s: bytes 0..7 are not the magic \"%s\" (not a kiln token shard)",
-                            path, KILN_SHARD_MAGIC);
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: bytes 0..7 are not the magic \"%s\" (not a kiln token shard)",
+                               path, KILN_SHARD_MAGIC);
     uint32_t version = get_u32(h + OFF_VERSION);
     if (version != KILN_SHARD_VERSION)
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s: shard format version %u, this build reads version %d (written "
-                            "by another kiln, or the header at offset 8 is damaged)",
-                            path, version, KILN_SHARD_VERSION);
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: shard format version %u, this build reads version %d (written "
+                               "by another kiln, or the header at offset 8 is damaged)",
+                               path, version, KILN_SHARD_VERSION);
     uint64_t stored = get_u64(h + OFF_HEADER_HASH), computed = XXH3_64bits(h, OFF_HEADER_HASH);
     if (stored != computed)
-        return kiln__errorf(KILN_ERR_CHECKSUM,
-                            "%s: header bytes 0..55 fail their checksum (stored %016llx at offset "
-                            "56, computed %016llx): the header is damaged",
-                            path, (unsigned long long)stored, (unsigned long long)computed);
+        return kiln_error_setf(
+            KILN_ERR_CHECKSUM,
+            "%s: header bytes 0..55 fail their checksum (stored %016llx at offset "
+            "56, computed %016llx): the header is damaged",
+            path, (unsigned long long)stored, (unsigned long long)computed);
     uint32_t width = get_u32(h + OFF_WIDTH);
     uint64_t vocab = get_u64(h + OFF_VOCAB), count = get_u64(h + OFF_COUNT);
     for (int i = OFF_RESERVED; i < OFF_HEADER_HASH; i++)
         if (h[i] != 0)
-            return kiln__errorf(KILN_ERR_FORMAT, "%s: reserved header byte %d is not zero", path,
-                                i);
+            return kiln_error_setf(KILN_ERR_FORMAT, "%s: reserved header byte %d is not zero", path,
+                                   i);
     if (vocab < 1 || vocab > (uint64_t)KILN_SHARD_MAX_VOCAB)
-        return kiln__errorf(KILN_ERR_FORMAT, "%s: vocabulary size %llu is outside [1, 2^31]", path,
-                            (unsigned long long)vocab);
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s: vocabulary size %llu is outside [1, 2^31]",
+                               path, (unsigned long long)vocab);
     if (width != (uint32_t)kiln_shard_token_width((int64_t)vocab))
-        return kiln__errorf(
+        return kiln_error_setf(
             KILN_ERR_FORMAT, "%s: token width %u bytes does not fit vocabulary size %llu (want %d)",
             path, width, (unsigned long long)vocab, kiln_shard_token_width((int64_t)vocab));
     uint64_t want = (uint64_t)KILN_SHARD_HEADER_BYTES + count * width;
     if (count > (uint64_t)INT64_MAX / 8 || want != file_bytes) {
         if (count <= (uint64_t)INT64_MAX / 8 && file_bytes < want)
-            return kiln__errorf(KILN_ERR_FORMAT,
-                                "%s: %llu bytes, but the header says %llu tokens of %u bytes "
-                                "(%llu bytes with the header): truncated by %llu bytes",
-                                path, (unsigned long long)file_bytes, (unsigned long long)count,
-                                width, (unsigned long long)want,
-                                (unsigned long long)(want - file_bytes));
-        return kiln__errorf(
+            return kiln_error_setf(KILN_ERR_FORMAT,
+                                   "%s: %llu bytes, but the header says %llu tokens of %u bytes "
+                                   "(%llu bytes with the header): truncated by %llu bytes",
+                                   path, (unsigned long long)file_bytes, (unsigned long long)count,
+                                   width, (unsigned long long)want,
+                                   (unsigned long long)(want - file_bytes));
+        return kiln_error_setf(
             KILN_ERR_FORMAT, "%s: %llu bytes, but the header says %llu tokens of %u bytes: %s",
             path, (unsigned long long)file_bytes, (unsigned long long)count, width,
             count > (uint64_t)INT64_MAX / 8 ? "impossible count" : "extra bytes after the tokens");
@@ -181,20 +182,20 @@ static kiln_status check_tokens(const kiln_shard *s, uint64_t computed, uint32_t
                  (long long)bad,
                  (long long)(KILN_SHARD_HEADER_BYTES + bad * (int64_t)in->token_width));
     if (computed != in->data_hash)
-        return kiln__errorf(
+        return kiln_error_setf(
             KILN_ERR_CHECKSUM,
             "%s: token bytes %d..%llu fail their checksum (stored %016llx at offset "
             "32, computed %016llx): the tokens are damaged%s",
             s->path, KILN_SHARD_HEADER_BYTES, (unsigned long long)(KILN_SHARD_HEADER_BYTES + bytes),
             (unsigned long long)in->data_hash, (unsigned long long)computed, hint);
     if (bad >= 0)
-        return kiln__errorf(KILN_ERR_RANGE,
-                            "%s: token %lld (byte offset %lld) is id %llu, outside the "
-                            "vocabulary of %lld ids",
-                            s->path, (long long)bad,
-                            (long long)(KILN_SHARD_HEADER_BYTES + bad * (int64_t)in->token_width),
-                            (unsigned long long)id_at(s->tokens, bad, in->token_width),
-                            (long long)in->vocab_size);
+        return kiln_error_setf(
+            KILN_ERR_RANGE,
+            "%s: token %lld (byte offset %lld) is id %llu, outside the "
+            "vocabulary of %lld ids",
+            s->path, (long long)bad,
+            (long long)(KILN_SHARD_HEADER_BYTES + bad * (int64_t)in->token_width),
+            (unsigned long long)id_at(s->tokens, bad, in->token_width), (long long)in->vocab_size);
     return KILN_OK;
 }
 
@@ -208,7 +209,7 @@ static kiln_status verify_tokens(const kiln_shard *s, int fd) {
     unsigned char *buf = malloc(VERIFY_CHUNK);
     kiln_status status = KILN_OK;
     if (!st || !buf) {
-        status = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory to check the shard", s->path);
+        status = kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory to check the shard", s->path);
         goto done;
     }
     XXH3_64bits_reset(st);
@@ -219,9 +220,9 @@ static kiln_status verify_tokens(const kiln_shard *s, int fd) {
         if (got < 0 && errno == EINTR)
             continue;
         if (got <= 0 || (size_t)got % (size_t)in->token_width) {
-            status = kiln__errorf(KILN_ERR_IO, "%s: reading the tokens at byte %zu failed: %s",
-                                  s->path, KILN_SHARD_HEADER_BYTES + off,
-                                  got < 0 ? strerror(errno) : "short read");
+            status = kiln_error_setf(KILN_ERR_IO, "%s: reading the tokens at byte %zu failed: %s",
+                                     s->path, KILN_SHARD_HEADER_BYTES + off,
+                                     got < 0 ? strerror(errno) : "short read");
             goto done;
         }
         XXH3_64bits_update(st, buf, (size_t)got);
@@ -241,21 +242,22 @@ done:
 static kiln_status map_file(kiln_shard *s) {
     int fd = open(s->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return kiln__errorf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO,
-                            "%s: cannot open: %s", s->path, strerror(errno));
+        return kiln_error_setf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO,
+                               "%s: cannot open: %s", s->path, strerror(errno));
     struct stat sb;
     kiln_status st = KILN_OK;
     if (fstat(fd, &sb) != 0) {
-        st = kiln__errorf(KILN_ERR_IO, "%s: cannot stat: %s", s->path, strerror(errno));
+        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot stat: %s", s->path, strerror(errno));
         goto done;
     }
     if (!S_ISREG(sb.st_mode)) {
-        st = kiln__errorf(KILN_ERR_IO, "%s: not a regular file", s->path);
+        st = kiln_error_setf(KILN_ERR_IO, "%s: not a regular file", s->path);
         goto done;
     }
     unsigned char h[KILN_SHARD_HEADER_BYTES] = {0};
     if (sb.st_size >= KILN_SHARD_HEADER_BYTES && pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
-        st = kiln__errorf(KILN_ERR_IO, "%s: cannot read the header: %s", s->path, strerror(errno));
+        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot read the header: %s", s->path,
+                             strerror(errno));
         goto done;
     }
     KILN_CHECK_GOTO(st, header_decode(h, (uint64_t)sb.st_size, s->path, &s->info), done);
@@ -263,8 +265,8 @@ static kiln_status map_file(kiln_shard *s) {
     s->map = mmap(NULL, s->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
     if (s->map == MAP_FAILED) {
         s->map = NULL;
-        st = kiln__errorf(KILN_ERR_IO, "%s: cannot map %zu bytes: %s", s->path, s->map_bytes,
-                          strerror(errno));
+        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot map %zu bytes: %s", s->path, s->map_bytes,
+                             strerror(errno));
         goto done;
     }
     s->tokens = (const unsigned char *)s->map + KILN_SHARD_HEADER_BYTES;
@@ -277,11 +279,11 @@ done:
 kiln_status kiln_shard_open(kiln_shard **out, const char *path) {
     *out = NULL;
     if (!path)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_shard_open: no path");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_shard_open: no path");
     kiln_shard *s = calloc(1, sizeof *s);
     if (!s || !(s->path = strdup(path))) {
         free(s);
-        return kiln__errorf(KILN_ERR_NOMEM, "%s: no memory to open the shard", path);
+        return kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory to open the shard", path);
     }
     kiln_status st;
     KILN_CHECK_GOTO(st, map_file(s), fail);
@@ -313,9 +315,9 @@ const void *kiln_shard_data(const kiln_shard *s) {
 
 kiln_status kiln_shard_read(const kiln_shard *s, int64_t start, int64_t n, int32_t *out) {
     if (start < 0 || n < 0 || start > s->info.num_tokens - n)
-        return kiln__errorf(KILN_ERR_RANGE, "%s: tokens [%lld, %lld) are outside [0, %lld)",
-                            s->path, (long long)start, (long long)(start + n),
-                            (long long)s->info.num_tokens);
+        return kiln_error_setf(KILN_ERR_RANGE, "%s: tokens [%lld, %lld) are outside [0, %lld)",
+                               s->path, (long long)start, (long long)(start + n),
+                               (long long)s->info.num_tokens);
     if (s->info.token_width == 2) {
         const uint16_t *p = (const uint16_t *)(const void *)s->tokens + start;
         for (int64_t i = 0; i < n; i++)
@@ -329,15 +331,15 @@ kiln_status kiln_shard_read(const kiln_shard *s, int64_t start, int64_t n, int32
 kiln_status kiln_shard_read_info(const char *path, kiln_shard_info *info) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return kiln__errorf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO,
-                            "%s: cannot open: %s", path, strerror(errno));
+        return kiln_error_setf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO,
+                               "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     unsigned char h[KILN_SHARD_HEADER_BYTES] = {0};
     kiln_status st = KILN_OK;
     if (fstat(fd, &sb) != 0)
-        st = kiln__errorf(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     else if (sb.st_size >= KILN_SHARD_HEADER_BYTES && pread(fd, h, sizeof h, 0) != sizeof h)
-        st = kiln__errorf(KILN_ERR_IO, "%s: cannot read the header: %s", path, strerror(errno));
+        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot read the header: %s", path, strerror(errno));
     else
         st = header_decode(h, (uint64_t)sb.st_size, path, info);
     close(fd);
@@ -347,8 +349,8 @@ kiln_status kiln_shard_read_info(const char *path, kiln_shard_info *info) {
 /* ---- writing ---- */
 
 struct kiln_shard_writer {
-    char *path, *tmp_path;
-    int fd; /* -1 once closed */
+    char *path;
+    kiln__atomic_file file;
     int width;
     int64_t vocab, count;
     int failed, finished;
@@ -357,26 +359,11 @@ struct kiln_shard_writer {
     size_t buf_len;
 };
 
-static kiln_status write_all(kiln_shard_writer *w, const void *p, size_t n) {
-    const char *c = p;
-    while (n > 0) {
-        ssize_t k = write(w->fd, c, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return kiln__errorf(KILN_ERR_IO, "%s: write failed: %s", w->tmp_path,
-                                k < 0 ? strerror(errno) : "no progress");
-        c += k;
-        n -= (size_t)k;
-    }
-    return KILN_OK;
-}
-
 static kiln_status flush_buffer(kiln_shard_writer *w) {
     if (w->buf_len == 0)
         return KILN_OK;
     XXH3_64bits_update(w->hash, w->buf, w->buf_len);
-    kiln_status st = write_all(w, w->buf, w->buf_len);
+    kiln_status st = kiln__atomic_write(&w->file, w->buf, w->buf_len);
     w->buf_len = 0;
     return st;
 }
@@ -384,35 +371,27 @@ static kiln_status flush_buffer(kiln_shard_writer *w) {
 kiln_status kiln_shard_writer_open(kiln_shard_writer **out, const char *path, int64_t vocab_size) {
     *out = NULL;
     if (!path || vocab_size < 1 || vocab_size > KILN_SHARD_MAX_VOCAB)
-        return kiln__errorf(KILN_ERR_ARG, "%s: cannot write a shard with vocabulary size %lld",
-                            path ? path : "(no path)", (long long)vocab_size);
-    KILN_CHECK(kiln__check_replaceable(path));
+        return kiln_error_setf(KILN_ERR_ARG, "%s: cannot write a shard with vocabulary size %lld",
+                               path ? path : "(no path)", (long long)vocab_size);
     kiln_shard_writer *w = calloc(1, sizeof *w);
     if (!w)
-        return kiln__errorf(KILN_ERR_NOMEM, "%s: no memory for a shard writer", path);
-    w->fd = -1;
+        return kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory for a shard writer", path);
+    w->file = (kiln__atomic_file)KILN__ATOMIC_FILE_INIT;
     w->width = kiln_shard_token_width(vocab_size);
     w->vocab = vocab_size;
-    size_t n = strlen(path) + 32;
     w->path = strdup(path);
-    w->tmp_path = malloc(n);
     w->hash = XXH3_createState();
     w->buf = malloc(WRITE_BUFFER);
     kiln_status st;
-    if (!w->path || !w->tmp_path || !w->hash || !w->buf) {
-        st = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory for a shard writer", path);
+    if (!w->path || !w->hash || !w->buf) {
+        st = kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory for a shard writer", path);
         goto fail;
     }
-    snprintf(w->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
     XXH3_64bits_reset(w->hash);
-    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (w->fd < 0) {
-        st = kiln__errorf(KILN_ERR_IO, "%s: cannot create: %s", w->tmp_path, strerror(errno));
-        goto fail;
-    }
+    KILN_CHECK_GOTO(st, kiln__atomic_open(&w->file, path), fail);
     /* A zero header until finish: an interrupted file has no magic. */
     unsigned char zero[KILN_SHARD_HEADER_BYTES] = {0};
-    KILN_CHECK_GOTO(st, write_all(w, zero, sizeof zero), fail);
+    KILN_CHECK_GOTO(st, kiln__atomic_write(&w->file, zero, sizeof zero), fail);
     *out = w;
     return KILN_OK;
 fail:
@@ -422,8 +401,8 @@ fail:
 
 kiln_status kiln_shard_writer_append(kiln_shard_writer *w, const int32_t *ids, int64_t n) {
     if (w->failed || w->finished)
-        return kiln__errorf(KILN_ERR_ARG, "%s: append after the writer %s", w->path,
-                            w->finished ? "finished" : "failed");
+        return kiln_error_setf(KILN_ERR_ARG, "%s: append after the writer %s", w->path,
+                               w->finished ? "finished" : "failed");
     for (int64_t i = 0; i < n;) {
         if (w->buf_len == WRITE_BUFFER) {
             kiln_status st = flush_buffer(w);
@@ -454,11 +433,11 @@ kiln_status kiln_shard_writer_append(kiln_shard_writer *w, const int32_t *ids, i
             while (src[j] >= 0 && src[j] < w->vocab)
                 j++;
             w->failed = 1;
-            return kiln__errorf(KILN_ERR_RANGE,
-                                "%s: id %d (token %lld of the shard) is outside the vocabulary "
-                                "of %lld ids",
-                                w->path, src[j], (long long)(w->count + i + j),
-                                (long long)w->vocab);
+            return kiln_error_setf(KILN_ERR_RANGE,
+                                   "%s: id %d (token %lld of the shard) is outside the vocabulary "
+                                   "of %lld ids",
+                                   w->path, src[j], (long long)(w->count + i + j),
+                                   (long long)w->vocab);
         }
         w->buf_len += (size_t)k * (size_t)w->width;
         i += k;
@@ -473,36 +452,18 @@ int64_t kiln_shard_writer_count(const kiln_shard_writer *w) {
 
 kiln_status kiln_shard_writer_finish(kiln_shard_writer *w) {
     if (w->failed || w->finished)
-        return kiln__errorf(KILN_ERR_ARG, "%s: finish after the writer %s", w->path,
-                            w->finished ? "finished" : "failed");
+        return kiln_error_setf(KILN_ERR_ARG, "%s: finish after the writer %s", w->path,
+                               w->finished ? "finished" : "failed");
     kiln_status st;
     KILN_CHECK_GOTO(st, flush_buffer(w), fail);
     kiln_shard_info in = {KILN_SHARD_VERSION, w->width, w->vocab, w->count,
                           XXH3_64bits_digest(w->hash)};
     unsigned char h[KILN_SHARD_HEADER_BYTES];
     header_encode(h, &in);
-    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
-        st = kiln__errorf(KILN_ERR_IO, "%s: writing the header failed: %s", w->tmp_path,
-                          strerror(errno));
-        goto fail;
-    }
-    if (fsync(w->fd) != 0) {
-        st = kiln__errorf(KILN_ERR_IO, "%s: fsync failed: %s", w->tmp_path, strerror(errno));
-        goto fail;
-    }
-    int rc = close(w->fd);
-    w->fd = -1;
-    if (rc != 0) {
-        st = kiln__errorf(KILN_ERR_IO, "%s: close failed: %s", w->tmp_path, strerror(errno));
-        goto fail;
-    }
-    if (rename(w->tmp_path, w->path) != 0) {
-        st = kiln__errorf(KILN_ERR_IO, "renaming %s to %s failed: %s", w->tmp_path, w->path,
-                          strerror(errno));
-        goto fail;
-    }
+    KILN_CHECK_GOTO(st, kiln__atomic_pwrite(&w->file, h, sizeof h, 0), fail);
+    KILN_CHECK_GOTO(st, kiln__atomic_commit(&w->file), fail);
     w->finished = 1;
-    return kiln__sync_parent(w->path);
+    return KILN_OK;
 fail:
     w->failed = 1;
     return st;
@@ -511,14 +472,10 @@ fail:
 void kiln_shard_writer_free(kiln_shard_writer *w) {
     if (!w)
         return;
-    if (w->fd >= 0)
-        close(w->fd);
-    if (!w->finished && w->tmp_path)
-        unlink(w->tmp_path);
+    kiln__atomic_abort(&w->file);
     if (w->hash)
         XXH3_freeState(w->hash);
     free(w->buf);
-    free(w->tmp_path);
     free(w->path);
     free(w);
 }

@@ -28,7 +28,7 @@ const char *const kiln_gpt_preset_names[] = {"gpt2-124m", "gpt2-350m", "gpt2-774
 
 kiln_status kiln_gpt_config_preset(kiln_gpt_config *cfg, const char *name) {
     if (!cfg || !name)
-        return kiln__errorf(KILN_ERR_ARG, "config preset: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "config preset: NULL argument");
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         if (strcmp(presets[i].name, name) != 0)
             continue;
@@ -45,7 +45,8 @@ kiln_status kiln_gpt_config_preset(kiln_gpt_config *cfg, const char *name) {
         strncat(known, i ? ", " : "", sizeof known - strlen(known) - 1);
         strncat(known, kiln_gpt_preset_names[i], sizeof known - strlen(known) - 1);
     }
-    return kiln__errorf(KILN_ERR_NOT_FOUND, "no model preset named '%s' (known: %s)", name, known);
+    return kiln_error_setf(KILN_ERR_NOT_FOUND, "no model preset named '%s' (known: %s)", name,
+                           known);
 }
 
 static kiln_status json_int(const cJSON *root, const char *key, const char *alt, int64_t *out,
@@ -54,10 +55,10 @@ static kiln_status json_int(const cJSON *root, const char *key, const char *alt,
     if (!v && alt)
         v = cJSON_GetObjectItemCaseSensitive(root, alt);
     if (!v)
-        return kiln__errorf(KILN_ERR_CONFIG, "%s: missing key \"%s\"", path, key);
+        return kiln_error_setf(KILN_ERR_CONFIG, "%s: missing key \"%s\"", path, key);
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= -1e15 && v->valuedouble <= 1e15) ||
         v->valuedouble != (double)(int64_t)v->valuedouble)
-        return kiln__errorf(KILN_ERR_CONFIG, "%s: \"%s\" must be an integer", path, key);
+        return kiln_error_setf(KILN_ERR_CONFIG, "%s: \"%s\" must be an integer", path, key);
     *out = (int64_t)v->valuedouble;
     return KILN_OK;
 }
@@ -65,18 +66,18 @@ static kiln_status json_int(const cJSON *root, const char *key, const char *alt,
 kiln_status kiln_gpt_config_from_json(kiln_gpt_config *cfg, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return kiln__errorf(KILN_ERR_IO, "cannot open model config %s", path);
+        return kiln_error_setf(KILN_ERR_IO, "cannot open model config %s", path);
     char buf[65536];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     int too_long = !feof(f);
     fclose(f);
     if (too_long)
-        return kiln__errorf(KILN_ERR_CONFIG, "%s: a model config should be under 64 KiB", path);
+        return kiln_error_setf(KILN_ERR_CONFIG, "%s: a model config should be under 64 KiB", path);
     buf[n] = '\0';
     cJSON *root = cJSON_Parse(buf);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return kiln__errorf(KILN_ERR_CONFIG, "%s: not a JSON object", path);
+        return kiln_error_setf(KILN_ERR_CONFIG, "%s: not a JSON object", path);
     }
     kiln_gpt_config c;
     memset(&c, 0, sizeof c);
@@ -94,27 +95,27 @@ kiln_status kiln_gpt_config_from_json(kiln_gpt_config *cfg, const char *path) {
         return s;
     s = kiln_gpt_config_validate(&c);
     if (s)
-        return kiln__error_wrap(s, "%s", path);
+        return kiln_error_wrapf(s, "%s", path);
     *cfg = c;
     return KILN_OK;
 }
 
 kiln_status kiln_gpt_config_validate(kiln_gpt_config *cfg) {
     if (cfg->n_layer < 1 || cfg->n_layer > 1024)
-        return kiln__errorf(KILN_ERR_CONFIG, "n_layer is %lld; it must be 1..1024",
-                            (long long)cfg->n_layer);
+        return kiln_error_setf(KILN_ERR_CONFIG, "n_layer is %lld; it must be 1..1024",
+                               (long long)cfg->n_layer);
     if (cfg->n_embd < 1 || cfg->n_embd > 65536)
-        return kiln__errorf(KILN_ERR_CONFIG, "n_embd is %lld; it must be 1..65536",
-                            (long long)cfg->n_embd);
+        return kiln_error_setf(KILN_ERR_CONFIG, "n_embd is %lld; it must be 1..65536",
+                               (long long)cfg->n_embd);
     if (cfg->n_head < 1 || cfg->n_embd % cfg->n_head != 0)
-        return kiln__errorf(KILN_ERR_CONFIG, "n_head %lld does not divide n_embd %lld",
-                            (long long)cfg->n_head, (long long)cfg->n_embd);
+        return kiln_error_setf(KILN_ERR_CONFIG, "n_head %lld does not divide n_embd %lld",
+                               (long long)cfg->n_head, (long long)cfg->n_embd);
     if (cfg->vocab_size < 2 || cfg->vocab_size > (1LL << 31) - 256)
-        return kiln__errorf(KILN_ERR_CONFIG, "vocab_size is %lld; it must be 2..2^31-256",
-                            (long long)cfg->vocab_size);
+        return kiln_error_setf(KILN_ERR_CONFIG, "vocab_size is %lld; it must be 2..2^31-256",
+                               (long long)cfg->vocab_size);
     if (cfg->max_seq_len < 1 || cfg->max_seq_len > (1 << 20))
-        return kiln__errorf(KILN_ERR_CONFIG, "max_seq_len is %lld; it must be 1..2^20",
-                            (long long)cfg->max_seq_len);
+        return kiln_error_setf(KILN_ERR_CONFIG, "max_seq_len is %lld; it must be 1..2^20",
+                               (long long)cfg->max_seq_len);
     /* Padding to a multiple of 128 keeps the head's matrix products on fast paths. */
     cfg->padded_vocab_size = (cfg->vocab_size + 127) / 128 * 128;
     return KILN_OK;

@@ -10,11 +10,11 @@ static kiln_status check_ids(const int32_t *ids, int64_t n, int64_t T, int64_t V
                              const char *what) {
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V)
-            return kiln__errorf(KILN_ERR_RANGE,
-                                "%s token id %d at batch row %lld, position %lld is outside the "
-                                "model's vocabulary 0..%lld",
-                                what, ids[i], (long long)(i / T), (long long)(i % T),
-                                (long long)V - 1);
+            return kiln_error_setf(KILN_ERR_RANGE,
+                                   "%s token id %d at batch row %lld, position %lld is outside the "
+                                   "model's vocabulary 0..%lld",
+                                   what, ids[i], (long long)(i / T), (long long)(i % T),
+                                   (long long)V - 1);
     return KILN_OK;
 }
 
@@ -107,9 +107,9 @@ static void head_backward(kiln_gpt *m, int64_t B, int64_t T, float grad_scale) {
 static kiln_status body_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
                                 int64_t B, int64_t T) {
     if (B < 1 || B > m->maxB || T < 1 || T > m->maxT)
-        return kiln__errorf(KILN_ERR_ARG,
-                            "batch %lld x %lld does not fit the model's plan of %lld x %lld",
-                            (long long)B, (long long)T, (long long)m->maxB, (long long)m->maxT);
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "batch %lld x %lld does not fit the model's plan of %lld x %lld",
+                               (long long)B, (long long)T, (long long)m->maxB, (long long)m->maxT);
     int64_t BT = B * T, V = m->cfg.vocab_size;
     m->have_targets = 0;
     KILN_CHECK(check_ids(inputs, BT, T, V, "input"));
@@ -157,9 +157,10 @@ kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *
 
 kiln_status kiln_gpt_backward(kiln_gpt *m, float grad_scale) {
     if (m->inference)
-        return kiln__errorf(KILN_ERR_UNSUPPORTED, "this model was built for inference: no backward");
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "this model was built for inference: no backward");
     if (!m->have_targets)
-        return kiln__errorf(KILN_ERR_ARG, "backward needs a forward with targets before it");
+        return kiln_error_setf(KILN_ERR_ARG, "backward needs a forward with targets before it");
     int64_t B = m->B, T = m->T;
     head_backward(m, B, T, grad_scale);
     for (int64_t l = m->cfg.n_layer - 1; l >= 0; l--)

@@ -141,15 +141,15 @@ static kiln_status gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int
     kiln_gpt_config cfg = *cfg_in;
     KILN_CHECK(kiln_gpt_config_validate(&cfg));
     if (B < 1)
-        return kiln__errorf(KILN_ERR_CONFIG, "batch size %lld must be at least 1", (long long)B);
+        return kiln_error_setf(KILN_ERR_CONFIG, "batch size %lld must be at least 1", (long long)B);
     if (T < 1 || T > cfg.max_seq_len)
-        return kiln__errorf(KILN_ERR_CONFIG,
-                            "sequence length %lld is outside the model's context 1..%lld",
-                            (long long)T, (long long)cfg.max_seq_len);
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "sequence length %lld is outside the model's context 1..%lld",
+                               (long long)T, (long long)cfg.max_seq_len);
     if ((double)B * (double)T * (double)cfg.n_head * (double)T > 1e11 ||
         (double)B * (double)T * (double)cfg.padded_vocab_size > 1e11)
-        return kiln__errorf(KILN_ERR_CONFIG, "batch %lld x %lld is too large to plan",
-                            (long long)B, (long long)T);
+        return kiln_error_setf(KILN_ERR_CONFIG, "batch %lld x %lld is too large to plan",
+                               (long long)B, (long long)T);
     if (!be)
         be = kiln_backend_cpu();
     if (be->prepare)
@@ -157,7 +157,7 @@ static kiln_status gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int
     kiln_status s = KILN_ERR_NOMEM;
     kiln_gpt *m = calloc(1, sizeof *m);
     if (!m)
-        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate the model");
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the model");
     m->cfg = cfg;
     m->be = be;
     m->inference = inference;
@@ -171,7 +171,7 @@ static kiln_status gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int
     m->inputs = calloc((size_t)(B * T), sizeof *m->inputs);
     m->targets = calloc((size_t)(B * T), sizeof *m->targets);
     if (!m->tensors || !m->p.block || !m->g.block || !m->blocks || !m->inputs || !m->targets) {
-        s = kiln__errorf(KILN_ERR_NOMEM, "cannot allocate the model's tables");
+        s = kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the model's tables");
         goto fail;
     }
     m->slab_len = build_layout(m);

@@ -86,10 +86,10 @@ kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, f
     const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
     int64_t V = cfg->vocab_size, maxT = kiln_gpt_max_seq(m);
     if (n < 1)
-        return kiln__errorf(KILN_ERR_ARG, "generation needs at least one token to start from");
+        return kiln_error_setf(KILN_ERR_ARG, "generation needs at least one token to start from");
     float *scratch = malloc((size_t)(2 * V) * sizeof *scratch);
     if (!scratch)
-        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate sampling scratch");
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate sampling scratch");
     kiln_rng rng;
     kiln_rng_seed(&rng, seed);
     kiln_status s = KILN_OK;
@@ -103,8 +103,9 @@ kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, f
         for (int64_t k = 0; k < V; k++)
             finite &= isfinite(last[k]);
         if (!finite) {
-            s = kiln__errorf(KILN_ERR_RANGE, "the model's output is not finite (its weights hold "
-                                             "NaN or infinite values)");
+            s = kiln_error_setf(KILN_ERR_RANGE,
+                                "the model's output is not finite (its weights hold "
+                                "NaN or infinite values)");
             break;
         }
         ids[len] = kiln_sample_logits(last, V, temperature, top_k, &rng, scratch);

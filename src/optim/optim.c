@@ -42,15 +42,15 @@ static const char *const optim_names[] = {"adamw", "adam", "sgd", "rmsprop"};
 
 kiln_status kiln_optim_kind_parse(const char *s, kiln_optim_kind *out) {
     if (!s || !out)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_optim_kind_parse: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_kind_parse: NULL argument");
     for (int k = 0; k < OPTIM_NKINDS; k++) {
         if (strcasecmp(s, optim_names[k]) == 0) {
             *out = (kiln_optim_kind)k;
             return KILN_OK;
         }
     }
-    return kiln__errorf(KILN_ERR_CONFIG,
-                        "unknown optimizer \"%s\" (expected adamw, adam, sgd or rmsprop)", s);
+    return kiln_error_setf(KILN_ERR_CONFIG,
+                           "unknown optimizer \"%s\" (expected adamw, adam, sgd or rmsprop)", s);
 }
 
 const char *kiln_optim_kind_name(kiln_optim_kind k) {
@@ -64,18 +64,18 @@ static int in_unit(float x, int closed) { return x >= 0.0f && (closed ? x <= 1.0
 
 static kiln_status bad_field(const kiln_optim_config *c, const char *field, double v,
                              const char *want) {
-    return kiln__errorf(KILN_ERR_CONFIG, "optimizer %s: %s = %g, expected %s",
-                        kiln_optim_kind_name(c->kind), field, v, want);
+    return kiln_error_setf(KILN_ERR_CONFIG, "optimizer %s: %s = %g, expected %s",
+                           kiln_optim_kind_name(c->kind), field, v, want);
 }
 
 kiln_status kiln_optim_config_check(const kiln_optim_config *c) {
     if (!c)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_optim_config_check: NULL config");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_config_check: NULL config");
     if ((int)c->kind < 0 || (int)c->kind >= OPTIM_NKINDS)
-        return kiln__errorf(KILN_ERR_CONFIG,
-                            "optimizer kind %d is not one of adamw, adam, "
-                            "sgd, rmsprop",
-                            (int)c->kind);
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "optimizer kind %d is not one of adamw, adam, "
+                               "sgd, rmsprop",
+                               (int)c->kind);
     if (!(c->weight_decay >= 0.0f) || isinf(c->weight_decay))
         return bad_field(c, "weight_decay", c->weight_decay, "a finite value >= 0");
     switch (c->kind) {
@@ -92,10 +92,10 @@ kiln_status kiln_optim_config_check(const kiln_optim_config *c) {
         if (!in_unit(c->dampening, 1))
             return bad_field(c, "dampening", c->dampening, "a value in [0, 1]");
         if (c->nesterov && (c->momentum <= 0.0f || c->dampening != 0.0f))
-            return kiln__errorf(KILN_ERR_CONFIG,
-                                "optimizer sgd: Nesterov momentum needs "
-                                "momentum > 0 and dampening 0 (momentum %g, dampening %g)",
-                                c->momentum, c->dampening);
+            return kiln_error_setf(KILN_ERR_CONFIG,
+                                   "optimizer sgd: Nesterov momentum needs "
+                                   "momentum > 0 and dampening 0 (momentum %g, dampening %g)",
+                                   c->momentum, c->dampening);
         break;
     case KILN_OPTIM_RMSPROP:
         if (!in_unit(c->alpha, 0))
@@ -112,7 +112,7 @@ kiln_status kiln_optim_config_check(const kiln_optim_config *c) {
 /* The kernels a kind calls must be present. */
 static kiln_status check_backend(const kiln_backend *be, kiln_optim_kind kind) {
     if (!be)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_optim_create: NULL backend");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_create: NULL backend");
     const char *missing = NULL;
     if ((kind == KILN_OPTIM_ADAMW || kind == KILN_OPTIM_ADAM) && !be->adam_update)
         missing = "adam_update";
@@ -121,8 +121,9 @@ static kiln_status check_backend(const kiln_backend *be, kiln_optim_kind kind) {
     else if (kind == KILN_OPTIM_RMSPROP && !be->rmsprop_update)
         missing = "rmsprop_update";
     if (missing)
-        return kiln__errorf(KILN_ERR_UNSUPPORTED, "backend %s has no %s kernel for optimizer %s",
-                            be->name ? be->name : "(unnamed)", missing, kiln_optim_kind_name(kind));
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED, "backend %s has no %s kernel for optimizer %s",
+                               be->name ? be->name : "(unnamed)", missing,
+                               kiln_optim_kind_name(kind));
     return KILN_OK;
 }
 
@@ -144,28 +145,28 @@ static kiln_status copy_ranges(kiln_optim *o, const kiln_param_range *ranges, in
     if (nranges == 0) {
         o->ranges = malloc(sizeof *o->ranges);
         if (!o->ranges)
-            return kiln__errorf(KILN_ERR_NOMEM, "kiln_optim_create: range list");
+            return kiln_error_setf(KILN_ERR_NOMEM, "kiln_optim_create: range list");
         o->ranges[0] = (kiln_param_range){.offset = 0, .numel = o->n, .decay = 1};
         o->nranges = o->n > 0;
         return KILN_OK;
     }
     if (nranges < 0 || !ranges)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_optim_create: %d ranges at %p", nranges,
-                            (const void *)ranges);
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_create: %d ranges at %p", nranges,
+                               (const void *)ranges);
     indexed_range *tmp = malloc((size_t)nranges * sizeof *tmp);
     o->ranges = malloc((size_t)nranges * sizeof *o->ranges);
     if (!tmp || !o->ranges) {
         free(tmp);
-        return kiln__errorf(KILN_ERR_NOMEM, "kiln_optim_create: range list of %d", nranges);
+        return kiln_error_setf(KILN_ERR_NOMEM, "kiln_optim_create: range list of %d", nranges);
     }
     for (int i = 0; i < nranges; i++) {
         const kiln_param_range *r = &ranges[i];
         if (r->offset < 0 || r->numel < 0 || r->offset > o->n - r->numel) {
             free(tmp);
-            return kiln__errorf(KILN_ERR_ARG,
-                                "kiln_optim_create: range %d [%lld, +%lld) is outside the slab "
-                                "of %lld floats",
-                                i, (long long)r->offset, (long long)r->numel, (long long)o->n);
+            return kiln_error_setf(KILN_ERR_ARG,
+                                   "kiln_optim_create: range %d [%lld, +%lld) is outside the slab "
+                                   "of %lld floats",
+                                   i, (long long)r->offset, (long long)r->numel, (long long)o->n);
         }
         tmp[i] = (indexed_range){.r = *r, .index = i};
     }
@@ -180,10 +181,10 @@ static kiln_status copy_ranges(kiln_optim *o, const kiln_param_range *ranges, in
         if (r.offset < end) {
             int a = last, b = tmp[i].index;
             free(tmp);
-            return kiln__errorf(KILN_ERR_ARG,
-                                "kiln_optim_create: ranges %d and %d overlap at "
-                                "offset %lld",
-                                a, b, (long long)r.offset);
+            return kiln_error_setf(KILN_ERR_ARG,
+                                   "kiln_optim_create: ranges %d and %d overlap at "
+                                   "offset %lld",
+                                   a, b, (long long)r.offset);
         }
         r.decay = r.decay != 0;
         if (k > 0 && o->ranges[k - 1].offset + o->ranges[k - 1].numel == r.offset &&
@@ -222,17 +223,18 @@ static void slabs_needed(const kiln_optim_config *c, int need[2]) {
 kiln_status kiln_optim_create(kiln_optim **out, const kiln_optim_config *cfg, int64_t n,
                               const kiln_param_range *ranges, int nranges, const kiln_backend *be) {
     if (!out)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_optim_create: NULL output");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_create: NULL output");
     *out = NULL;
     KILN_CHECK(kiln_optim_config_check(cfg));
     KILN_CHECK(check_backend(be, cfg->kind));
     if (n < 0 || (uint64_t)n > SIZE_MAX / sizeof(float))
-        return kiln__errorf(KILN_ERR_ARG, "kiln_optim_create: slab of %lld floats", (long long)n);
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_create: slab of %lld floats",
+                               (long long)n);
 
     kiln_status st = KILN_OK;
     kiln_optim *o = calloc(1, sizeof *o);
     if (!o)
-        return kiln__errorf(KILN_ERR_NOMEM, "kiln_optim_create: optimizer struct");
+        return kiln_error_setf(KILN_ERR_NOMEM, "kiln_optim_create: optimizer struct");
     o->cfg = *cfg;
     o->be = be;
     o->n = n;
@@ -292,14 +294,14 @@ static void update_range(kiln_optim *o, const kiln_param_range *r, float *params
 
 kiln_status kiln_optim_step(kiln_optim *o, float *params, const float *grads, float lr) {
     if (!o || ((!params || !grads) && o->nranges > 0))
-        return kiln__errorf(KILN_ERR_ARG, "kiln_optim_step: NULL optimizer, parameters or "
-                                          "gradients");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_step: NULL optimizer, parameters or "
+                                             "gradients");
     int64_t t = o->steps + 1;
     if (!(lr >= 0.0f) || isinf(lr))
-        return kiln__errorf(KILN_ERR_CONFIG,
-                            "optimizer %s: learning rate %g at step %lld is not "
-                            "a finite value >= 0",
-                            kiln_optim_kind_name(o->cfg.kind), lr, (long long)t);
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "optimizer %s: learning rate %g at step %lld is not "
+                               "a finite value >= 0",
+                               kiln_optim_kind_name(o->cfg.kind), lr, (long long)t);
     /* Bias corrections from the step count in double; b^t underflows to 0 harmlessly. */
     float bc1 = (float)(1.0 - pow((double)o->cfg.beta1, (double)t));
     float bc2 = (float)(1.0 - pow((double)o->cfg.beta2, (double)t));
@@ -313,8 +315,8 @@ int64_t kiln_optim_steps_taken(const kiln_optim *o) { return o ? o->steps : 0; }
 
 kiln_status kiln_optim_set_steps(kiln_optim *o, int64_t steps) {
     if (!o || steps < 0)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_optim_set_steps: %s%lld steps",
-                            o ? "" : "NULL optimizer, ", (long long)steps);
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_set_steps: %s%lld steps",
+                               o ? "" : "NULL optimizer, ", (long long)steps);
     o->steps = steps;
     return KILN_OK;
 }

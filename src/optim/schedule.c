@@ -10,17 +10,17 @@ static const char *const lr_names[] = {"constant", "cosine", "linear"};
 
 kiln_status kiln_lr_kind_parse(const char *s, kiln_lr_kind *out) {
     if (!s || !out)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_lr_kind_parse: NULL argument");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_lr_kind_parse: NULL argument");
     for (int k = 0; k < LR_NKINDS; k++) {
         if (strcasecmp(s, lr_names[k]) == 0) {
             *out = (kiln_lr_kind)k;
             return KILN_OK;
         }
     }
-    return kiln__errorf(KILN_ERR_CONFIG,
-                        "unknown learning-rate schedule \"%s\" (expected constant, cosine or "
-                        "linear)",
-                        s);
+    return kiln_error_setf(KILN_ERR_CONFIG,
+                           "unknown learning-rate schedule \"%s\" (expected constant, cosine or "
+                           "linear)",
+                           s);
 }
 
 const char *kiln_lr_kind_name(kiln_lr_kind k) {
@@ -33,22 +33,23 @@ static int finite_nonneg(float x) { return x >= 0.0f && !isinf(x); }
 
 kiln_status kiln_lr_schedule_check(const kiln_lr_schedule *s) {
     if (!s)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_lr_schedule_check: NULL schedule");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_lr_schedule_check: NULL schedule");
     if ((int)s->kind < 0 || (int)s->kind >= LR_NKINDS)
-        return kiln__errorf(KILN_ERR_CONFIG,
-                            "learning-rate schedule kind %d is not one of "
-                            "constant, cosine, linear",
-                            (int)s->kind);
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "learning-rate schedule kind %d is not one of "
+                               "constant, cosine, linear",
+                               (int)s->kind);
     if (!finite_nonneg(s->lr))
-        return kiln__errorf(KILN_ERR_CONFIG, "learning rate %g is not a finite value >= 0", s->lr);
+        return kiln_error_setf(KILN_ERR_CONFIG, "learning rate %g is not a finite value >= 0",
+                               s->lr);
     if (s->kind != KILN_LR_CONSTANT && (!finite_nonneg(s->min_lr) || s->min_lr > s->lr))
-        return kiln__errorf(KILN_ERR_CONFIG, "%s schedule: min_lr %g is not in [0, lr = %g]",
-                            kiln_lr_kind_name(s->kind), s->min_lr, s->lr);
+        return kiln_error_setf(KILN_ERR_CONFIG, "%s schedule: min_lr %g is not in [0, lr = %g]",
+                               kiln_lr_kind_name(s->kind), s->min_lr, s->lr);
     if (s->warmup_steps < 0 || s->total_steps < 0)
-        return kiln__errorf(KILN_ERR_CONFIG,
-                            "learning-rate schedule: warmup_steps %lld and "
-                            "total_steps %lld must be >= 0",
-                            (long long)s->warmup_steps, (long long)s->total_steps);
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "learning-rate schedule: warmup_steps %lld and "
+                               "total_steps %lld must be >= 0",
+                               (long long)s->warmup_steps, (long long)s->total_steps);
     return KILN_OK;
 }
 

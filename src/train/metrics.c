@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 
-kiln_status train_metrics_write(FILE *f, const char *path, const train_step_metrics *s) {
+kiln_status kiln__train_metrics_write(FILE *f, const char *path, const train_step_metrics *s) {
     int n = fprintf(f,
                     "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, "
                     "\"ms\": %.3f, \"tokens_per_s\": %.2f, \"mfu\": %.5f, \"peak_rss_mb\": %.1f",
@@ -15,11 +15,11 @@ kiln_status train_metrics_write(FILE *f, const char *path, const train_step_metr
     if (n > 0)
         n = fprintf(f, "}\n");
     if (n < 0 || fflush(f) != 0)
-        return kiln__errorf(KILN_ERR_IO, "cannot write metrics to %s", path);
+        return kiln_error_setf(KILN_ERR_IO, "cannot write metrics to %s", path);
     return KILN_OK;
 }
 
-void train_metrics_console(FILE *log, const train_step_metrics *s) {
+void kiln__train_metrics_console(FILE *log, const train_step_metrics *s) {
     if (!log)
         return;
     fprintf(log,

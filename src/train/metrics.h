@@ -15,7 +15,7 @@ typedef struct train_step_metrics {
     size_t rss;     /* peak resident bytes so far */
 } train_step_metrics;
 
-kiln_status train_metrics_write(FILE *f, const char *path, const train_step_metrics *s);
-void train_metrics_console(FILE *log, const train_step_metrics *s);
+kiln_status kiln__train_metrics_write(FILE *f, const char *path, const train_step_metrics *s);
+void kiln__train_metrics_console(FILE *log, const train_step_metrics *s);
 
 #endif

@@ -37,10 +37,10 @@ kiln_status kiln_evaluate(kiln_gpt *m, kiln_loader *l, int64_t B, int64_t T, int
                           double *mean_loss, int64_t *tokens) {
     const kiln_gpt_config *mc = kiln_gpt_get_config(m);
     if (kiln_loader_vocab_size(l) != mc->vocab_size)
-        return kiln__errorf(KILN_ERR_CONFIG,
-                            "the evaluation data holds tokens of a %lld-token vocabulary; the "
-                            "model has %lld",
-                            (long long)kiln_loader_vocab_size(l), (long long)mc->vocab_size);
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "the evaluation data holds tokens of a %lld-token vocabulary; the "
+                               "model has %lld",
+                               (long long)kiln_loader_vocab_size(l), (long long)mc->vocab_size);
     kiln_loader_state start = kiln_loader_get_state(l);
     start.epoch = 0;
     start.position = 0;
@@ -48,7 +48,7 @@ kiln_status kiln_evaluate(kiln_gpt *m, kiln_loader *l, int64_t B, int64_t T, int
     kiln_status s = KILN_OK;
     int32_t *in = malloc((size_t)(B * T) * sizeof *in), *tg = malloc((size_t)(B * T) * sizeof *tg);
     if (!in || !tg) {
-        s = kiln__errorf(KILN_ERR_NOMEM, "cannot allocate an evaluation batch");
+        s = kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate an evaluation batch");
         goto done;
     }
     int64_t n = kiln_loader_batches_per_epoch(l);
@@ -96,7 +96,7 @@ static kiln_status build_optimizer(trainer *t) {
     int n = kiln_gpt_num_tensors(t->model);
     kiln_param_range *r = calloc((size_t)n, sizeof *r);
     if (!r)
-        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate optimizer ranges");
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate optimizer ranges");
     for (int i = 0; i < n; i++) {
         const kiln_tensor_info *ti = kiln_gpt_tensor(t->model, i);
         r[i].offset = ti->offset;
@@ -137,7 +137,7 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
     if (cfg->B < 1 || cfg->T < 1 || cfg->grad_accum < 1 || cfg->steps < 0)
-        return kiln__errorf(KILN_ERR_CONFIG, "batch, sequence, accumulation must be positive");
+        return kiln_error_setf(KILN_ERR_CONFIG, "batch, sequence, accumulation must be positive");
     KILN_CHECK(kiln_optim_config_check(&cfg->optim));
     kiln_lr_schedule sched = cfg->lr;
     if (sched.total_steps <= 0)
@@ -150,32 +150,33 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
     if (cfg->val_path) {
         KILN_CHECK(kiln_eval_loader_open(&t->val, cfg->val_path, cfg->B, cfg->T));
         if (kiln_loader_vocab_size(t->val) != kiln_loader_vocab_size(t->train))
-            return kiln__errorf(KILN_ERR_CONFIG,
-                                "%s holds a %lld-token vocabulary but %s holds %lld",
-                                cfg->val_path, (long long)kiln_loader_vocab_size(t->val),
-                                cfg->train_path, (long long)kiln_loader_vocab_size(t->train));
+            return kiln_error_setf(KILN_ERR_CONFIG,
+                                   "%s holds a %lld-token vocabulary but %s holds %lld",
+                                   cfg->val_path, (long long)kiln_loader_vocab_size(t->val),
+                                   cfg->train_path, (long long)kiln_loader_vocab_size(t->train));
     }
     kiln_gpt_config mc = cfg->model;
     int64_t data_vocab = kiln_loader_vocab_size(t->train);
     if (cfg->init_path) {
         KILN_CHECK(kiln_gpt_config_from_safetensors(&mc, cfg->init_path));
         if (data_vocab != mc.vocab_size)
-            return kiln__errorf(KILN_ERR_CONFIG,
-                                "%s was written with a %lld-token vocabulary but the weights "
-                                "in %s have %lld: tokenize the data with the model's tokenizer",
-                                cfg->train_path, (long long)data_vocab, cfg->init_path,
-                                (long long)mc.vocab_size);
+            return kiln_error_setf(KILN_ERR_CONFIG,
+                                   "%s was written with a %lld-token vocabulary but the weights "
+                                   "in %s have %lld: tokenize the data with the model's tokenizer",
+                                   cfg->train_path, (long long)data_vocab, cfg->init_path,
+                                   (long long)mc.vocab_size);
     } else if (mc.vocab_size == 0) {
         mc.vocab_size = data_vocab;
     } else if (mc.vocab_size != data_vocab) {
-        return kiln__errorf(KILN_ERR_CONFIG,
-                            "%s was written with a %lld-token vocabulary; the model has %lld",
-                            cfg->train_path, (long long)data_vocab, (long long)mc.vocab_size);
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "%s was written with a %lld-token vocabulary; the model has %lld",
+                               cfg->train_path, (long long)data_vocab, (long long)mc.vocab_size);
     }
     KILN_CHECK(kiln_gpt_config_validate(&mc));
     if (cfg->T > mc.max_seq_len)
-        return kiln__errorf(KILN_ERR_CONFIG, "sequence length %lld is beyond the context of %lld",
-                            (long long)cfg->T, (long long)mc.max_seq_len);
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "sequence length %lld is beyond the context of %lld",
+                               (long long)cfg->T, (long long)mc.max_seq_len);
     KILN_CHECK(kiln_gpt_create(&t->model, &mc, cfg->B, cfg->T, NULL));
     if (cfg->init_path)
         KILN_CHECK(kiln_gpt_load_safetensors(t->model, cfg->init_path));
@@ -185,10 +186,10 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
     t->inputs = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->inputs);
     t->targets = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->targets);
     if (!t->inputs || !t->targets)
-        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate a batch");
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate a batch");
     if (cfg->metrics_path && !(t->metrics = fopen(cfg->metrics_path, "w")))
-        return kiln__errorf(KILN_ERR_IO, "cannot open metrics file %s for writing",
-                            cfg->metrics_path);
+        return kiln_error_setf(KILN_ERR_IO, "cannot open metrics file %s for writing",
+                               cfg->metrics_path);
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
                         (double)cfg->grad_accum;
     t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops : kiln_backend_cpu_peak_gflops(3072, 1.0);
@@ -210,13 +211,14 @@ static kiln_status train_step(trainer *t, int64_t step, float *loss, float *norm
     }
     *loss = (float)(sum / (double)cfg->grad_accum);
     if (!isfinite(*loss))
-        return kiln__errorf(KILN_ERR_RANGE, "loss is %f at step %lld; weights unchanged", *loss,
-                            (long long)step + 1);
+        return kiln_error_setf(KILN_ERR_RANGE, "loss is %f at step %lld; weights unchanged", *loss,
+                               (long long)step + 1);
     *norm = kiln_clip_grad_norm(kiln_gpt_backend(t->model), kiln_gpt_grads(t->model),
                                 kiln_gpt_slab_len(t->model), cfg->grad_clip);
     if (!isfinite(*norm)) /* never let a non-finite gradient reach the weights */
-        return kiln__errorf(KILN_ERR_RANGE, "gradient norm is %f at step %lld; weights unchanged",
-                            *norm, (long long)step + 1);
+        return kiln_error_setf(KILN_ERR_RANGE,
+                               "gradient norm is %f at step %lld; weights unchanged", *norm,
+                               (long long)step + 1);
     kiln_lr_schedule sched = cfg->lr;
     if (sched.total_steps <= 0)
         sched.total_steps = cfg->steps;
@@ -264,9 +266,9 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *res) {
             res->last_val_loss = (float)vl;
         }
         mt.rss = kiln_peak_rss();
-        train_metrics_console(cfg->log, &mt);
+        kiln__train_metrics_console(cfg->log, &mt);
         if (t.metrics)
-            KILN_CHECK_GOTO(s, train_metrics_write(t.metrics, cfg->metrics_path, &mt), done);
+            KILN_CHECK_GOTO(s, kiln__train_metrics_write(t.metrics, cfg->metrics_path, &mt), done);
         if (step == 0)
             res->first_loss = mt.loss;
         else

@@ -89,9 +89,13 @@ static kiln_status run(const char *out, const char **inputs, int n, hook *h) {
         path_in(in[i], sizeof in[i], inputs[i]);
         ins[i] = in[i];
     }
+    kiln_tokenizer *bytes = NULL;
+    kiln_status ts = kiln_tokenizer_load(&bytes, "bytes");
+    if (ts != KILN_OK)
+        return ts;
     kiln_prepare_config c;
     kiln_prepare_config_default(&c);
-    c.tokenizer = "bytes";
+    c.tokenizer = bytes;
     c.out_dir = o;
     c.inputs = ins;
     c.num_inputs = n;
@@ -99,7 +103,9 @@ static kiln_status run(const char *out, const char **inputs, int n, hook *h) {
     c.threads = 2;
     c.progress = h ? on_progress : NULL;
     c.ctx = h;
-    return kiln_prepare(&c, NULL);
+    kiln_status st = kiln_prepare(&c, NULL);
+    kiln_tokenizer_free(bytes);
+    return st;
 }
 
 static void test_killed_and_failed_runs(void) {

@@ -14,8 +14,8 @@
 
 #include <xxhash.h>
 
-#include "data/tok_internal.h"
 #include "kiln/tokenizer.h"
+#include "tok/tok_internal.h"
 
 static kiln_tokenizer *toks[3];
 static int ntoks;
@@ -40,11 +40,12 @@ static void init(void) {
         die("cannot train");
     kiln_bpe_trainer_free(tr);
     ntoks++;
-    if (kiln_tokenizer_load(&toks[ntoks], "gpt2") == KILN_OK)
+    const char *gpt2 = getenv("KILN_GPT2_DIR"); /* set by the CTest test */
+    if (gpt2 && kiln_tokenizer_load(&toks[ntoks], gpt2) == KILN_OK)
         ntoks++;
     else
         fprintf(stderr, "fuzz_tokenizer: no GPT-2 (%s); fuzzing bytes and a trained BPE\n",
-                kiln_error_message());
+                gpt2 ? kiln_error_message() : "KILN_GPT2_DIR is not set");
     snprintf(file_path, sizeof file_path, "/tmp/fuzz_tokenizer_%d.kbpe", (int)getpid());
 }
 
@@ -68,8 +69,8 @@ static void scanner_matches_regex(const kiln_tokenizer *t, const uint8_t *s, siz
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->pretok.re, NULL);
     for (size_t a = 0, b = 0; a < n;) {
         size_t ea = 0, eb = 0;
-        if (tok_pretok_next(&t->pretok, md, s, n, a, 1, &ea) != KILN_OK ||
-            tok_pretok_next(&t->pretok, md, s, n, b, 0, &eb) != KILN_OK)
+        if (kiln__tok_pretok_next(&t->pretok, md, s, n, a, 1, &ea) != KILN_OK ||
+            kiln__tok_pretok_next(&t->pretok, md, s, n, b, 0, &eb) != KILN_OK)
             die("pre-tokeniser failed");
         if (ea != eb)
             die("the ASCII scanner and the regex cut differently");

@@ -329,6 +329,14 @@ int main(void) {
     cpu = kiln_backend_cpu();
     CHECK_STR_EQ(ref->name, "ref");
     CHECK_STR_EQ(cpu->name, "cpu");
+    /* Every op of the list is in both tables (the list is the interface, written once). */
+#define HAS_OP(b, op)                                                                              \
+    if (!(b)->op)                                                                                  \
+        fprintf(stderr, "%s has no %s\n", (b)->name, #op);                                         \
+    CHECK_TRUE((b)->op != NULL);
+    KILN_BACKEND_OPS(HAS_OP, ref)
+    KILN_BACKEND_OPS(HAS_OP, cpu)
+#undef HAS_OP
     const sizes small = {.B = 2, .T = 7, .C = 24, .NH = 3, .V = 50, .Vp = 128};
     const sizes large = {.B = 2, .T = 130, .C = 96, .NH = 4, .V = 1000, .Vp = 1024};
     const sizes *cases[2] = {&small, &large};

@@ -8,10 +8,10 @@
 static void test_status_strings(void) {
     CHECK_STR_EQ(kiln_status_str(KILN_OK), "ok");
     CHECK_STR_EQ(kiln_status_str(KILN_ERR_NOMEM), "out of memory");
-    kiln_status s = kiln__errorf(KILN_ERR_FORMAT, "file %s at offset %d", "x.bin", 12);
+    kiln_status s = kiln_error_setf(KILN_ERR_FORMAT, "file %s at offset %d", "x.bin", 12);
     CHECK_INT_EQ(s, KILN_ERR_FORMAT);
     CHECK_STR_EQ(kiln_error_message(), "file x.bin at offset 12");
-    kiln__error_wrap(s, "loading %s", "model");
+    kiln_error_wrapf(s, "loading %s", "model");
     CHECK_STR_EQ(kiln_error_message(), "loading model: file x.bin at offset 12");
     kiln_error_clear();
     CHECK_STR_EQ(kiln_error_message(), "");

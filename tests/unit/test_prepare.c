@@ -8,12 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "data/prepare_internal.h"
 #include "kiln/core.h"
 #include "kiln/loader.h"
 #include "kiln/prepare.h"
 #include "kiln/shard.h"
 #include "kiln/tokenizer.h"
+#include "prep/prepare_internal.h"
 #include "test.h"
 
 static char dir[256];
@@ -76,9 +76,15 @@ static kiln_status prepare(const char *tokenizer, const char *out, const char **
         path_in(in[i], sizeof in[i], inputs[i]);
         ins[i] = in[i];
     }
+    kiln_tokenizer *tok = NULL;
+    if (tokenizer) {
+        kiln_status ts = test_tokenizer_load(&tok, tokenizer);
+        if (ts != KILN_OK)
+            return ts;
+    }
     kiln_prepare_config c;
     kiln_prepare_config_default(&c);
-    c.tokenizer = tokenizer;
+    c.tokenizer = tok;
     c.out_dir = o;
     c.inputs = ins;
     c.num_inputs = n;
@@ -87,7 +93,9 @@ static kiln_status prepare(const char *tokenizer, const char *out, const char **
     c.shard_tokens = shard_tokens;
     c.threads = threads;
     c.binary = binary;
-    return kiln_prepare(&c, sum);
+    kiln_status st = kiln_prepare(&c, sum);
+    kiln_tokenizer_free(tok);
+    return st;
 }
 
 static void test_brown_text(void) {
@@ -115,7 +123,7 @@ static int cuts_keep_ids(const kiln_tokenizer *t, const char *text, size_t len, 
     kiln_tokens whole = {0}, part = {0};
     int ok = kiln_tokenizer_encode(t, text, len, &whole) == KILN_OK;
     for (size_t i = 1; ok && i < len; i++) {
-        if (!prep_is_safe_cut(text, len, i))
+        if (!kiln__prep_is_safe_cut(text, len, i))
             continue;
         (*ncuts)++;
         part.len = 0;
@@ -133,18 +141,18 @@ static int cuts_keep_ids(const kiln_tokenizer *t, const char *text, size_t len, 
 
 static void test_safe_cuts(void) {
     const char *s = "ab cd";
-    CHECK_TRUE(prep_is_safe_cut(s, 5, 2));
-    CHECK_TRUE(!prep_is_safe_cut(s, 5, 3));
-    CHECK_TRUE(!prep_is_safe_cut("a  b", 4, 2)); /* after a space */
-    CHECK_TRUE(prep_is_safe_cut("a\nb", 3, 2));
-    CHECK_TRUE(!prep_is_safe_cut("a\n\nb", 4, 3)); /* a run of newlines */
-    CHECK_INT_EQ(prep_next_cut("abcdef", 6, 0), 6);
+    CHECK_TRUE(kiln__prep_is_safe_cut(s, 5, 2));
+    CHECK_TRUE(!kiln__prep_is_safe_cut(s, 5, 3));
+    CHECK_TRUE(!kiln__prep_is_safe_cut("a  b", 4, 2)); /* after a space */
+    CHECK_TRUE(kiln__prep_is_safe_cut("a\nb", 3, 2));
+    CHECK_TRUE(!kiln__prep_is_safe_cut("a\n\nb", 4, 3)); /* a run of newlines */
+    CHECK_INT_EQ(kiln__prep_next_cut("abcdef", 6, 0), 6);
     if (!have_gpt2) {
         fprintf(stderr, "skipping the GPT-2 part of test_safe_cuts: deps/gpt2 is absent\n");
         return;
     }
     kiln_tokenizer *t = NULL;
-    CHECK_OK(kiln_tokenizer_load(&t, "gpt2"));
+    CHECK_OK(test_tokenizer_load(&t, "gpt2"));
     if (!t)
         return;
     /* Random strings over characters that stress the pre-tokeniser's rules. */
@@ -350,7 +358,7 @@ static void test_deterministic_across_threads(void) {
     if (have_gpt2) {
         /* The long document is document 0; find its ids in train or val. */
         kiln_tokenizer *t = NULL;
-        CHECK_OK(kiln_tokenizer_load(&t, "gpt2"));
+        CHECK_OK(test_tokenizer_load(&t, "gpt2"));
         kiln_tokens want = {0};
         CHECK_OK(kiln_tokenizer_encode(t, big, len, &want));
         int32_t *tr = NULL, *va = NULL;
@@ -466,32 +474,28 @@ static void test_bad_input(void) {
     CHECK_STATUS(prepare("bytes", "badm", missing, 1, 0.1, 1, 1000, 1, 0, &s), KILN_ERR_NOT_FOUND);
     const char *ok1[] = {"ok.txt"};
     CHECK_STATUS(prepare("bytes", "badm", ok1, 1, 1.0, 1, 1000, 1, 0, &s), KILN_ERR_ARG);
-    CHECK_STATUS(prepare("no-such-tokenizer", "badm", ok1, 1, 0.1, 1, 1000, 1, 0, &s),
-                 KILN_ERR_NOT_FOUND);
+    CHECK_STATUS(prepare(NULL, "badm", ok1, 1, 0.1, 1, 1000, 1, 0, &s), KILN_ERR_ARG);
 }
 
 /* The Brown corpus from deps/, when scripts/setup.sh has installed it. */
 static void test_brown_corpus(void) {
-    const char *src = getenv("KILN_SOURCE_DIR");
-    char corpus[4096], exe_dir[4200];
-    snprintf(exe_dir, sizeof exe_dir, "%s/build", src ? src : ".");
-    unsetenv("KILN_CORPUS_DIR");
-    if (kiln_prepare_find_brown(corpus, sizeof corpus, exe_dir) != KILN_OK) {
-        fprintf(stderr, "skipping test_brown_corpus: %s\n", kiln_error_message());
+    const char *corpus = test_brown_dir();
+    if (!corpus) {
+        TEST_SKIP("the Brown corpus is not installed (scripts/setup.sh installs it)");
         return;
     }
-    setenv("KILN_CORPUS_DIR", dir, 1);
-    CHECK_STATUS(kiln_prepare_find_brown(exe_dir, sizeof exe_dir, NULL), KILN_ERR_NOT_FOUND);
-    unsetenv("KILN_CORPUS_DIR");
+    kiln_tokenizer *bytes = NULL;
+    CHECK_OK(kiln_tokenizer_load(&bytes, "bytes"));
     kiln_prepare_config c;
     kiln_prepare_config_default(&c);
     char out[512];
     path_in(out, sizeof out, "brown");
-    c.tokenizer = "bytes";
+    c.tokenizer = bytes;
     c.out_dir = out;
     c.corpus_dir = corpus;
     kiln_prepare_summary s;
     CHECK_OK(kiln_prepare(&c, &s));
+    kiln_tokenizer_free(bytes);
     CHECK_INT_EQ(s.documents, 500);
     CHECK_TRUE(s.val_documents > 25 && s.val_documents < 80);
     CHECK_TRUE(s.bytes > 5000000 && s.bytes < 7000000);
@@ -536,14 +540,8 @@ int main(void) {
         perror("mkdtemp");
         return 1;
     }
-    const char *src = getenv("KILN_SOURCE_DIR");
-    if (src && !getenv("KILN_GPT2_DIR")) {
-        char g[4096];
-        snprintf(g, sizeof g, "%s/deps/gpt2", src);
-        setenv("KILN_GPT2_DIR", g, 1);
-    }
     kiln_tokenizer *t = NULL;
-    have_gpt2 = kiln_tokenizer_load(&t, "gpt2") == KILN_OK;
+    have_gpt2 = test_tokenizer_load(&t, "gpt2") == KILN_OK;
     kiln_tokenizer_free(t);
     if (!have_gpt2)
         fprintf(stderr, "GPT-2 tokenizer files not found (%s): GPT-2 checks are skipped\n",

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/tok_internal.h"
 #include "kiln/core.h"
 #include "test.h"
+#include "tok/tok_internal.h"
 
 /* Letters (ASCII and not), digits, spaces of each kind, punctuation, the contraction
  * letters, and invalid UTF-8. */
@@ -53,7 +53,7 @@ static pcre2_match_data *md;
 static int pieces(const uint8_t *s, size_t n, int fast, size_t *ends, int cap) {
     int k = 0;
     for (size_t pos = 0, end = 0; pos < n && k < cap; pos = end) {
-        if (tok_pretok_next(&pre, md, s, n, pos, fast, &end) != KILN_OK)
+        if (kiln__tok_pretok_next(&pre, md, s, n, pos, fast, &end) != KILN_OK)
             return -1;
         ends[k++] = end;
     }
@@ -137,20 +137,20 @@ static void test_safe_cuts(void) {
     size_t *starts = calloc(n + 1, 1);
     uint8_t *is_start = (uint8_t *)starts;
     for (size_t pos = 0, end = 0; pos < n; pos = end) {
-        CHECK_OK(tok_pretok_next(&pre, md, s, n, pos, 1, &end));
+        CHECK_OK(kiln__tok_pretok_next(&pre, md, s, n, pos, 1, &end));
         is_start[pos] = 1;
     }
     int cuts = 0, bad = 0;
     for (size_t from = 0; from < n;) {
-        size_t c = tok_pretok_safe_cut(s, n, from);
+        size_t c = kiln__tok_pretok_safe_cut(s, n, from);
         if (c >= n)
             break;
         cuts++;
         bad += !is_start[c];
         /* the piece at c, seen from a text that starts at c */
         size_t e1 = 0, e2 = 0;
-        CHECK_OK(tok_pretok_next(&pre, md, s, n, c, 1, &e1));
-        CHECK_OK(tok_pretok_next(&pre, md, s + c, n - c, 0, 1, &e2));
+        CHECK_OK(kiln__tok_pretok_next(&pre, md, s, n, c, 1, &e1));
+        CHECK_OK(kiln__tok_pretok_next(&pre, md, s + c, n - c, 0, 1, &e2));
         bad += e1 != c + e2;
         from = c + 1;
     }
@@ -162,7 +162,7 @@ static void test_safe_cuts(void) {
 }
 
 int main(void) {
-    if (tok_pretok_init(&pre) != KILN_OK) {
+    if (kiln__tok_pretok_init(&pre) != KILN_OK) {
         fprintf(stderr, "cannot compile the regex: %s\n", kiln_error_message());
         return 1;
     }
@@ -172,6 +172,6 @@ int main(void) {
     RUN_TEST(test_random_strings);
     RUN_TEST(test_safe_cuts);
     pcre2_match_data_free(md);
-    tok_pretok_free(&pre);
+    kiln__tok_pretok_free(&pre);
     TEST_MAIN_END();
 }

@@ -7,10 +7,10 @@
 
 #include <xxhash.h>
 
-#include "data/tok_internal.h"
 #include "kiln/core.h"
 #include "kiln/tokenizer.h"
 #include "test.h"
+#include "tok/tok_internal.h"
 
 static char *make_corpus(size_t n, uint64_t seed) {
     static const char *syl[] = {"ka", "lo", "mi", "ne", "ta", "ri", "su",       "ve",
@@ -47,12 +47,12 @@ static char *make_corpus(size_t n, uint64_t seed) {
  * each piece, left to right. */
 static void naive_encode(const kiln_tokenizer *t, const char *text, size_t len, kiln_tokens *out) {
     tok_pretok pre;
-    tok_pretok_init(&pre);
+    kiln__tok_pretok_init(&pre);
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(pre.re, NULL);
     const uint8_t *s = (const uint8_t *)text;
     int32_t *ids = malloc((len ? len : 1) * sizeof *ids);
     for (size_t pos = 0, end = 0; pos < len; pos = end) {
-        tok_pretok_next(&pre, md, s, len, pos, 0, &end);
+        kiln__tok_pretok_next(&pre, md, s, len, pos, 0, &end);
         size_t n = end - pos;
         for (size_t i = 0; i < n; i++)
             ids[i] = s[pos + i];
@@ -75,7 +75,7 @@ static void naive_encode(const kiln_tokenizer *t, const char *text, size_t len, 
     }
     free(ids);
     pcre2_match_data_free(md);
-    tok_pretok_free(&pre);
+    kiln__tok_pretok_free(&pre);
 }
 
 static int same_ids(const kiln_tokens *a, const kiln_tokens *b) {
@@ -88,7 +88,7 @@ static kiln_tokenizer *train(const char *text, int64_t vocab) {
     CHECK_OK(kiln_bpe_trainer_init(&tr));
     /* in two parts, as the command adds one file after another (cut where a piece starts,
      * so that the pieces are those of the whole) */
-    size_t half = tok_pretok_safe_cut((const uint8_t *)text, strlen(text), strlen(text) / 2);
+    size_t half = kiln__tok_pretok_safe_cut((const uint8_t *)text, strlen(text), strlen(text) / 2);
     CHECK_OK(kiln_bpe_trainer_add(tr, text, half));
     CHECK_OK(kiln_bpe_trainer_add(tr, text + half, strlen(text) - half));
     CHECK_OK(kiln_bpe_trainer_finish(tr, vocab, &t));

@@ -4,7 +4,6 @@
 
 #include "commands.h"
 #include "flags.h"
-#include "core/error.h"
 #include "kiln/core.h"
 #include "kiln/loader.h"
 #include "kiln/train.h"
@@ -54,10 +53,12 @@ int cmd_eval(int argc, char **argv) {
     double loss = 0.0, t0 = kiln_time_ms();
     int64_t tokens = 0;
     if (!s && (s = kiln_evaluate(m, l, B, T, batches, &loss, &tokens)))
-        kiln__error_wrap(s, "evaluating on %s", data);
+        kiln_error_wrapf(s, "evaluating on %s", data);
     if (!s && !isfinite(loss))
-        s = kiln__errorf(KILN_ERR_RANGE, "the loss over %s is %f: the weights in %s hold values "
-                                         "that are not finite", data, loss, weights);
+        s = kiln_error_setf(KILN_ERR_RANGE,
+                            "the loss over %s is %f: the weights in %s hold values "
+                            "that are not finite",
+                            data, loss, weights);
     kiln_gpt_free(m);
     kiln_loader_close(l);
     if (s) {

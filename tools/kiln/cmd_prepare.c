@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "kiln/prepare.h"
+#include "tool_common.h"
 
 static const char usage[] =
     "usage: kiln prepare [flags] [INPUTS...]\n"
@@ -119,10 +120,10 @@ static void print_summary(const char *out_dir, const char *tokenizer,
 int cmd_prepare(int argc, char **argv) {
     kiln_prepare_config cfg;
     kiln_prepare_config_default(&cfg);
-    const char *out = NULL, *binary = "error";
+    const char *out = NULL, *binary = "error", *tokenizer = "gpt2";
     int64_t seed = (int64_t)cfg.seed, shard_tokens = cfg.shard_tokens, threads = 0;
     tool_flag flags[] = {
-        {"tokenizer", TOOL_FLAG_STRING, &cfg.tokenizer, "gpt2, bytes, or a tokenizer file"},
+        {"tokenizer", TOOL_FLAG_STRING, &tokenizer, "gpt2, bytes, or a tokenizer file"},
         {"out", TOOL_FLAG_STRING, &out, "output folder; none: data/<corpus name>"},
         {"val-fraction", TOOL_FLAG_FLOAT, &cfg.val_fraction,
          "share of documents for validation, in [0, 1)"},
@@ -158,38 +159,40 @@ int cmd_prepare(int argc, char **argv) {
     cfg.threads = (int)threads;
     cfg.inputs = (const char *const *)(argv + 1);
     cfg.num_inputs = npos;
-    char out_buf[4200], corpus[4096], exe[4096];
+    char out_buf[4200], corpus[4200];
     if (!out) {
         default_out(out_buf, sizeof out_buf, npos, argv + 1);
         out = out_buf;
     }
     cfg.out_dir = out;
     if (npos == 0) {
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        const char *exe_dir = NULL;
-        if (n > 0) {
-            exe[n] = '\0';
-            exe_dir = dirname(exe);
-        }
-        kiln_status st = kiln_prepare_find_brown(corpus, sizeof corpus, exe_dir);
+        kiln_status st = tool_find_brown(corpus, sizeof corpus);
         if (st != KILN_OK) {
             tool_report("prepare", st);
             return 1;
         }
         cfg.corpus_dir = corpus;
     }
+    kiln_tokenizer *tok = NULL;
+    kiln_status ts = tool_tokenizer_load(&tok, tokenizer);
+    if (ts != KILN_OK) {
+        tool_report("loading the tokenizer", ts);
+        return 1;
+    }
+    cfg.tokenizer = tok;
     console con = {isatty(2), 0, 10};
     cfg.progress = on_progress;
     cfg.note = on_note;
     cfg.ctx = &con;
     kiln_prepare_summary sum;
     kiln_status st = kiln_prepare(&cfg, &sum);
+    kiln_tokenizer_free(tok);
     if (con.drawn)
         fprintf(stderr, "\n");
     if (st != KILN_OK) {
         tool_report("prepare", st);
         return 1;
     }
-    print_summary(out, cfg.tokenizer, &sum);
+    print_summary(out, tokenizer, &sum);
     return 0;
 }

@@ -80,7 +80,7 @@ int cmd_sample(int argc, char **argv) {
     rc = 1;
     const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
     const char *spec = tool_default_tokenizer(tokenizer, cfg->vocab_size);
-    if (!spec || (s = kiln_tokenizer_load(&tok, spec))) {
+    if (!spec || (s = tool_tokenizer_load(&tok, spec))) {
         tool_report("sample", spec ? s : KILN_ERR_ARG);
         goto done;
     }

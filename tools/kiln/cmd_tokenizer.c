@@ -9,6 +9,7 @@
 #include "flags.h"
 #include "kiln/core.h"
 #include "kiln/tokenizer.h"
+#include "tool_common.h"
 
 static const char usage_top[] =
     "usage: kiln tokenizer encode [--tokenizer NAME] [FILE...]   ids of each FILE (or stdin)\n"
@@ -57,7 +58,7 @@ static int read_all(const char *path, char **out, size_t *len) {
 }
 
 static int load(const char *spec, kiln_tokenizer **t) {
-    kiln_status s = kiln_tokenizer_load(t, spec);
+    kiln_status s = tool_tokenizer_load(t, spec);
     if (s != KILN_OK) {
         tool_report("loading the tokenizer", s);
         return 1;

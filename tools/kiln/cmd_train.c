@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "commands.h"
-#include "core/fs.h"
 #include "flags.h"
 #include "kiln/checkpoint.h"
 #include "kiln/core.h"
@@ -196,7 +195,7 @@ int cmd_train(int argc, char **argv) {
     cfg.log = stdout;
     /* A --save that could never be written fails now, not after hours of training. */
     if (cfg.save_path && ((s = tool_make_parent_dirs(cfg.save_path)) ||
-                          (s = kiln__check_replaceable(cfg.save_path)))) {
+                          (s = kiln_file_check_replaceable(cfg.save_path)))) {
         tool_report("train", s);
         return 1;
     }

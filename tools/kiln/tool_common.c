@@ -5,7 +5,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/error.h"
 #include "kiln/checkpoint.h"
 
 void openblas_set_num_threads(int num_threads);
@@ -21,18 +20,23 @@ kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int
     kiln_gpt_config cfg;
     memset(&cfg, 0, sizeof cfg);
     if (heads < 0)
-        return kiln__errorf(KILN_ERR_ARG, "--heads must be >= 0, got %lld", (long long)heads);
+        return kiln_error_setf(KILN_ERR_ARG, "--heads must be >= 0, got %lld", (long long)heads);
     cfg.n_head = heads;
-    KILN_CHECK(kiln_gpt_config_from_safetensors(&cfg, path));
+    kiln_status s = kiln_gpt_config_from_safetensors(&cfg, path);
+    if (s != KILN_OK)
+        return s;
     /* The caller's head count is used only where the file records none. */
     if (heads > 0 && cfg.n_head != heads)
-        return kiln__errorf(KILN_ERR_CONFIG, "--heads %lld, but the weights in %s have %lld heads",
-                            (long long)heads, path, (long long)cfg.n_head);
-    KILN_CHECK(kiln_gpt_config_validate(&cfg));
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "--heads %lld, but the weights in %s have %lld heads",
+                               (long long)heads, path, (long long)cfg.n_head);
+    if ((s = kiln_gpt_config_validate(&cfg)) != KILN_OK)
+        return s;
     if (T <= 0 || T > cfg.max_seq_len)
         T = cfg.max_seq_len;
-    KILN_CHECK(kiln_gpt_create_inference(out, &cfg, B, T, NULL));
-    kiln_status s = kiln_gpt_load_safetensors(*out, path);
+    if ((s = kiln_gpt_create_inference(out, &cfg, B, T, NULL)) != KILN_OK)
+        return s;
+    s = kiln_gpt_load_safetensors(*out, path);
     if (s) {
         kiln_gpt_free(*out);
         *out = NULL;
@@ -43,14 +47,15 @@ kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int
 kiln_status tool_make_parent_dirs(const char *path) {
     char buf[4096];
     if (strlen(path) >= sizeof buf)
-        return kiln__errorf(KILN_ERR_ARG, "path too long: %s", path);
+        return kiln_error_setf(KILN_ERR_ARG, "path too long: %s", path);
     strcpy(buf, path);
     for (char *p = buf + 1; *p; p++) {
         if (*p != '/')
             continue;
         *p = '\0';
         if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return kiln__errorf(KILN_ERR_IO, "cannot create folder %s: %s", buf, strerror(errno));
+            return kiln_error_setf(KILN_ERR_IO, "cannot create folder %s: %s", buf,
+                                   strerror(errno));
         *p = '/';
     }
     return KILN_OK;
@@ -63,8 +68,8 @@ const char *tool_default_tokenizer(const char *given, int64_t vocab_size) {
         return "bytes";
     if (vocab_size == 50257)
         return "gpt2";
-    kiln__errorf(KILN_ERR_ARG,
-                 "the model's vocabulary has %lld tokens: say which tokenizer with --tokenizer",
-                 (long long)vocab_size);
+    kiln_error_setf(KILN_ERR_ARG,
+                    "the model's vocabulary has %lld tokens: say which tokenizer with --tokenizer",
+                    (long long)vocab_size);
     return NULL;
 }

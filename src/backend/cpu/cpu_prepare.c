@@ -40,19 +40,20 @@ kiln_status kiln__cpu_prepare(void) {
         size_t used = address_space_used();
         size_t need = 2 * (size_t)(threads - 1) * BLAS_BUFFER_BYTES + ((size_t)16 << 20);
         if (used + need > (size_t)rl.rlim_cur)
-            return kiln__errorf(KILN_ERR_NOMEM,
-                                "the address-space limit (ulimit -v) of %.0f MiB leaves %.0f MiB, "
-                                "and OpenBLAS needs about %.0f MiB of work buffers for %d "
-                                "threads: raise the limit or use fewer --threads",
-                                (double)rl.rlim_cur / 1048576.0,
-                                (double)(rl.rlim_cur > used ? rl.rlim_cur - used : 0) / 1048576.0,
-                                (double)need / 1048576.0, threads);
+            return kiln_error_setf(
+                KILN_ERR_NOMEM,
+                "the address-space limit (ulimit -v) of %.0f MiB leaves %.0f MiB, "
+                "and OpenBLAS needs about %.0f MiB of work buffers for %d "
+                "threads: raise the limit or use fewer --threads",
+                (double)rl.rlim_cur / 1048576.0,
+                (double)(rl.rlim_cur > used ? rl.rlim_cur - used : 0) / 1048576.0,
+                (double)need / 1048576.0, threads);
     }
     /* Products large enough to take OpenBLAS's general path (tiny ones skip the buffer). */
     enum { D = 256 };
     float *a = calloc((size_t)(2 + threads) * D * D, sizeof(float));
     if (!a)
-        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate the BLAS warm-up matrices");
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the BLAS warm-up matrices");
     float *b = a + D * D;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, D, D, D, 1.0f, a, D, b, D, 0.0f,
                 b + D * D, D);

@@ -64,26 +64,6 @@ void kiln__ref_zero(float *x, int64_t n) {
         memset(x, 0, (size_t)n * sizeof(float));
 }
 
-static const kiln_backend ref_backend = {
-    .name = "ref",
-    .encoder_forward = kiln__ref_encoder_forward,
-    .encoder_backward = kiln__ref_encoder_backward,
-    .layernorm_forward = kiln__ref_layernorm_forward,
-    .layernorm_backward = kiln__ref_layernorm_backward,
-    .matmul_forward = kiln__ref_matmul_forward,
-    .matmul_backward = kiln__ref_matmul_backward,
-    .attention_forward = kiln__ref_attention_forward,
-    .attention_backward = kiln__ref_attention_backward,
-    .gelu_forward = kiln__ref_gelu_forward,
-    .gelu_backward = kiln__ref_gelu_backward,
-    .residual_forward = kiln__ref_residual_forward,
-    .crossentropy_forward_backward = kiln__ref_crossentropy_forward_backward,
-    .adam_update = kiln__ref_adam_update,
-    .sgd_update = kiln__ref_sgd_update,
-    .rmsprop_update = kiln__ref_rmsprop_update,
-    .sumsq = kiln__ref_sumsq,
-    .scale = kiln__ref_scale,
-    .zero = kiln__ref_zero,
-};
+static const kiln_backend ref_backend = {.name = "ref", KILN_BACKEND_FILL(kiln__ref_)};
 
 const kiln_backend *kiln_backend_ref(void) { return &ref_backend; }

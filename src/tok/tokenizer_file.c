@@ -16,8 +16,8 @@
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "data/tok_internal.h"
 #include "kiln/core.h"
+#include "tok/tok_internal.h"
 
 #define TOK_FILE_HEADER 24
 #define TOK_FILE_VERSION 1u
@@ -52,9 +52,9 @@ static kiln_status build_vocab(kiln_tokenizer *t, const char *where) {
             const int32_t *m = t->merges[id - 256];
             len = t->off[m[0] + 1] + t->off[m[1] + 1];
             if (len > TOK_MAX_TOKEN_BYTES)
-                return kiln__errorf(KILN_ERR_FORMAT,
-                                    "%s: merge %d makes a token of %u bytes (at most %d)", where,
-                                    id - 256, len, TOK_MAX_TOKEN_BYTES);
+                return kiln_error_setf(KILN_ERR_FORMAT,
+                                       "%s: merge %d makes a token of %u bytes (at most %d)", where,
+                                       id - 256, len, TOK_MAX_TOKEN_BYTES);
         }
         t->off[id + 1] = len;
     }
@@ -62,7 +62,7 @@ static kiln_status build_vocab(kiln_tokenizer *t, const char *where) {
     for (int32_t id = 0; id < t->n; id++) {
         total += t->off[id + 1];
         if (total > UINT32_MAX)
-            return kiln__errorf(KILN_ERR_FORMAT, "%s: the tokens hold more than 4 GiB", where);
+            return kiln_error_setf(KILN_ERR_FORMAT, "%s: the tokens hold more than 4 GiB", where);
     }
     KILN_CHECK(kiln_alloc_checked(&blob, (size_t)total + 1, "token bytes"));
     t->blob = blob;
@@ -84,37 +84,38 @@ static kiln_status build_vocab(kiln_tokenizer *t, const char *where) {
     return KILN_OK;
 }
 
-kiln_status tok_from_merges(kiln_tokenizer **out, const int32_t (*merges)[2], int64_t n_merges,
-                            int has_eot, const char *name, const char *where) {
+kiln_status kiln__tok_from_merges(kiln_tokenizer **out, const int32_t (*merges)[2],
+                                  int64_t n_merges, int has_eot, const char *name,
+                                  const char *where) {
     *out = NULL;
     if (n_merges < 0 || n_merges > TOK_MAX_MERGES)
-        return kiln__errorf(KILN_ERR_FORMAT, "%s: %lld merges (at most %d)", where,
-                            (long long)n_merges, TOK_MAX_MERGES);
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s: %lld merges (at most %d)", where,
+                               (long long)n_merges, TOK_MAX_MERGES);
     kiln_tokenizer *t = NULL;
-    KILN_CHECK(tok_new(&t, TOK_BPE, name));
+    KILN_CHECK(kiln__tok_new(&t, TOK_BPE, name));
     kiln_status s = KILN_OK;
     t->n = (int32_t)(256 + n_merges + (has_eot ? 1 : 0));
     t->eot = has_eot ? (int32_t)(256 + n_merges) : -1;
     t->n_merges = n_merges;
     t->merges = malloc((size_t)(n_merges ? n_merges : 1) * sizeof *t->merges);
     if (!t->merges) {
-        s = kiln__errorf(KILN_ERR_NOMEM, "%s: cannot allocate %lld merges", where,
-                         (long long)n_merges);
+        s = kiln_error_setf(KILN_ERR_NOMEM, "%s: cannot allocate %lld merges", where,
+                            (long long)n_merges);
         goto fail;
     }
-    KILN_CHECK_GOTO(s, tok_pair_map_init(&t->pairs, n_merges), fail);
+    KILN_CHECK_GOTO(s, kiln__tok_pair_map_init(&t->pairs, n_merges), fail);
     for (int64_t i = 0; i < n_merges; i++) {
         int32_t a = merges[i][0], b = merges[i][1];
         if (a < 0 || b < 0 || a >= 256 + i || b >= 256 + i) {
-            s = kiln__errorf(KILN_ERR_FORMAT,
-                             "%s: merge %lld joins ids %d and %d, but only ids below %lld exist "
-                             "by then",
-                             where, (long long)i, a, b, (long long)(256 + i));
+            s = kiln_error_setf(KILN_ERR_FORMAT,
+                                "%s: merge %lld joins ids %d and %d, but only ids below %lld exist "
+                                "by then",
+                                where, (long long)i, a, b, (long long)(256 + i));
             goto fail;
         }
-        if (tok_pair_map_put(&t->pairs, a, b, (int32_t)(256 + i))) {
-            s = kiln__errorf(KILN_ERR_FORMAT, "%s: merge %lld repeats the pair (%d, %d)", where,
-                             (long long)i, a, b);
+        if (kiln__tok_pair_map_put(&t->pairs, a, b, (int32_t)(256 + i))) {
+            s = kiln_error_setf(KILN_ERR_FORMAT, "%s: merge %lld repeats the pair (%d, %d)", where,
+                                (long long)i, a, b);
             goto fail;
         }
         t->merges[i][0] = a;
@@ -130,11 +131,11 @@ fail:
     return s;
 }
 
-kiln_status tok_load_file(kiln_tokenizer **out, const char *path) {
+kiln_status kiln__tok_load_file(kiln_tokenizer **out, const char *path) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return kiln__errorf(KILN_ERR_IO, "cannot open tokenizer file %s", path);
+        return kiln_error_setf(KILN_ERR_IO, "cannot open tokenizer file %s", path);
     kiln_status s = KILN_OK;
     uint8_t *buf = NULL;
     int32_t(*merges)[2] = NULL;
@@ -143,53 +144,53 @@ kiln_status tok_load_file(kiln_tokenizer **out, const char *path) {
     if (fseek(f, 0, SEEK_END) == 0)
         size = ftell(f);
     if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        s = kiln__errorf(KILN_ERR_IO, "cannot find the size of %s", path);
+        s = kiln_error_setf(KILN_ERR_IO, "cannot find the size of %s", path);
         goto done;
     }
     if (size < TOK_FILE_HEADER + 8 || fread(head, 1, TOK_FILE_HEADER, f) != TOK_FILE_HEADER ||
         memcmp(head, tok_magic, 8) != 0) {
-        s = kiln__errorf(KILN_ERR_FORMAT,
-                         "%s is not a kiln tokenizer file (no \"KILNBPE\" magic at its start): "
-                         "use gpt2, bytes, or a file written by `kiln tokenizer train`",
-                         path);
+        s = kiln_error_setf(KILN_ERR_FORMAT,
+                            "%s is not a kiln tokenizer file (no \"KILNBPE\" magic at its start): "
+                            "use gpt2, bytes, or a file written by `kiln tokenizer train`",
+                            path);
         goto done;
     }
     uint32_t version = get_u32(head + 8), pretok = get_u32(head + 12);
     uint32_t m = get_u32(head + 16), flags = get_u32(head + 20);
     if (version != TOK_FILE_VERSION) {
-        s = kiln__errorf(KILN_ERR_FORMAT, "%s: tokenizer format version %u (this kiln reads %u)",
-                         path, version, TOK_FILE_VERSION);
+        s = kiln_error_setf(KILN_ERR_FORMAT, "%s: tokenizer format version %u (this kiln reads %u)",
+                            path, version, TOK_FILE_VERSION);
         goto done;
     }
     if (pretok != 1 || flags > 1 || m > TOK_MAX_MERGES) {
-        s = kiln__errorf(KILN_ERR_FORMAT,
-                         "%s: header has pre-tokeniser %u, flags %u, %u merges (want 1, 0 or 1, "
-                         "at most %d)",
-                         path, pretok, flags, m, TOK_MAX_MERGES);
+        s = kiln_error_setf(KILN_ERR_FORMAT,
+                            "%s: header has pre-tokeniser %u, flags %u, %u merges (want 1, 0 or 1, "
+                            "at most %d)",
+                            path, pretok, flags, m, TOK_MAX_MERGES);
         goto done;
     }
     size_t want = TOK_FILE_HEADER + 8 * (size_t)m + 8;
     if ((size_t)size != want) {
-        s = kiln__errorf(KILN_ERR_FORMAT, "%s: %ld bytes, but %u merges need %zu (truncated?)",
-                         path, size, m, want);
+        s = kiln_error_setf(KILN_ERR_FORMAT, "%s: %ld bytes, but %u merges need %zu (truncated?)",
+                            path, size, m, want);
         goto done;
     }
     buf = malloc(want);
     merges = malloc((m ? m : 1) * sizeof *merges);
     if (!buf || !merges) {
-        s = kiln__errorf(KILN_ERR_NOMEM, "cannot allocate %zu bytes to read %s", want, path);
+        s = kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %zu bytes to read %s", want, path);
         goto done;
     }
     memcpy(buf, head, TOK_FILE_HEADER);
     if (fread(buf + TOK_FILE_HEADER, 1, want - TOK_FILE_HEADER, f) != want - TOK_FILE_HEADER) {
-        s = kiln__errorf(KILN_ERR_IO, "cannot read %s", path);
+        s = kiln_error_setf(KILN_ERR_IO, "cannot read %s", path);
         goto done;
     }
     uint64_t stored = get_u64(buf + want - 8), computed = XXH64(buf, want - 8, 0);
     if (stored != computed) {
-        s = kiln__errorf(KILN_ERR_CHECKSUM,
-                         "%s: checksum %016llx stored, %016llx computed (the file is damaged)",
-                         path, (unsigned long long)stored, (unsigned long long)computed);
+        s = kiln_error_setf(KILN_ERR_CHECKSUM,
+                            "%s: checksum %016llx stored, %016llx computed (the file is damaged)",
+                            path, (unsigned long long)stored, (unsigned long long)computed);
         goto done;
     }
     for (uint32_t i = 0; i < m; i++) {
@@ -198,7 +199,7 @@ kiln_status tok_load_file(kiln_tokenizer **out, const char *path) {
         merges[i][0] = a > INT32_MAX ? -1 : (int32_t)a;
         merges[i][1] = b > INT32_MAX ? -1 : (int32_t)b;
     }
-    s = tok_from_merges(out, (const int32_t(*)[2])merges, m, (int)(flags & 1), path, path);
+    s = kiln__tok_from_merges(out, (const int32_t(*)[2])merges, m, (int)(flags & 1), path, path);
 done:
     free(merges);
     free(buf);
@@ -208,15 +209,15 @@ done:
 
 kiln_status kiln_tokenizer_save(const kiln_tokenizer *t, const char *path) {
     if (!t || !path)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_tokenizer_save: no tokenizer or no path");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_tokenizer_save: no tokenizer or no path");
     if (t->kind != TOK_BPE)
-        return kiln__errorf(KILN_ERR_UNSUPPORTED,
-                            "the %s tokenizer is not saved to a file: name it by \"%s\"", t->name,
-                            t->name);
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "the %s tokenizer is not saved to a file: name it by \"%s\"",
+                               t->name, t->name);
     size_t size = TOK_FILE_HEADER + 8 * (size_t)t->n_merges + 8;
     uint8_t *buf = malloc(size);
     if (!buf)
-        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate %zu bytes to save %s", size, path);
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %zu bytes to save %s", size, path);
     memcpy(buf, tok_magic, 8);
     put_u32(buf + 8, TOK_FILE_VERSION);
     put_u32(buf + 12, 1);

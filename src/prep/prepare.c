@@ -2,7 +2,7 @@
  *
  * Pass 1 (prepare_inputs.c) checks and counts every document and decides the split.
  * Pass 2 reads the documents again in order, cuts them into segments of about SEGMENT
- * bytes where a cut cannot change the ids (prep_is_safe_cut), gathers segments into a
+ * bytes where a cut cannot change the ids (kiln__prep_is_safe_cut), gathers segments into a
  * batch, encodes the batch's segments in parallel (kiln_tokenizer_encode_many: the ids do
  * not depend on the thread count), then appends the ids in order to the train or val output,
  * each document led by <|endoftext|> when the tokenizer has one. */
@@ -14,10 +14,10 @@
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
-#include "data/prepare_internal.h"
-#include "data/prepare_out.h"
 #include "kiln/core.h"
 #include "kiln/tokenizer.h"
+#include "prep/prepare_internal.h"
+#include "prep/prepare_out.h"
 
 enum {
     SEGMENT = 1 << 20,          /* bytes per segment, one encode call */
@@ -28,7 +28,6 @@ enum {
 
 void kiln_prepare_config_default(kiln_prepare_config *c) {
     memset(c, 0, sizeof *c);
-    c->tokenizer = "gpt2";
     c->val_fraction = 0.1;
     c->seed = 1337;
     c->shard_tokens = 100000000;
@@ -46,7 +45,7 @@ typedef struct segment {
 typedef struct run {
     const kiln_prepare_config *cfg;
     kiln_prepare_summary *sum;
-    kiln_tokenizer *tok;
+    const kiln_tokenizer *tok; /* the caller's */
     int32_t eot;
     int threads;
     prep_inputs in;
@@ -122,7 +121,7 @@ static kiln_status flush(run *r) {
     kiln_status st = kiln_tokenizer_encode_many(r->tok, r->texts, r->lens, r->nseg, r->ids);
     omp_set_num_threads(saved_threads);
     if (st != KILN_OK)
-        return kiln__error_wrap(st, "encoding");
+        return kiln_error_wrapf(st, "encoding");
     for (int i = 0; i < r->nseg; i++) {
         segment *s = &r->segs[i];
         if (s->bad_utf8 && s->doc != r->last_bad_doc) {
@@ -131,8 +130,8 @@ static kiln_status flush(run *r) {
         }
         prep_out *o = &r->out[s->split];
         if (s->doc_start && r->eot >= 0)
-            KILN_CHECK(prep_out_append(o, &r->eot, 1));
-        KILN_CHECK(prep_out_append(o, r->ids[i].ids, r->ids[i].len));
+            KILN_CHECK(kiln__prep_out_append(o, &r->eot, 1));
+        KILN_CHECK(kiln__prep_out_append(o, r->ids[i].ids, r->ids[i].len));
     }
     r->nseg = 0;
     r->arena_len = 0;
@@ -146,7 +145,7 @@ static kiln_status flush(run *r) {
 static kiln_status add_text(run *r, const char *text, size_t len, int64_t doc, int split) {
     size_t pos = 0;
     do {
-        size_t end = len - pos > SEGMENT ? prep_next_cut(text, len, pos + SEGMENT) : len;
+        size_t end = len - pos > SEGMENT ? kiln__prep_next_cut(text, len, pos + SEGMENT) : len;
         size_t n = end - pos;
         if (r->nseg > 0 && (r->arena_len + n > r->batch_bytes || r->nseg == SEGS_PER_BATCH))
             KILN_CHECK(flush(r));
@@ -156,7 +155,7 @@ static kiln_status add_text(run *r, const char *text, size_t len, int64_t doc, i
                 cap *= 2;
             char *a = realloc(r->arena, cap);
             if (!a)
-                return kiln__errorf(KILN_ERR_NOMEM, "no memory for %zu bytes of text", cap);
+                return kiln_error_setf(KILN_ERR_NOMEM, "no memory for %zu bytes of text", cap);
             r->arena = a;
             r->arena_cap = cap;
         }
@@ -175,13 +174,13 @@ static kiln_status add_single(run *r, const char *text, size_t len) {
     double f = r->cfg->val_fraction;
     if (f <= 0 || len < 2) {
         if (f > 0)
-            prep_note(r->cfg, "note: the only document is too short to split; val is empty");
+            kiln__prep_note(r->cfg, "note: the only document is too short to split; val is empty");
         r->sum->train_documents++;
         return add_text(r, text, len, 0, 0);
     }
-    size_t target = (size_t)((1.0 - f) * (double)len), cut = prep_next_cut(text, len, target);
+    size_t target = (size_t)((1.0 - f) * (double)len), cut = kiln__prep_next_cut(text, len, target);
     for (size_t i = target; cut == len && i > 0; i--)
-        if (prep_is_safe_cut(text, len, i))
+        if (kiln__prep_is_safe_cut(text, len, i))
             cut = i;
     if (cut == len || cut == 0) { /* nowhere safe: cut at a character boundary */
         cut = target > 0 ? target : 1;
@@ -202,21 +201,21 @@ static kiln_status encode_all(run *r) {
         if (f->skip)
             continue;
         prep_reader rd;
-        KILN_CHECK(prep_reader_open(&rd, f));
+        KILN_CHECK(kiln__prep_reader_open(&rd, f));
         kiln_status st = KILN_OK;
         int64_t before = r->bytes_queued;
         for (;;) {
             r->doc_base = before + rd.bytes_read;
             const char *text;
             size_t len;
-            if ((st = prep_reader_next(&rd, &text, &len)) != KILN_OK || !text)
+            if ((st = kiln__prep_reader_next(&rd, &text, &len)) != KILN_OK || !text)
                 break;
             r->sum->bytes += (int64_t)len;
             r->doc_text = text;
             if (r->in.docs == 1) {
                 st = add_single(r, text, len);
             } else {
-                int val = prep_doc_is_val(&r->in, r->cfg->seed, doc);
+                int val = kiln__prep_doc_is_val(&r->in, r->cfg->seed, doc);
                 r->sum->train_documents += !val;
                 r->sum->val_documents += val;
                 st = add_text(r, text, len, doc, val);
@@ -227,7 +226,7 @@ static kiln_status encode_all(run *r) {
             r->docs_queued = doc;
             r->bytes_queued = before + rd.bytes_read;
         }
-        prep_reader_close(&rd);
+        kiln__prep_reader_close(&rd);
         KILN_CHECK(st);
     }
     r->sum->documents = doc;
@@ -269,24 +268,24 @@ static char *manifest_json(const run *r, const kiln_prepare_summary *s) {
 
 static kiln_status check_config(const kiln_prepare_config *c) {
     if (!c->tokenizer || !c->out_dir)
-        return kiln__errorf(KILN_ERR_ARG, "prepare: tokenizer and output folder are required");
+        return kiln_error_setf(KILN_ERR_ARG, "prepare: tokenizer and output folder are required");
     if (!(c->val_fraction >= 0 && c->val_fraction < 1))
-        return kiln__errorf(KILN_ERR_ARG, "prepare: val fraction %g is not in [0, 1)",
-                            c->val_fraction);
+        return kiln_error_setf(KILN_ERR_ARG, "prepare: val fraction %g is not in [0, 1)",
+                               c->val_fraction);
     if (c->shard_tokens < 1)
-        return kiln__errorf(KILN_ERR_ARG, "prepare: shard size %lld tokens is not positive",
-                            (long long)c->shard_tokens);
+        return kiln_error_setf(KILN_ERR_ARG, "prepare: shard size %lld tokens is not positive",
+                               (long long)c->shard_tokens);
     if (c->num_inputs < 0 || (c->num_inputs > 0 && !c->inputs))
-        return kiln__errorf(KILN_ERR_ARG, "prepare: bad list of inputs");
+        return kiln_error_setf(KILN_ERR_ARG, "prepare: bad list of inputs");
     return KILN_OK;
 }
 
 static kiln_status run_all(run *r, char **staging) {
     const kiln_prepare_config *c = r->cfg;
-    KILN_CHECK(prep_inputs_collect(&r->in, c));
+    KILN_CHECK(kiln__prep_inputs_collect(&r->in, c));
     r->sum->empty_skipped = r->in.empty;
     r->sum->binary_files = r->in.binary;
-    KILN_CHECK(kiln_tokenizer_load(&r->tok, c->tokenizer));
+    r->tok = c->tokenizer;
     r->eot = kiln_tokenizer_eot(r->tok);
     r->sum->vocab_size = kiln_tokenizer_vocab_size(r->tok);
     r->threads = c->threads > 0 ? c->threads : omp_get_max_threads();
@@ -297,21 +296,21 @@ static kiln_status run_all(run *r, char **staging) {
     r->texts = calloc(SEGS_PER_BATCH, sizeof *r->texts);
     r->lens = calloc(SEGS_PER_BATCH, sizeof *r->lens);
     if (!r->segs || !r->ids || !r->texts || !r->lens)
-        return kiln__errorf(KILN_ERR_NOMEM, "prepare: no memory for a batch");
-    KILN_CHECK(prep_stage_begin(c->out_dir, staging));
-    prep_out_init(&r->out[0], "train", *staging, r->sum->vocab_size, c->shard_tokens);
-    prep_out_init(&r->out[1], "val", *staging, r->sum->vocab_size, c->shard_tokens);
+        return kiln_error_setf(KILN_ERR_NOMEM, "prepare: no memory for a batch");
+    KILN_CHECK(kiln__prep_stage_begin(c->out_dir, staging));
+    kiln__prep_out_init(&r->out[0], "train", *staging, r->sum->vocab_size, c->shard_tokens);
+    kiln__prep_out_init(&r->out[1], "val", *staging, r->sum->vocab_size, c->shard_tokens);
     KILN_CHECK(encode_all(r));
-    KILN_CHECK(prep_out_finish(&r->out[0]));
-    KILN_CHECK(prep_out_finish(&r->out[1]));
+    KILN_CHECK(kiln__prep_out_finish(&r->out[0]));
+    KILN_CHECK(kiln__prep_out_finish(&r->out[1]));
     r->sum->train_tokens = r->out[0].tokens;
     r->sum->val_tokens = r->out[1].tokens;
     r->sum->train_shards = r->out[0].shards;
     r->sum->val_shards = r->out[1].shards;
     char *manifest = manifest_json(r, r->sum);
     if (!manifest)
-        return kiln__errorf(KILN_ERR_NOMEM, "prepare: no memory for prepare.json");
-    kiln_status st = prep_stage_commit(c->out_dir, *staging, r->out, 2, manifest);
+        return kiln_error_setf(KILN_ERR_NOMEM, "prepare: no memory for prepare.json");
+    kiln_status st = kiln__prep_stage_commit(c->out_dir, *staging, r->out, 2, manifest);
     free(manifest);
     return st;
 }
@@ -330,10 +329,10 @@ kiln_status kiln_prepare(const kiln_prepare_config *cfg, kiln_prepare_summary *s
     if (st == KILN_OK)
         report(&r, 1);
     else
-        prep_stage_abort(staging); /* the output folder keeps what it had */
+        kiln__prep_stage_abort(staging); /* the output folder keeps what it had */
     free(staging);
-    prep_out_free(&r.out[0]);
-    prep_out_free(&r.out[1]);
+    kiln__prep_out_free(&r.out[0]);
+    kiln__prep_out_free(&r.out[1]);
     for (int i = 0; r.ids && i < SEGS_PER_BATCH; i++)
         kiln_tokens_free(&r.ids[i]);
     free(r.ids);
@@ -341,7 +340,6 @@ kiln_status kiln_prepare(const kiln_prepare_config *cfg, kiln_prepare_summary *s
     free(r.lens);
     free(r.segs);
     free(r.arena);
-    kiln_tokenizer_free(r.tok);
-    prep_inputs_free(&r.in);
+    kiln__prep_inputs_free(&r.in);
     return st;
 }

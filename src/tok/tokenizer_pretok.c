@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "data/tok_internal.h"
+#include "tok/tok_internal.h"
 
 /* The pattern's alternatives, in the order PCRE2 tries them:
  *   contractions | ' '? letters | ' '? digits | ' '? other | spaces not before a non-space
@@ -44,7 +44,7 @@ static const char gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?[" TOK_LET "]+| ?[" TOK_NUM "]+| ?[^" TOK_WS TOK_LET TOK_NUM "]+"
     "|[" TOK_WS "]+(?![^" TOK_WS "])|[" TOK_WS "]+";
 
-kiln_status tok_pretok_init(tok_pretok *p) {
+kiln_status kiln__tok_pretok_init(tok_pretok *p) {
     memset(p, 0, sizeof *p);
     int err = 0;
     PCRE2_SIZE erroff = 0;
@@ -53,15 +53,16 @@ kiln_status tok_pretok_init(tok_pretok *p) {
     if (!p->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
-        return kiln__errorf(KILN_ERR_INTERNAL, "compiling GPT-2's pre-tokeniser regex: %s at %zu",
-                            (const char *)msg, (size_t)erroff);
+        return kiln_error_setf(KILN_ERR_INTERNAL,
+                               "compiling GPT-2's pre-tokeniser regex: %s at %zu",
+                               (const char *)msg, (size_t)erroff);
     }
     /* Without JIT (a PCRE2 built without it) the interpreter gives the same matches. */
     p->jit = pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE) == 0;
     return KILN_OK;
 }
 
-void tok_pretok_free(tok_pretok *p) {
+void kiln__tok_pretok_free(tok_pretok *p) {
     if (p->re)
         pcre2_code_free(p->re);
     p->re = NULL;
@@ -140,8 +141,8 @@ static int ascii_piece(const uint8_t *s, size_t len, size_t p, size_t *end) {
     return 1;
 }
 
-kiln_status tok_pretok_next(const tok_pretok *p, pcre2_match_data *md, const uint8_t *s, size_t len,
-                            size_t pos, int ascii_fast, size_t *end) {
+kiln_status kiln__tok_pretok_next(const tok_pretok *p, pcre2_match_data *md, const uint8_t *s,
+                                  size_t len, size_t pos, int ascii_fast, size_t *end) {
     if (ascii_fast && ascii_piece(s, len, pos, end))
         return KILN_OK;
     int rc = p->jit ? pcre2_jit_match(p->re, s, len, pos, 0, md, NULL)
@@ -153,14 +154,15 @@ kiln_status tok_pretok_next(const tok_pretok *p, pcre2_match_data *md, const uin
     if (rc < 0) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(rc, msg, sizeof msg);
-        return kiln__errorf(KILN_ERR_INTERNAL, "pre-tokeniser regex at byte %zu: %s", pos,
-                            (const char *)msg);
+        return kiln_error_setf(KILN_ERR_INTERNAL, "pre-tokeniser regex at byte %zu: %s", pos,
+                               (const char *)msg);
     }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
     /* A match that starts later leaves invalid UTF-8 before it: that is a piece too. */
     *end = ov[0] > pos ? ov[0] : ov[1];
     if (*end <= pos || *end > len)
-        return kiln__errorf(KILN_ERR_INTERNAL, "pre-tokeniser made no progress at byte %zu", pos);
+        return kiln_error_setf(KILN_ERR_INTERNAL, "pre-tokeniser made no progress at byte %zu",
+                               pos);
     return KILN_OK;
 }
 
@@ -168,7 +170,7 @@ kiln_status tok_pretok_next(const tok_pretok *p, pcre2_match_data *md, const uin
  * spaces, and nothing else takes a newline), or when b is a space between two letters (the
  * letter before ends its piece, the space starts " letters"). Matching at b reads nothing
  * before b, so the pieces from b on are the same whatever came before. */
-size_t tok_pretok_safe_cut(const uint8_t *s, size_t len, size_t from) {
+size_t kiln__tok_pretok_safe_cut(const uint8_t *s, size_t len, size_t from) {
     for (size_t b = from > 0 ? from : 1; b + 1 < len; b++) {
         if (cls[s[b]] == L && s[b - 1] == '\n')
             return b;

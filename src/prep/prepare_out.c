@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "data/prepare_out.h"
+#include "prep/prepare_out.h"
 
 /* ---- shards ----
  * Ids collect in pend; once more than 2R are held, all but R go to the writer, S per shard.
@@ -19,8 +19,8 @@
  * more than R ids remain for it: every shard has S ids except the last, which has more
  * than R and at most S + R (a split with fewer ids in all is one smaller shard). */
 
-void prep_out_init(prep_out *o, const char *name, const char *dir, int64_t vocab,
-                   int64_t shard_tokens) {
+void kiln__prep_out_init(prep_out *o, const char *name, const char *dir, int64_t vocab,
+                         int64_t shard_tokens) {
     memset(o, 0, sizeof *o);
     o->name = name;
     o->dir = dir;
@@ -63,15 +63,15 @@ static kiln_status drain(prep_out *o, int64_t n) {
     return KILN_OK;
 }
 
-kiln_status prep_out_append(prep_out *o, const int32_t *ids, int64_t n) {
+kiln_status kiln__prep_out_append(prep_out *o, const int32_t *ids, int64_t n) {
     if (o->npend + n > o->cap) {
         int64_t cap = o->cap ? o->cap : 1 << 16;
         while (cap < o->npend + n)
             cap *= 2;
         int32_t *p = realloc(o->pend, (size_t)cap * sizeof *p);
         if (!p)
-            return kiln__errorf(KILN_ERR_NOMEM, "no memory to hold %lld ids for %s shards",
-                                (long long)cap, o->name);
+            return kiln_error_setf(KILN_ERR_NOMEM, "no memory to hold %lld ids for %s shards",
+                                   (long long)cap, o->name);
         o->pend = p;
         o->cap = cap;
     }
@@ -83,7 +83,7 @@ kiln_status prep_out_append(prep_out *o, const int32_t *ids, int64_t n) {
     return KILN_OK;
 }
 
-kiln_status prep_out_finish(prep_out *o) {
+kiln_status kiln__prep_out_finish(prep_out *o) {
     if (o->npend > 0) {
         /* The last shard takes the rest even past S: at most R more. */
         if (!o->w)
@@ -94,7 +94,7 @@ kiln_status prep_out_finish(prep_out *o) {
     return o->w ? close_current(o) : KILN_OK;
 }
 
-void prep_out_free(prep_out *o) {
+void kiln__prep_out_free(prep_out *o) {
     kiln_shard_writer_free(o->w);
     free(o->pend);
     memset(o, 0, sizeof *o);
@@ -105,22 +105,22 @@ void prep_out_free(prep_out *o) {
 static kiln_status mkdir_p(const char *path) {
     char p[4096];
     if ((size_t)snprintf(p, sizeof p, "%s", path) >= sizeof p)
-        return kiln__errorf(KILN_ERR_ARG, "%s: path too long", path);
+        return kiln_error_setf(KILN_ERR_ARG, "%s: path too long", path);
     for (char *s = p + 1;; s++) {
         if (*s != '/' && *s != '\0')
             continue;
         char c = *s;
         *s = '\0';
         if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return kiln__errorf(KILN_ERR_IO, "%s: cannot create the folder: %s", p,
-                                strerror(errno));
+            return kiln_error_setf(KILN_ERR_IO, "%s: cannot create the folder: %s", p,
+                                   strerror(errno));
         *s = c;
         if (c == '\0')
             break;
     }
     struct stat sb;
     if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return kiln__errorf(KILN_ERR_IO, "%s: not a folder", path);
+        return kiln_error_setf(KILN_ERR_IO, "%s: not a folder", path);
     return KILN_OK;
 }
 
@@ -160,18 +160,18 @@ static void remove_dead_staging(const char *out_dir) {
     closedir(dir);
 }
 
-kiln_status prep_stage_begin(const char *out_dir, char **staging) {
+kiln_status kiln__prep_stage_begin(const char *out_dir, char **staging) {
     *staging = NULL;
     KILN_CHECK(mkdir_p(out_dir));
     remove_dead_staging(out_dir);
     size_t n = strlen(out_dir) + 40;
     char *s = malloc(n);
     if (!s)
-        return kiln__errorf(KILN_ERR_NOMEM, "no memory");
+        return kiln_error_setf(KILN_ERR_NOMEM, "no memory");
     snprintf(s, n, "%s/.prepare.tmp.%ld", out_dir, (long)getpid());
     remove_tree_flat(s); /* ours from an earlier run in this process */
     if (mkdir(s, 0755) != 0) {
-        kiln_status st = kiln__errorf(KILN_ERR_IO, "%s: cannot create: %s", s, strerror(errno));
+        kiln_status st = kiln_error_setf(KILN_ERR_IO, "%s: cannot create: %s", s, strerror(errno));
         free(s);
         return st;
     }
@@ -179,7 +179,7 @@ kiln_status prep_stage_begin(const char *out_dir, char **staging) {
     return KILN_OK;
 }
 
-void prep_stage_abort(const char *staging) {
+void kiln__prep_stage_abort(const char *staging) {
     if (staging)
         remove_tree_flat(staging);
 }
@@ -196,27 +196,8 @@ static int shard_number(const char *name, const char *prefix) {
     return digits > 0 && strcmp(d, ".bin") == 0 ? v : -1;
 }
 
-static kiln_status write_text_atomic(const char *path, const char *text) {
-    KILN_CHECK(kiln__check_replaceable(path));
-    char tmp[4200];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
-        return kiln__errorf(KILN_ERR_ARG, "%s: path too long", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return kiln__errorf(KILN_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    size_t n = strlen(text);
-    int ok = fwrite(text, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        kiln_status st = kiln__errorf(KILN_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-        unlink(tmp);
-        return st;
-    }
-    return KILN_OK;
-}
-
-kiln_status prep_stage_commit(const char *out_dir, const char *staging, const prep_out *outs,
-                              int n_outs, const char *manifest) {
+kiln_status kiln__prep_stage_commit(const char *out_dir, const char *staging, const prep_out *outs,
+                                    int n_outs, const char *manifest) {
     /* Every destination is checked before the first move, so that nothing a move could
      * refuse is found half way; the old manifest goes first and the new one comes last, so a
      * folder without prepare.json is one whose commit was interrupted. */
@@ -224,27 +205,27 @@ kiln_status prep_stage_commit(const char *out_dir, const char *staging, const pr
         for (int i = 0; i < outs[k].shards; i++) {
             char to[4200];
             snprintf(to, sizeof to, "%s/%s_%03d.bin", out_dir, outs[k].name, i);
-            KILN_CHECK(kiln__check_replaceable(to));
+            KILN_CHECK(kiln_file_check_replaceable(to));
         }
     char mp[4200];
     snprintf(mp, sizeof mp, "%s/prepare.json", out_dir);
-    KILN_CHECK(kiln__check_replaceable(mp));
+    KILN_CHECK(kiln_file_check_replaceable(mp));
     if (unlink(mp) != 0 && errno != ENOENT)
-        return kiln__errorf(KILN_ERR_IO, "%s: cannot remove the old manifest: %s", mp,
-                            strerror(errno));
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot remove the old manifest: %s", mp,
+                               strerror(errno));
     for (int k = 0; k < n_outs; k++)
         for (int i = 0; i < outs[k].shards; i++) {
             char from[4200], to[4200];
             snprintf(from, sizeof from, "%s/%s_%03d.bin", staging, outs[k].name, i);
             snprintf(to, sizeof to, "%s/%s_%03d.bin", out_dir, outs[k].name, i);
             if (rename(from, to) != 0)
-                return kiln__errorf(KILN_ERR_IO, "moving %s to %s failed: %s", from, to,
-                                    strerror(errno));
+                return kiln_error_setf(KILN_ERR_IO, "moving %s to %s failed: %s", from, to,
+                                       strerror(errno));
         }
     DIR *dir = opendir(out_dir);
     if (!dir)
-        return kiln__errorf(KILN_ERR_IO, "%s: cannot list the folder: %s", out_dir,
-                            strerror(errno));
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot list the folder: %s", out_dir,
+                               strerror(errno));
     struct dirent *e;
     while ((e = readdir(dir)) != NULL)
         for (int k = 0; k < n_outs; k++) {
@@ -256,7 +237,7 @@ kiln_status prep_stage_commit(const char *out_dir, const char *staging, const pr
             }
         }
     closedir(dir);
-    KILN_CHECK(write_text_atomic(mp, manifest));
+    KILN_CHECK(kiln__write_file_atomic(mp, manifest, strlen(manifest)));
     remove_tree_flat(staging);
     int fd = open(out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {

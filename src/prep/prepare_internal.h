@@ -35,11 +35,11 @@ typedef struct prep_inputs {
 
 /* Expand cfg's inputs (or the Brown corpus in cfg->corpus_dir), check every document, count
  * them, and decide the split. Notes go through cfg->note. */
-kiln_status prep_inputs_collect(prep_inputs *in, const kiln_prepare_config *cfg);
-void prep_inputs_free(prep_inputs *in);
+kiln_status kiln__prep_inputs_collect(prep_inputs *in, const kiln_prepare_config *cfg);
+void kiln__prep_inputs_free(prep_inputs *in);
 
 /* 1 when document index i (counting non-empty documents from 0) goes to val. */
-int prep_doc_is_val(const prep_inputs *in, uint64_t seed, int64_t i);
+int kiln__prep_doc_is_val(const prep_inputs *in, uint64_t seed, int64_t i);
 
 /* Reads the non-empty documents of one file in order. */
 typedef struct prep_reader {
@@ -57,21 +57,21 @@ typedef struct prep_reader {
     int64_t bytes_read; /* on-disk bytes consumed so far */
 } prep_reader;
 
-kiln_status prep_reader_open(prep_reader *r, const prep_file *file);
+kiln_status kiln__prep_reader_open(prep_reader *r, const prep_file *file);
 /* The next non-empty document: *text (valid until the next call) and *len; *text NULL at
  * the end of the file. */
-kiln_status prep_reader_next(prep_reader *r, const char **text, size_t *len);
-void prep_reader_close(prep_reader *r);
+kiln_status kiln__prep_reader_next(prep_reader *r, const char **text, size_t *len);
+void kiln__prep_reader_close(prep_reader *r);
 
 /* Where text may be cut without changing how either side tokenizes under GPT-2's
  * pre-tokeniser (and trivially for bytes): before a space that follows a printable ASCII
  * character, or after a newline that sits between two printable ASCII characters. */
-int prep_is_safe_cut(const char *text, size_t len, size_t i);
+int kiln__prep_is_safe_cut(const char *text, size_t len, size_t i);
 /* The first safe cut at or after from (len when none). */
-size_t prep_next_cut(const char *text, size_t len, size_t from);
+size_t kiln__prep_next_cut(const char *text, size_t len, size_t from);
 
 /* Print a note through cfg->note (printf-style). */
-void prep_note(const kiln_prepare_config *cfg, const char *fmt, ...)
+void kiln__prep_note(const kiln_prepare_config *cfg, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 #endif

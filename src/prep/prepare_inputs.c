@@ -13,11 +13,11 @@
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
-#include "data/prepare_internal.h"
+#include "prep/prepare_internal.h"
 
 enum { BINARY_PROBE = 64 * 1024 }; /* bytes looked at for a NUL */
 
-void prep_note(const kiln_prepare_config *cfg, const char *fmt, ...) {
+void kiln__prep_note(const kiln_prepare_config *cfg, const char *fmt, ...) {
     if (!cfg->note)
         return;
     char line[1200];
@@ -38,7 +38,7 @@ static int printable_ascii(unsigned char c) {
  * starts at a space matches the same way whatever came before (the pattern has no
  * look-behind). A newline between two printable characters is a piece of its own, whether
  * the text goes on or ends after it. So both cuts give the same pieces, hence ids. */
-int prep_is_safe_cut(const char *text, size_t len, size_t i) {
+int kiln__prep_is_safe_cut(const char *text, size_t len, size_t i) {
     const unsigned char *t = (const unsigned char *)text;
     if (i == 0 || i >= len)
         return 0;
@@ -47,9 +47,9 @@ int prep_is_safe_cut(const char *text, size_t len, size_t i) {
     return i >= 2 && t[i - 1] == '\n' && printable_ascii(t[i - 2]) && printable_ascii(t[i]);
 }
 
-size_t prep_next_cut(const char *text, size_t len, size_t from) {
+size_t kiln__prep_next_cut(const char *text, size_t len, size_t from) {
     for (size_t i = from; i < len; i++)
-        if (prep_is_safe_cut(text, len, i))
+        if (kiln__prep_is_safe_cut(text, len, i))
             return i;
     return len;
 }
@@ -61,14 +61,14 @@ static kiln_status add_file(prep_inputs *in, const char *path, prep_kind kind, i
         int cap = in->cap ? 2 * in->cap : 64;
         prep_file *f = realloc(in->files, (size_t)cap * sizeof *f);
         if (!f)
-            return kiln__errorf(KILN_ERR_NOMEM, "no memory for the list of inputs");
+            return kiln_error_setf(KILN_ERR_NOMEM, "no memory for the list of inputs");
         in->files = f;
         in->cap = cap;
     }
     prep_file *f = &in->files[in->n];
     memset(f, 0, sizeof *f);
     if (!(f->path = strdup(path)))
-        return kiln__errorf(KILN_ERR_NOMEM, "no memory for the list of inputs");
+        return kiln_error_setf(KILN_ERR_NOMEM, "no memory for the list of inputs");
     f->kind = kind;
     f->size = size;
     in->n++;
@@ -90,7 +90,7 @@ static kiln_status list_folder(const char *d, int (*keep)(const char *), char **
     *n = 0;
     DIR *dir = opendir(d);
     if (!dir)
-        return kiln__errorf(KILN_ERR_IO, "%s: cannot list the folder: %s", d, strerror(errno));
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot list the folder: %s", d, strerror(errno));
     int cap = 0;
     struct dirent *e;
     kiln_status st = KILN_OK;
@@ -101,13 +101,13 @@ static kiln_status list_folder(const char *d, int (*keep)(const char *), char **
             cap = cap ? 2 * cap : 64;
             char **p = realloc(*names, (size_t)cap * sizeof *p);
             if (!p) {
-                st = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory to list the folder", d);
+                st = kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory to list the folder", d);
                 break;
             }
             *names = p;
         }
         if (!((*names)[*n] = strdup(e->d_name))) {
-            st = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory to list the folder", d);
+            st = kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory to list the folder", d);
             break;
         }
         (*n)++;
@@ -127,15 +127,15 @@ static void free_names(char **names, int n) {
 static kiln_status add_path(prep_inputs *in, const char *path, int depth) {
     struct stat sb;
     if (stat(path, &sb) != 0)
-        return kiln__errorf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO, "%s: %s", path,
-                            strerror(errno));
+        return kiln_error_setf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO, "%s: %s", path,
+                               strerror(errno));
     if (S_ISREG(sb.st_mode))
         return add_file(in, path, ends_with(path, ".jsonl") ? PREP_JSONL : PREP_TEXT,
                         (int64_t)sb.st_size);
     if (!S_ISDIR(sb.st_mode))
-        return kiln__errorf(KILN_ERR_ARG, "%s: neither a file nor a folder", path);
+        return kiln_error_setf(KILN_ERR_ARG, "%s: neither a file nor a folder", path);
     if (depth > 64)
-        return kiln__errorf(KILN_ERR_ARG, "%s: folders nested too deep (a link loop?)", path);
+        return kiln_error_setf(KILN_ERR_ARG, "%s: folders nested too deep (a link loop?)", path);
     char **names;
     int n;
     KILN_CHECK(list_folder(path, NULL, &names, &n));
@@ -144,7 +144,7 @@ static kiln_status add_path(prep_inputs *in, const char *path, int depth) {
         size_t len = strlen(path) + strlen(names[i]) + 2;
         char *child = malloc(len);
         if (!child) {
-            st = kiln__errorf(KILN_ERR_NOMEM, "no memory for the list of inputs");
+            st = kiln_error_setf(KILN_ERR_NOMEM, "no memory for the list of inputs");
             break;
         }
         snprintf(child, len, "%s/%s", path, names[i]);
@@ -165,13 +165,14 @@ static kiln_status add_brown(prep_inputs *in, const char *d) {
     int n;
     KILN_CHECK(list_folder(d, is_brown_name, &names, &n));
     kiln_status st =
-        n ? KILN_OK : kiln__errorf(KILN_ERR_NOT_FOUND, "%s: no Brown corpus files (ca01..cr09)", d);
+        n ? KILN_OK
+          : kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: no Brown corpus files (ca01..cr09)", d);
     for (int i = 0; i < n && st == KILN_OK; i++) {
         char p[4200];
         struct stat sb;
         snprintf(p, sizeof p, "%s/%s", d, names[i]);
         st = stat(p, &sb) == 0 ? add_file(in, p, PREP_BROWN, (int64_t)sb.st_size)
-                               : kiln__errorf(KILN_ERR_IO, "%s: %s", p, strerror(errno));
+                               : kiln_error_setf(KILN_ERR_IO, "%s: %s", p, strerror(errno));
     }
     free_names(names, n);
     return st;
@@ -184,13 +185,13 @@ static kiln_status probe_binary(const char *path, int64_t *nul_at) {
     *nul_at = -1;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return kiln__errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     static _Thread_local char buf[BINARY_PROBE];
     size_t n = fread(buf, 1, sizeof buf, f);
     int err = ferror(f);
     fclose(f);
     if (err)
-        return kiln__errorf(KILN_ERR_IO, "%s: cannot read", path);
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot read", path);
     const char *z = memchr(buf, 0, n);
     if (z)
         *nul_at = z - buf;
@@ -205,22 +206,22 @@ static kiln_status parse_line(const char *line, size_t len, const char *where, i
     *text = NULL;
     const char *z = memchr(line, 0, len);
     if (z)
-        return kiln__errorf(KILN_ERR_FORMAT, "%s:%lld: a NUL byte at column %lld", where,
-                            (long long)line_no, (long long)(z - line + 1));
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s:%lld: a NUL byte at column %lld", where,
+                               (long long)line_no, (long long)(z - line + 1));
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(line, len + 1, &end, 1);
     if (!j) {
         long long col = end && end >= line && end <= line + len ? (long long)(end - line + 1) : 0;
-        return kiln__errorf(KILN_ERR_FORMAT, "%s:%lld: not valid JSON (at column %lld)", where,
-                            (long long)line_no, col);
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s:%lld: not valid JSON (at column %lld)", where,
+                               (long long)line_no, col);
     }
     const cJSON *t = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "text") : NULL;
     if (!cJSON_IsObject(j) || !t || !cJSON_IsString(t)) {
         cJSON_Delete(j);
-        return kiln__errorf(KILN_ERR_FORMAT, "%s:%lld: %s", where, (long long)line_no,
-                            !cJSON_IsObject(j) ? "not a JSON object"
-                            : !t               ? "the object has no \"text\" field"
-                                               : "\"text\" is not a string");
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s:%lld: %s", where, (long long)line_no,
+                               !cJSON_IsObject(j) ? "not a JSON object"
+                               : !t               ? "the object has no \"text\" field"
+                                                  : "\"text\" is not a string");
     }
     *json = j;
     *text = t->valuestring;
@@ -251,7 +252,7 @@ static kiln_status scan_jsonl(prep_inputs *in, prep_file *file) {
     prep_reader r = {.file = file};
     r.f = fopen(file->path, "rb");
     if (!r.f)
-        return kiln__errorf(KILN_ERR_IO, "%s: cannot open: %s", file->path, strerror(errno));
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot open: %s", file->path, strerror(errno));
     kiln_status st = KILN_OK;
     size_t len;
     while (st == KILN_OK && read_line(&r, &len)) {
@@ -267,8 +268,8 @@ static kiln_status scan_jsonl(prep_inputs *in, prep_file *file) {
         cJSON_Delete(j);
     }
     if (st == KILN_OK && ferror(r.f))
-        st = kiln__errorf(KILN_ERR_IO, "%s: read error after line %lld", file->path,
-                          (long long)r.line_no);
+        st = kiln_error_setf(KILN_ERR_IO, "%s: read error after line %lld", file->path,
+                             (long long)r.line_no);
     fclose(r.f);
     free(r.line);
     return st;
@@ -276,7 +277,7 @@ static kiln_status scan_jsonl(prep_inputs *in, prep_file *file) {
 
 static kiln_status scan_file(prep_inputs *in, prep_file *f, const kiln_prepare_config *cfg) {
     if (f->size == 0) {
-        prep_note(cfg, "note: skipping empty file %s", f->path);
+        kiln__prep_note(cfg, "note: skipping empty file %s", f->path);
         in->empty++;
         f->skip = 1;
         return KILN_OK;
@@ -293,21 +294,22 @@ static kiln_status scan_file(prep_inputs *in, prep_file *f, const kiln_prepare_c
     in->binary++;
     switch (cfg->binary) {
     case KILN_PREPARE_BINARY_SKIP:
-        prep_note(cfg, "note: skipping binary file %s (a NUL byte at offset %lld)", f->path,
-                  (long long)nul_at);
+        kiln__prep_note(cfg, "note: skipping binary file %s (a NUL byte at offset %lld)", f->path,
+                        (long long)nul_at);
         f->skip = 1;
         f->docs = 0;
         return KILN_OK;
     case KILN_PREPARE_BINARY_ENCODE:
-        prep_note(cfg, "warning: %s looks binary (a NUL byte at offset %lld); encoding its bytes",
-                  f->path, (long long)nul_at);
+        kiln__prep_note(cfg,
+                        "warning: %s looks binary (a NUL byte at offset %lld); encoding its bytes",
+                        f->path, (long long)nul_at);
         return KILN_OK;
     default:
-        return kiln__errorf(KILN_ERR_FORMAT,
-                            "%s looks binary (a NUL byte at offset %lld): kiln prepare reads "
-                            "text; remove it from the inputs, or pass --binary skip or "
-                            "--binary encode",
-                            f->path, (long long)nul_at);
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s looks binary (a NUL byte at offset %lld): kiln prepare reads "
+                               "text; remove it from the inputs, or pass --binary skip or "
+                               "--binary encode",
+                               f->path, (long long)nul_at);
     }
 }
 
@@ -316,7 +318,7 @@ static uint64_t doc_hash(uint64_t seed, int64_t i) {
     return XXH3_64bits_withSeed(&le, sizeof le, seed);
 }
 
-int prep_doc_is_val(const prep_inputs *in, uint64_t seed, int64_t i) {
+int kiln__prep_doc_is_val(const prep_inputs *in, uint64_t seed, int64_t i) {
     if (i == in->forced_val)
         return 1;
     if (i == in->forced_train)
@@ -347,12 +349,12 @@ static void plan_split(prep_inputs *in, const kiln_prepare_config *cfg) {
         in->forced_train = hi;
 }
 
-kiln_status prep_inputs_collect(prep_inputs *in, const kiln_prepare_config *cfg) {
+kiln_status kiln__prep_inputs_collect(prep_inputs *in, const kiln_prepare_config *cfg) {
     memset(in, 0, sizeof *in);
     kiln_status st = KILN_OK;
     if (cfg->num_inputs == 0) {
         if (!cfg->corpus_dir)
-            return kiln__errorf(KILN_ERR_ARG, "no inputs and no Brown corpus folder given");
+            return kiln_error_setf(KILN_ERR_ARG, "no inputs and no Brown corpus folder given");
         st = add_brown(in, cfg->corpus_dir);
     }
     for (int i = 0; i < cfg->num_inputs && st == KILN_OK; i++)
@@ -365,20 +367,20 @@ kiln_status prep_inputs_collect(prep_inputs *in, const kiln_prepare_config *cfg)
         }
     }
     if (st == KILN_OK && in->n == 0)
-        st = kiln__errorf(KILN_ERR_NOT_FOUND, "the inputs hold no files");
+        st = kiln_error_setf(KILN_ERR_NOT_FOUND, "the inputs hold no files");
     if (st == KILN_OK && in->docs == 0)
-        st = kiln__errorf(KILN_ERR_FORMAT,
-                          "the inputs hold no text: %d file%s, every one empty or skipped", in->n,
-                          in->n == 1 ? "" : "s");
+        st = kiln_error_setf(KILN_ERR_FORMAT,
+                             "the inputs hold no text: %d file%s, every one empty or skipped",
+                             in->n, in->n == 1 ? "" : "s");
     if (st != KILN_OK) {
-        prep_inputs_free(in);
+        kiln__prep_inputs_free(in);
         return st;
     }
     plan_split(in, cfg);
     return KILN_OK;
 }
 
-void prep_inputs_free(prep_inputs *in) {
+void kiln__prep_inputs_free(prep_inputs *in) {
     for (int i = 0; i < in->n; i++)
         free(in->files[i].path);
     free(in->files);
@@ -390,21 +392,21 @@ void prep_inputs_free(prep_inputs *in) {
 static kiln_status read_whole(const char *path, char **out, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return kiln__errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     kiln_status st = KILN_OK;
     struct stat sb;
     char *buf = NULL;
     size_t n = 0;
     if (fstat(fileno(f), &sb) != 0) {
-        st = kiln__errorf(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     } else if (!(buf = malloc((size_t)sb.st_size + 1))) {
-        st = kiln__errorf(KILN_ERR_NOMEM, "%s: no memory for %lld bytes", path,
-                          (long long)sb.st_size);
+        st = kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory for %lld bytes", path,
+                             (long long)sb.st_size);
     } else {
         n = fread(buf, 1, (size_t)sb.st_size, f);
         if (n != (size_t)sb.st_size)
-            st = kiln__errorf(KILN_ERR_IO, "%s: read %zu of %lld bytes (changed while read?)", path,
-                              n, (long long)sb.st_size);
+            st = kiln_error_setf(KILN_ERR_IO, "%s: read %zu of %lld bytes (changed while read?)",
+                                 path, n, (long long)sb.st_size);
         buf[n] = '\0';
     }
     fclose(f);
@@ -417,14 +419,14 @@ static kiln_status read_whole(const char *path, char **out, size_t *len) {
     return KILN_OK;
 }
 
-kiln_status prep_reader_open(prep_reader *r, const prep_file *file) {
+kiln_status kiln__prep_reader_open(prep_reader *r, const prep_file *file) {
     memset(r, 0, sizeof *r);
     r->file = file;
     if (file->kind != PREP_JSONL)
         return KILN_OK;
     r->f = fopen(file->path, "rb");
     if (!r->f)
-        return kiln__errorf(KILN_ERR_IO, "%s: cannot open: %s", file->path, strerror(errno));
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot open: %s", file->path, strerror(errno));
     return KILN_OK;
 }
 
@@ -433,15 +435,15 @@ static kiln_status map_text(prep_reader *r) {
     const char *path = r->file->path;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return kiln__errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     kiln_status st = KILN_OK;
     if (fstat(fileno(f), &sb) != 0) {
-        st = kiln__errorf(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     } else if (sb.st_size > 0) {
         void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
         if (m == MAP_FAILED) {
-            st = kiln__errorf(KILN_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+            st = kiln_error_setf(KILN_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
         } else {
             madvise(m, (size_t)sb.st_size, MADV_SEQUENTIAL);
             r->map = m;
@@ -464,7 +466,7 @@ static void drop_document(prep_reader *r) {
     r->map_len = 0;
 }
 
-kiln_status prep_reader_next(prep_reader *r, const char **text, size_t *len) {
+kiln_status kiln__prep_reader_next(prep_reader *r, const char **text, size_t *len) {
     *text = NULL;
     *len = 0;
     drop_document(r);
@@ -486,7 +488,7 @@ kiln_status prep_reader_next(prep_reader *r, const char **text, size_t *len) {
         kiln_status st = kiln_prepare_brown_text(raw, n, &r->owned, &r->owned_len);
         free(raw);
         if (st != KILN_OK)
-            return kiln__error_wrap(st, "%s", r->file->path);
+            return kiln_error_wrapf(st, "%s", r->file->path);
         *text = r->owned;
         *len = r->owned_len;
         return KILN_OK;
@@ -509,12 +511,12 @@ kiln_status prep_reader_next(prep_reader *r, const char **text, size_t *len) {
     }
     r->done = 1;
     if (ferror(r->f))
-        return kiln__errorf(KILN_ERR_IO, "%s: read error after line %lld", r->file->path,
-                            (long long)r->line_no);
+        return kiln_error_setf(KILN_ERR_IO, "%s: read error after line %lld", r->file->path,
+                               (long long)r->line_no);
     return KILN_OK;
 }
 
-void prep_reader_close(prep_reader *r) {
+void kiln__prep_reader_close(prep_reader *r) {
     if (r->f)
         fclose(r->f);
     free(r->line);

@@ -9,14 +9,14 @@
 #include <xxhash.h>
 
 #include "core/error.h"
-#include "data/tok_internal.h"
 #include "kiln/core.h"
+#include "tok/tok_internal.h"
 
 /* Texts at least this long get a piece cache in kiln_tokenizer_encode; shorter ones are
  * not worth its set-up. */
 #define TOK_CACHE_MIN_TEXT (64 * 1024)
 
-uint64_t tok_hash_bytes(const void *s, size_t len) {
+uint64_t kiln__tok_hash_bytes(const void *s, size_t len) {
     return XXH3_64bits(s, len);
 }
 
@@ -29,13 +29,13 @@ void kiln_tokens_free(kiln_tokens *t) {
 
 kiln_status kiln_tokens_reserve(kiln_tokens *t, int64_t extra) {
     if (!t)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_tokens_reserve: no token buffer");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_tokens_reserve: no token buffer");
     if (extra < 0)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_tokens_reserve: negative count %lld",
-                            (long long)extra);
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_tokens_reserve: negative count %lld",
+                               (long long)extra);
     if (t->cap - t->len >= extra)
         return KILN_OK;
-    return tok_tokens_grow(t, extra);
+    return kiln__tok_tokens_grow(t, extra);
 }
 
 void kiln_bytes_free(kiln_bytes *b) {
@@ -49,7 +49,7 @@ static kiln_status bytes_reserve(kiln_bytes *b, size_t extra) {
     if (b->cap - b->len >= extra)
         return KILN_OK;
     if (extra > SIZE_MAX / 2 - b->len)
-        return kiln__errorf(KILN_ERR_NOMEM, "decoded text: %zu more bytes are too many", extra);
+        return kiln_error_setf(KILN_ERR_NOMEM, "decoded text: %zu more bytes are too many", extra);
     size_t cap = b->cap ? b->cap : 256;
     while (cap - b->len < extra)
         cap *= 2;
@@ -63,16 +63,16 @@ static kiln_status bytes_reserve(kiln_bytes *b, size_t extra) {
     return KILN_OK;
 }
 
-kiln_status tok_new(kiln_tokenizer **out, tok_kind kind, const char *name) {
+kiln_status kiln__tok_new(kiln_tokenizer **out, tok_kind kind, const char *name) {
     *out = NULL;
     kiln_tokenizer *t = calloc(1, sizeof *t);
     if (!t)
-        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate a tokenizer");
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate a tokenizer");
     t->kind = kind;
     t->eot = -1;
     snprintf(t->name, sizeof t->name, "%s", name);
     if (kind != TOK_BYTES) {
-        kiln_status s = tok_pretok_init(&t->pretok);
+        kiln_status s = kiln__tok_pretok_init(&t->pretok);
         if (s != KILN_OK) {
             free(t);
             return s;
@@ -85,8 +85,8 @@ kiln_status tok_new(kiln_tokenizer **out, tok_kind kind, const char *name) {
 void kiln_tokenizer_free(kiln_tokenizer *t) {
     if (!t)
         return;
-    tok_pretok_free(&t->pretok);
-    tok_pair_map_free(&t->pairs);
+    kiln__tok_pretok_free(&t->pretok);
+    kiln__tok_pair_map_free(&t->pairs);
     kiln_free(t->off);
     kiln_free(t->blob);
     kiln_free(t->pieces);
@@ -96,7 +96,7 @@ void kiln_tokenizer_free(kiln_tokenizer *t) {
 
 static kiln_status load_bytes(kiln_tokenizer **out) {
     kiln_tokenizer *t = NULL;
-    KILN_CHECK(tok_new(&t, TOK_BYTES, "bytes"));
+    KILN_CHECK(kiln__tok_new(&t, TOK_BYTES, "bytes"));
     kiln_status s = KILN_OK;
     void *off = NULL, *blob = NULL;
     KILN_CHECK_GOTO(s, kiln_alloc_checked(&off, 257 * sizeof(uint32_t), "token offsets"), fail);
@@ -118,22 +118,24 @@ fail:
 
 kiln_status kiln_tokenizer_load(kiln_tokenizer **out, const char *spec) {
     if (!out || !spec)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_tokenizer_load: no output or no spec");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_tokenizer_load: no output or no spec");
     *out = NULL;
     if (!strcmp(spec, "bytes"))
         return load_bytes(out);
-    if (!strcmp(spec, "gpt2"))
-        return tok_load_gpt2(out, NULL);
     struct stat st;
+    if (!strcmp(spec, "gpt2") && stat(spec, &st) != 0)
+        return kiln_error_setf(KILN_ERR_NOT_FOUND,
+                               "tokenizer 'gpt2': kiln's library does not search for GPT-2's "
+                               "files; pass the folder that holds encoder.json and vocab.bpe");
     if (stat(spec, &st) != 0)
-        return kiln__errorf(KILN_ERR_NOT_FOUND,
-                            "tokenizer '%s': no such file; use gpt2, bytes, a folder holding "
-                            "GPT-2's encoder.json and vocab.bpe, or a file written by "
-                            "`kiln tokenizer train`",
-                            spec);
+        return kiln_error_setf(KILN_ERR_NOT_FOUND,
+                               "tokenizer '%s': no such file; use gpt2, bytes, a folder holding "
+                               "GPT-2's encoder.json and vocab.bpe, or a file written by "
+                               "`kiln tokenizer train`",
+                               spec);
     if (S_ISDIR(st.st_mode))
-        return tok_load_gpt2(out, spec);
-    return tok_load_file(out, spec);
+        return kiln__tok_load_gpt2(out, spec);
+    return kiln__tok_load_file(out, spec);
 }
 
 const char *kiln_tokenizer_name(const kiln_tokenizer *t) {
@@ -149,24 +151,25 @@ int32_t kiln_tokenizer_eot(const kiln_tokenizer *t) {
 kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, size_t len,
                                   kiln_tokens *out) {
     if (!t || !out || (!text && len))
-        return kiln__errorf(KILN_ERR_ARG,
-                            "kiln_tokenizer_encode: missing tokenizer, text or output");
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "kiln_tokenizer_encode: missing tokenizer, text or output");
     if (len == 0)
         return KILN_OK;
     tok_encoder e;
-    KILN_CHECK(tok_encoder_init(&e, t, len >= TOK_CACHE_MIN_TEXT));
-    kiln_status s = tok_encode_range(&e, (const uint8_t *)text, len, 0, len, out);
-    tok_encoder_free(&e);
+    KILN_CHECK(kiln__tok_encoder_init(&e, t, len >= TOK_CACHE_MIN_TEXT));
+    kiln_status s = kiln__tok_encode_range(&e, (const uint8_t *)text, len, 0, len, out);
+    kiln__tok_encoder_free(&e);
     return s;
 }
 
 kiln_status kiln_tokenizer_token_bytes(const kiln_tokenizer *t, int32_t id, const char **bytes,
                                        size_t *len) {
     if (!t || !bytes || !len)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_tokenizer_token_bytes: missing argument");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_tokenizer_token_bytes: missing argument");
     if (id < 0 || id >= t->n)
-        return kiln__errorf(KILN_ERR_RANGE, "token id %d is outside the vocabulary [0, %d) of %s",
-                            id, t->n, t->name);
+        return kiln_error_setf(KILN_ERR_RANGE,
+                               "token id %d is outside the vocabulary [0, %d) of %s", id, t->n,
+                               t->name);
     *bytes = t->blob + t->off[id];
     *len = t->off[id + 1] - t->off[id];
     return KILN_OK;
@@ -175,16 +178,16 @@ kiln_status kiln_tokenizer_token_bytes(const kiln_tokenizer *t, int32_t id, cons
 kiln_status kiln_tokenizer_decode(const kiln_tokenizer *t, const int32_t *ids, int64_t n,
                                   kiln_bytes *out) {
     if (!t || !out || (!ids && n) || n < 0)
-        return kiln__errorf(KILN_ERR_ARG,
-                            "kiln_tokenizer_decode: missing tokenizer, ids or output");
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "kiln_tokenizer_decode: missing tokenizer, ids or output");
     size_t total = 0;
     for (int64_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= t->n)
-            return kiln__errorf(KILN_ERR_RANGE,
-                                "token id %d (at position %lld) is outside the vocabulary "
-                                "[0, %d) of %s",
-                                id, (long long)i, t->n, t->name);
+            return kiln_error_setf(KILN_ERR_RANGE,
+                                   "token id %d (at position %lld) is outside the vocabulary "
+                                   "[0, %d) of %s",
+                                   id, (long long)i, t->n, t->name);
         total += t->off[id + 1] - t->off[id];
     }
     KILN_CHECK(bytes_reserve(out, total));
@@ -204,7 +207,7 @@ static inline uint64_t head8(const uint8_t *s, size_t len) {
     return w;
 }
 
-kiln_status tok_build_piece_map(kiln_tokenizer *t) {
+kiln_status kiln__tok_build_piece_map(kiln_tokenizer *t) {
     uint64_t slots = 1024;
     while (slots < (uint64_t)t->n * 2)
         slots *= 2;
@@ -218,10 +221,10 @@ kiln_status tok_build_piece_map(kiln_tokenizer *t) {
             continue;
         const uint8_t *s = (const uint8_t *)t->blob + t->off[id];
         size_t len = t->off[id + 1] - t->off[id];
-        uint64_t h = tok_hash_bytes(s, len);
-        if (tok_piece_lookup(t, s, len, h) >= 0)
-            return kiln__errorf(KILN_ERR_FORMAT, "%s: token %d has the same bytes as another",
-                                t->name, id);
+        uint64_t h = kiln__tok_hash_bytes(s, len);
+        if (kiln__tok_piece_lookup(t, s, len, h) >= 0)
+            return kiln_error_setf(KILN_ERR_FORMAT, "%s: token %d has the same bytes as another",
+                                   t->name, id);
         for (uint64_t i = h;; i++) {
             tok_piece_slot *c = &t->pieces[i & t->piece_mask];
             if (!c->id1) {
@@ -236,7 +239,7 @@ kiln_status tok_build_piece_map(kiln_tokenizer *t) {
     return KILN_OK;
 }
 
-int32_t tok_piece_lookup(const kiln_tokenizer *t, const uint8_t *s, size_t len, uint64_t h) {
+int32_t kiln__tok_piece_lookup(const kiln_tokenizer *t, const uint8_t *s, size_t len, uint64_t h) {
     uint16_t tag = (uint16_t)(h >> 48), l16 = (uint16_t)(len < 0xFFFF ? len : 0xFFFF);
     uint64_t head = head8(s, len);
     for (uint64_t i = h;; i++) {

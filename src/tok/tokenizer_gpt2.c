@@ -9,13 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
-#include "data/tok_internal.h"
 #include "kiln/core.h"
+#include "tok/tok_internal.h"
 
 static const char eot_text[] = "<|endoftext|>";
 
@@ -70,23 +69,23 @@ static kiln_status read_file(const char *path, char **out, size_t *len) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return kiln__errorf(KILN_ERR_IO, "cannot open %s", path);
+        return kiln_error_setf(KILN_ERR_IO, "cannot open %s", path);
     kiln_status s = KILN_OK;
     char *buf = NULL;
     long size = -1;
     if (fseek(f, 0, SEEK_END) == 0)
         size = ftell(f);
     if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        s = kiln__errorf(KILN_ERR_IO, "cannot find the size of %s", path);
+        s = kiln_error_setf(KILN_ERR_IO, "cannot find the size of %s", path);
         goto done;
     }
     buf = malloc((size_t)size + 1);
     if (!buf) {
-        s = kiln__errorf(KILN_ERR_NOMEM, "cannot allocate %ld bytes to read %s", size, path);
+        s = kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %ld bytes to read %s", size, path);
         goto done;
     }
     if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        s = kiln__errorf(KILN_ERR_IO, "cannot read %s", path);
+        s = kiln_error_setf(KILN_ERR_IO, "cannot read %s", path);
         free(buf);
         buf = NULL;
         goto done;
@@ -109,49 +108,6 @@ static int join(char *out, size_t cap, const char *dir, const char *suffix) {
     return 0;
 }
 
-static int has_gpt2_files(const char *dir) {
-    char p[PATH_MAX];
-    if (join(p, sizeof p, dir, "/encoder.json") || access(p, R_OK) != 0)
-        return 0;
-    return !join(p, sizeof p, dir, "/vocab.bpe") && access(p, R_OK) == 0;
-}
-
-/* The folder "gpt2" names: $KILN_GPT2_DIR, else deps/gpt2 next to or above the running
- * executable's folder, else ./deps/gpt2. */
-static kiln_status find_gpt2_dir(char *dir, size_t cap) {
-    const char *env = getenv("KILN_GPT2_DIR");
-    if (env && env[0]) {
-        if (!has_gpt2_files(env) || join(dir, cap, env, ""))
-            return kiln__errorf(KILN_ERR_NOT_FOUND,
-                                "KILN_GPT2_DIR=%s does not hold GPT-2's encoder.json and "
-                                "vocab.bpe (run scripts/setup.sh to fetch them into deps/gpt2)",
-                                env);
-        return KILN_OK;
-    }
-    char exe[PATH_MAX], tried[3][PATH_MAX];
-    int ntried = 0;
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash)
-            *slash = '\0';
-        if (!join(tried[ntried], sizeof tried[0], exe, "/../deps/gpt2"))
-            ntried++;
-        if (!join(tried[ntried], sizeof tried[0], exe, "/deps/gpt2"))
-            ntried++;
-    }
-    join(tried[ntried++], sizeof tried[0], "./deps/gpt2", "");
-    for (int i = 0; i < ntried; i++)
-        if (has_gpt2_files(tried[i]) && !join(dir, cap, tried[i], ""))
-            return KILN_OK;
-    return kiln__errorf(KILN_ERR_NOT_FOUND,
-                        "GPT-2's encoder.json and vocab.bpe are not in %s%s%s%s%s: run "
-                        "scripts/setup.sh, or set KILN_GPT2_DIR to a folder holding them",
-                        tried[0], ntried > 1 ? ", " : "", ntried > 1 ? tried[1] : "",
-                        ntried > 2 ? " or " : "", ntried > 2 ? tried[2] : "");
-}
-
 /* Fill t->n, off, blob and eot from encoder.json. */
 static kiln_status parse_encoder(kiln_tokenizer *t, const gpt2_alphabet *a, const char *path) {
     char *text = NULL;
@@ -161,17 +117,17 @@ static kiln_status parse_encoder(kiln_tokenizer *t, const gpt2_alphabet *a, cons
     const cJSON **by_id = NULL;
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!cJSON_IsObject(root)) {
-        s = kiln__errorf(KILN_ERR_FORMAT, "%s: not a JSON object of token -> id", path);
+        s = kiln_error_setf(KILN_ERR_FORMAT, "%s: not a JSON object of token -> id", path);
         goto done;
     }
     int n = cJSON_GetArraySize(root);
     if (n < 257 || n > (1 << 24)) {
-        s = kiln__errorf(KILN_ERR_FORMAT, "%s: %d tokens (want 257 .. 2^24)", path, n);
+        s = kiln_error_setf(KILN_ERR_FORMAT, "%s: %d tokens (want 257 .. 2^24)", path, n);
         goto done;
     }
     by_id = calloc((size_t)n, sizeof *by_id);
     if (!by_id) {
-        s = kiln__errorf(KILN_ERR_NOMEM, "%s: cannot allocate an index of %d tokens", path, n);
+        s = kiln_error_setf(KILN_ERR_NOMEM, "%s: cannot allocate an index of %d tokens", path, n);
         goto done;
     }
     size_t total = 0;
@@ -179,9 +135,9 @@ static kiln_status parse_encoder(kiln_tokenizer *t, const gpt2_alphabet *a, cons
         double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
         int id = (int)v;
         if (v != (double)id || id < 0 || id >= n || by_id[id]) {
-            s = kiln__errorf(KILN_ERR_FORMAT,
-                             "%s: token \"%.40s\" has id %g (ids must be 0..%d, each once)", path,
-                             it->string, v, n - 1);
+            s = kiln_error_setf(KILN_ERR_FORMAT,
+                                "%s: token \"%.40s\" has id %g (ids must be 0..%d, each once)",
+                                path, it->string, v, n - 1);
             goto done;
         }
         by_id[id] = it;
@@ -204,9 +160,9 @@ static kiln_status parse_encoder(kiln_tokenizer *t, const gpt2_alphabet *a, cons
             memcpy(t->blob + at, key, klen);
             m = (long)klen;
         } else if (klen == 0 || (m = alphabet_decode(a, key, klen, (uint8_t *)t->blob + at)) < 0) {
-            s = kiln__errorf(KILN_ERR_FORMAT,
-                             "%s: token %d \"%.40s\" is not spelled in GPT-2's byte alphabet", path,
-                             id, key);
+            s = kiln_error_setf(KILN_ERR_FORMAT,
+                                "%s: token %d \"%.40s\" is not spelled in GPT-2's byte alphabet",
+                                path, id, key);
             goto done;
         }
         t->off[id] = at;
@@ -228,7 +184,7 @@ static kiln_status check_merges(kiln_tokenizer *t, const gpt2_alphabet *a, const
     kiln_status s = KILN_OK;
     uint8_t *buf = malloc(len + 1);
     if (!buf) {
-        s = kiln__errorf(KILN_ERR_NOMEM, "cannot allocate %zu bytes for %s", len, path);
+        s = kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %zu bytes for %s", len, path);
         goto done;
     }
     int64_t merge = 0, line = 0;
@@ -245,27 +201,29 @@ static kiln_status check_merges(kiln_tokenizer *t, const gpt2_alphabet *a, const
         char *sp = memchr(p, ' ', ll);
         long na = sp ? alphabet_decode(a, p, (size_t)(sp - p), buf) : -1;
         long nb = na > 0 ? alphabet_decode(a, sp + 1, ll - (size_t)(sp + 1 - p), buf + na) : -1;
-        int32_t ia =
-            na > 0 ? tok_piece_lookup(t, buf, (size_t)na, tok_hash_bytes(buf, (size_t)na)) : -1;
-        int32_t ib =
-            nb > 0 ? tok_piece_lookup(t, buf + na, (size_t)nb, tok_hash_bytes(buf + na, (size_t)nb))
-                   : -1;
+        int32_t ia = na > 0 ? kiln__tok_piece_lookup(t, buf, (size_t)na,
+                                                     kiln__tok_hash_bytes(buf, (size_t)na))
+                            : -1;
+        int32_t ib = nb > 0 ? kiln__tok_piece_lookup(t, buf + na, (size_t)nb,
+                                                     kiln__tok_hash_bytes(buf + na, (size_t)nb))
+                            : -1;
         size_t nc = (size_t)(na + nb);
-        int32_t ic =
-            ia >= 0 && ib >= 0 ? tok_piece_lookup(t, buf, nc, tok_hash_bytes(buf, nc)) : -1;
+        int32_t ic = ia >= 0 && ib >= 0
+                         ? kiln__tok_piece_lookup(t, buf, nc, kiln__tok_hash_bytes(buf, nc))
+                         : -1;
         if (ic != 256 + merge) {
-            s = kiln__errorf(KILN_ERR_FORMAT,
-                             "%s line %lld: merge \"%.*s\" does not make token %lld of "
-                             "encoder.json (the two files do not belong together)",
-                             path, (long long)line, (int)(ll > 60 ? 60 : ll), p,
-                             (long long)(256 + merge));
+            s = kiln_error_setf(KILN_ERR_FORMAT,
+                                "%s line %lld: merge \"%.*s\" does not make token %lld of "
+                                "encoder.json (the two files do not belong together)",
+                                path, (long long)line, (int)(ll > 60 ? 60 : ll), p,
+                                (long long)(256 + merge));
             goto done;
         }
         merge++;
     }
     if (256 + merge + (t->eot >= 0) != t->n)
-        s = kiln__errorf(KILN_ERR_FORMAT, "%s: %lld merges, but encoder.json has %d tokens", path,
-                         (long long)merge, t->n);
+        s = kiln_error_setf(KILN_ERR_FORMAT, "%s: %lld merges, but encoder.json has %d tokens",
+                            path, (long long)merge, t->n);
 done:
     free(buf);
     free(text);
@@ -277,23 +235,24 @@ static kiln_status build_pairs(kiln_tokenizer *t) {
     int64_t count = 0;
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1)
-            KILN_CHECK(tok_pair_map_init(&t->pairs, count));
+            KILN_CHECK(kiln__tok_pair_map_init(&t->pairs, count));
         for (int32_t id = 0; id < t->n; id++) {
             if (id == t->eot)
                 continue;
             const uint8_t *s = (const uint8_t *)t->blob + t->off[id];
             size_t len = t->off[id + 1] - t->off[id];
             for (size_t k = 1; k < len; k++) {
-                int32_t x = tok_piece_lookup(t, s, k, tok_hash_bytes(s, k));
+                int32_t x = kiln__tok_piece_lookup(t, s, k, kiln__tok_hash_bytes(s, k));
                 if (x < 0)
                     continue;
-                int32_t y = tok_piece_lookup(t, s + k, len - k, tok_hash_bytes(s + k, len - k));
+                int32_t y =
+                    kiln__tok_piece_lookup(t, s + k, len - k, kiln__tok_hash_bytes(s + k, len - k));
                 if (y < 0)
                     continue;
                 if (pass == 0)
                     count++;
                 else
-                    tok_pair_map_put(&t->pairs, x, y, id);
+                    kiln__tok_pair_map_put(&t->pairs, x, y, id);
             }
         }
     }
@@ -305,16 +264,16 @@ static kiln_status load_from(kiln_tokenizer *t, const char *dir) {
     alphabet_init(&a);
     char enc[PATH_MAX], bpe[PATH_MAX];
     if (join(enc, sizeof enc, dir, "/encoder.json") || join(bpe, sizeof bpe, dir, "/vocab.bpe"))
-        return kiln__errorf(KILN_ERR_ARG, "the folder name %.100s... is too long", dir);
+        return kiln_error_setf(KILN_ERR_ARG, "the folder name %.100s... is too long", dir);
     KILN_CHECK(parse_encoder(t, &a, enc));
-    KILN_CHECK(tok_build_piece_map(t));
+    KILN_CHECK(kiln__tok_build_piece_map(t));
     for (int i = 0; i < 256; i++) {
         uint8_t b = a.order[i];
-        int32_t id = tok_piece_lookup(t, &b, 1, tok_hash_bytes(&b, 1));
+        int32_t id = kiln__tok_piece_lookup(t, &b, 1, kiln__tok_hash_bytes(&b, 1));
         if (id != i)
-            return kiln__errorf(KILN_ERR_FORMAT,
-                                "%s: byte 0x%02x has id %d, GPT-2's byte order gives %d", enc, b,
-                                id, i);
+            return kiln_error_setf(KILN_ERR_FORMAT,
+                                   "%s: byte 0x%02x has id %d, GPT-2's byte order gives %d", enc, b,
+                                   id, i);
         t->byte_id[b] = id;
     }
     KILN_CHECK(check_merges(t, &a, bpe));
@@ -323,18 +282,13 @@ static kiln_status load_from(kiln_tokenizer *t, const char *dir) {
     return KILN_OK;
 }
 
-kiln_status tok_load_gpt2(kiln_tokenizer **out, const char *dir) {
-    char found[PATH_MAX];
-    if (!dir) {
-        KILN_CHECK(find_gpt2_dir(found, sizeof found));
-        dir = found;
-    }
+kiln_status kiln__tok_load_gpt2(kiln_tokenizer **out, const char *dir) {
     kiln_tokenizer *t = NULL;
-    KILN_CHECK(tok_new(&t, TOK_GPT2, "gpt2"));
+    KILN_CHECK(kiln__tok_new(&t, TOK_GPT2, "gpt2"));
     kiln_status s = load_from(t, dir);
     if (s != KILN_OK) {
         kiln_tokenizer_free(t);
-        return kiln__error_wrap(s, "loading the GPT-2 tokenizer from %s", dir);
+        return kiln_error_wrapf(s, "loading the GPT-2 tokenizer from %s", dir);
     }
     *out = t;
     return KILN_OK;

@@ -22,21 +22,21 @@ typedef struct prep_out {
     int64_t tokens; /* ids appended */
 } prep_out;
 
-void prep_out_init(prep_out *o, const char *name, const char *dir, int64_t vocab,
-                   int64_t shard_tokens);
-kiln_status prep_out_append(prep_out *o, const int32_t *ids, int64_t n);
+void kiln__prep_out_init(prep_out *o, const char *name, const char *dir, int64_t vocab,
+                         int64_t shard_tokens);
+kiln_status kiln__prep_out_append(prep_out *o, const int32_t *ids, int64_t n);
 /* Write what is held back and finish the last shard. */
-kiln_status prep_out_finish(prep_out *o);
-void prep_out_free(prep_out *o);
+kiln_status kiln__prep_out_finish(prep_out *o);
+void kiln__prep_out_free(prep_out *o);
 
 /* Create out_dir (and parents), remove staging folders left by dead runs, and make
  * <out_dir>/.prepare.tmp.<pid>; *staging is malloc'ed. */
-kiln_status prep_stage_begin(const char *out_dir, char **staging);
+kiln_status kiln__prep_stage_begin(const char *out_dir, char **staging);
 /* Move every shard from staging into out_dir, remove train_/val_ shards there that this run
  * did not write, write manifest (a JSON text) as out_dir/prepare.json, remove staging. */
-kiln_status prep_stage_commit(const char *out_dir, const char *staging, const prep_out *outs,
-                              int n_outs, const char *manifest);
+kiln_status kiln__prep_stage_commit(const char *out_dir, const char *staging, const prep_out *outs,
+                                    int n_outs, const char *manifest);
 /* Remove the staging folder and what is in it. */
-void prep_stage_abort(const char *staging);
+void kiln__prep_stage_abort(const char *staging);
 
 #endif

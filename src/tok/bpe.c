@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "data/tok_internal.h"
 #include "kiln/core.h"
+#include "tok/tok_internal.h"
 
 enum {
     TOK_SHORT = 64,         /* pieces up to this many bytes use the array loop */
@@ -27,7 +27,7 @@ static kiln_status grow(void **p, size_t *cap, size_t need, size_t elem, const c
     while (ncap < need)
         ncap = ncap < SIZE_MAX / 4 ? ncap * 2 : need;
     if (ncap > SIZE_MAX / elem)
-        return kiln__errorf(KILN_ERR_NOMEM, "%s: %zu elements are too many", what, need);
+        return kiln_error_setf(KILN_ERR_NOMEM, "%s: %zu elements are too many", what, need);
     void *q = NULL;
     KILN_CHECK(kiln_alloc_checked(&q, ncap * elem, what));
     if (*p)
@@ -38,10 +38,10 @@ static kiln_status grow(void **p, size_t *cap, size_t need, size_t elem, const c
     return KILN_OK;
 }
 
-kiln_status tok_tokens_grow(kiln_tokens *out, int64_t extra) {
+kiln_status kiln__tok_tokens_grow(kiln_tokens *out, int64_t extra) {
     if (extra < 0 || out->len > INT64_MAX - extra)
-        return kiln__errorf(KILN_ERR_ARG, "token buffer: cannot grow by %lld ids",
-                            (long long)extra);
+        return kiln_error_setf(KILN_ERR_ARG, "token buffer: cannot grow by %lld ids",
+                               (long long)extra);
     size_t cap = (size_t)out->cap;
     void *p = out->ids;
     KILN_CHECK(grow(&p, &cap, (size_t)(out->len + extra), sizeof(int32_t), "token ids"));
@@ -52,7 +52,7 @@ kiln_status tok_tokens_grow(kiln_tokens *out, int64_t extra) {
 
 /* ---- pair map ---- */
 
-kiln_status tok_pair_map_init(tok_pair_map *m, int64_t expected) {
+kiln_status kiln__tok_pair_map_init(tok_pair_map *m, int64_t expected) {
     memset(m, 0, sizeof *m);
     uint64_t slots = 64;
     while (slots < (uint64_t)expected * 2)
@@ -70,13 +70,13 @@ kiln_status tok_pair_map_init(tok_pair_map *m, int64_t expected) {
     return KILN_OK;
 }
 
-void tok_pair_map_free(tok_pair_map *m) {
+void kiln__tok_pair_map_free(tok_pair_map *m) {
     kiln_free(m->keys);
     kiln_free(m->vals);
     memset(m, 0, sizeof *m);
 }
 
-int tok_pair_map_put(tok_pair_map *m, int32_t a, int32_t b, int32_t merged) {
+int kiln__tok_pair_map_put(tok_pair_map *m, int32_t a, int32_t b, int32_t merged) {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     for (uint64_t i = tok_pair_slot(key);; i++) {
         uint64_t *k = &m->keys[i & m->mask];
@@ -188,8 +188,8 @@ static void heap_set(bpe_heap *h, int32_t pos, int32_t rank) {
 static kiln_status bpe_long(tok_encoder *e, const uint8_t *s, size_t n, kiln_tokens *out) {
     const kiln_tokenizer *t = e->t;
     if (n > INT32_MAX)
-        return kiln__errorf(KILN_ERR_UNSUPPORTED,
-                            "a single pre-tokenised piece of %zu bytes (more than 2 GiB)", n);
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "a single pre-tokenised piece of %zu bytes (more than 2 GiB)", n);
     KILN_CHECK(grow((void **)&e->work, &e->work_cap, 4 * n, sizeof(int32_t), "BPE scratch"));
     int32_t N = (int32_t)n;
     bpe_heap h = {e->work, e->work + n, (uint64_t *)(e->work + 2 * n), 0};
@@ -321,7 +321,7 @@ static void cache_put(tok_encoder *e, const uint8_t *s, size_t n, uint64_t h, co
 
 /* ---- encoder ---- */
 
-kiln_status tok_encoder_init(tok_encoder *e, const kiln_tokenizer *t, int use_cache) {
+kiln_status kiln__tok_encoder_init(tok_encoder *e, const kiln_tokenizer *t, int use_cache) {
     memset(e, 0, sizeof *e);
     e->t = t;
     e->ascii_fast = 1;
@@ -329,18 +329,18 @@ kiln_status tok_encoder_init(tok_encoder *e, const kiln_tokenizer *t, int use_ca
         return KILN_OK;
     e->md = pcre2_match_data_create_from_pattern(t->pretok.re, NULL);
     if (!e->md)
-        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate regex match data");
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate regex match data");
     if (use_cache) {
         kiln_status s = cache_alloc(e, TOK_CACHE_MIN_SLOTS);
         if (s != KILN_OK) {
-            tok_encoder_free(e);
+            kiln__tok_encoder_free(e);
             return s;
         }
     }
     return KILN_OK;
 }
 
-void tok_encoder_free(tok_encoder *e) {
+void kiln__tok_encoder_free(tok_encoder *e) {
     if (e->md)
         pcre2_match_data_free(e->md);
     kiln_free(e->work);
@@ -350,13 +350,13 @@ void tok_encoder_free(tok_encoder *e) {
     memset(e, 0, sizeof *e);
 }
 
-kiln_status tok_encode_piece(tok_encoder *e, const uint8_t *s, size_t n, kiln_tokens *out) {
+kiln_status kiln__tok_encode_piece(tok_encoder *e, const uint8_t *s, size_t n, kiln_tokens *out) {
     const kiln_tokenizer *t = e->t;
     if (n == 1)
         return tok_tokens_push(out, t->byte_id[s[0]]);
-    uint64_t h = tok_hash_bytes(s, n);
+    uint64_t h = kiln__tok_hash_bytes(s, n);
     if (t->whole_piece_first) { /* GPT-2 has tokens of up to 128 bytes */
-        int32_t id = tok_piece_lookup(t, s, n, h);
+        int32_t id = kiln__tok_piece_lookup(t, s, n, h);
         if (id >= 0)
             return tok_tokens_push(out, id);
     }
@@ -381,8 +381,8 @@ kiln_status tok_encode_piece(tok_encoder *e, const uint8_t *s, size_t n, kiln_to
     return KILN_OK;
 }
 
-kiln_status tok_encode_range(tok_encoder *e, const uint8_t *s, size_t len, size_t from, size_t to,
-                             kiln_tokens *out) {
+kiln_status kiln__tok_encode_range(tok_encoder *e, const uint8_t *s, size_t len, size_t from,
+                                   size_t to, kiln_tokens *out) {
     const kiln_tokenizer *t = e->t;
     if (t->kind == TOK_BYTES) {
         KILN_CHECK(kiln_tokens_reserve(out, (int64_t)(to - from)));
@@ -393,11 +393,11 @@ kiln_status tok_encode_range(tok_encoder *e, const uint8_t *s, size_t len, size_
     size_t pos = from;
     while (pos < to) {
         size_t end = 0;
-        KILN_CHECK(tok_pretok_next(&t->pretok, e->md, s, len, pos, e->ascii_fast, &end));
+        KILN_CHECK(kiln__tok_pretok_next(&t->pretok, e->md, s, len, pos, e->ascii_fast, &end));
         if (end > to)
-            return kiln__errorf(KILN_ERR_INTERNAL,
-                                "a piece crosses byte %zu, where the text was cut", to);
-        KILN_CHECK(tok_encode_piece(e, s + pos, end - pos, out));
+            return kiln_error_setf(KILN_ERR_INTERNAL,
+                                   "a piece crosses byte %zu, where the text was cut", to);
+        KILN_CHECK(kiln__tok_encode_piece(e, s + pos, end - pos, out));
         pos = end;
     }
     return KILN_OK;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "data/tok_internal.h"
+#include "tok/tok_internal.h"
 
 /* Below this a text is encoded by one thread: cutting and joining would cost more. */
 #define TOK_PARALLEL_MIN (256 * 1024)
@@ -35,23 +35,23 @@ static kiln_status report_first(const first_error *fe, const char *what) {
     if (fe->s == KILN_OK)
         return KILN_OK;
     if (fe->at < 0)
-        return kiln__errorf(fe->s, "setting up a thread's encoder: %s", fe->msg);
-    return kiln__errorf(fe->s, "%s %lld: %s", what, (long long)fe->at, fe->msg);
+        return kiln_error_setf(fe->s, "setting up a thread's encoder: %s", fe->msg);
+    return kiln_error_setf(fe->s, "%s %lld: %s", what, (long long)fe->at, fe->msg);
 }
 
 kiln_status kiln_tokenizer_encode_many(const kiln_tokenizer *t, const char *const *texts,
                                        const size_t *lens, int64_t n, kiln_tokens *outs) {
     if (!t || n < 0 || (n && (!texts || !lens || !outs)))
-        return kiln__errorf(KILN_ERR_ARG, "kiln_tokenizer_encode_many: missing argument");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_tokenizer_encode_many: missing argument");
     for (int64_t i = 0; i < n; i++)
         if (!texts[i] && lens[i])
-            return kiln__errorf(KILN_ERR_ARG, "kiln_tokenizer_encode_many: text %lld is NULL",
-                                (long long)i);
+            return kiln_error_setf(KILN_ERR_ARG, "kiln_tokenizer_encode_many: text %lld is NULL",
+                                   (long long)i);
     first_error fe = {INT64_MAX, KILN_OK, ""};
 #pragma omp parallel
     {
         tok_encoder e;
-        kiln_status s = tok_encoder_init(&e, t, 1);
+        kiln_status s = kiln__tok_encoder_init(&e, t, 1);
         if (s != KILN_OK)
             note_error(&fe, -1, s);
 #pragma omp for schedule(dynamic, 1)
@@ -61,13 +61,13 @@ kiln_status kiln_tokenizer_encode_many(const kiln_tokenizer *t, const char *cons
             /* A copy, so that threads do not share the cache lines of neighbouring outs. */
             kiln_tokens mine = outs[i];
             kiln_status si =
-                tok_encode_range(&e, (const uint8_t *)texts[i], lens[i], 0, lens[i], &mine);
+                kiln__tok_encode_range(&e, (const uint8_t *)texts[i], lens[i], 0, lens[i], &mine);
             outs[i] = mine;
             if (si != KILN_OK)
                 note_error(&fe, i, si);
         }
         if (s == KILN_OK)
-            tok_encoder_free(&e);
+            kiln__tok_encoder_free(&e);
     }
     return report_first(&fe, "encoding document");
 }
@@ -75,7 +75,7 @@ kiln_status kiln_tokenizer_encode_many(const kiln_tokenizer *t, const char *cons
 kiln_status kiln_tokenizer_encode_parallel(const kiln_tokenizer *t, const char *text, size_t len,
                                            kiln_tokens *out) {
     if (!t || !out || (!text && len))
-        return kiln__errorf(KILN_ERR_ARG, "kiln_tokenizer_encode_parallel: missing argument");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_tokenizer_encode_parallel: missing argument");
     int threads = omp_get_max_threads();
     if (len < TOK_PARALLEL_MIN || threads == 1 || t->kind == TOK_BYTES)
         return kiln_tokenizer_encode(t, text, len, out);
@@ -86,21 +86,21 @@ kiln_status kiln_tokenizer_encode_parallel(const kiln_tokenizer *t, const char *
     if (!cut || !res) {
         free(cut);
         free(res);
-        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate %lld parts", (long long)parts);
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %lld parts", (long long)parts);
     }
     cut[0] = 0;
     for (int64_t i = 1; i < parts; i++) {
         size_t target = (size_t)((double)len * (double)i / (double)parts);
         if (target < cut[i - 1])
             target = cut[i - 1];
-        cut[i] = tok_pretok_safe_cut(s, len, target);
+        cut[i] = kiln__tok_pretok_safe_cut(s, len, target);
     }
     cut[parts] = len;
     first_error fe = {INT64_MAX, KILN_OK, ""};
 #pragma omp parallel
     {
         tok_encoder e;
-        kiln_status s0 = tok_encoder_init(&e, t, 1);
+        kiln_status s0 = kiln__tok_encoder_init(&e, t, 1);
         if (s0 != KILN_OK)
             note_error(&fe, -1, s0);
 #pragma omp for schedule(dynamic, 1)
@@ -109,12 +109,12 @@ kiln_status kiln_tokenizer_encode_parallel(const kiln_tokenizer *t, const char *
                 continue;
             kiln_status si = kiln_tokens_reserve(&res[i], (int64_t)((cut[i + 1] - cut[i]) / 3));
             if (si == KILN_OK)
-                si = tok_encode_range(&e, s, len, cut[i], cut[i + 1], &res[i]);
+                si = kiln__tok_encode_range(&e, s, len, cut[i], cut[i + 1], &res[i]);
             if (si != KILN_OK)
                 note_error(&fe, i, si);
         }
         if (s0 == KILN_OK)
-            tok_encoder_free(&e);
+            kiln__tok_encoder_free(&e);
     }
     kiln_status st = report_first(&fe, "encoding part");
     int64_t total = 0;

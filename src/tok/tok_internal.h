@@ -61,41 +61,42 @@ struct kiln_tokenizer {
 
 /* ---- tokenizer.c ---- */
 /* A zeroed tokenizer of the given kind (name copied). */
-kiln_status tok_new(kiln_tokenizer **out, tok_kind kind, const char *name);
+kiln_status kiln__tok_new(kiln_tokenizer **out, tok_kind kind, const char *name);
 /* Build the piece map over ids 0..n-1 except eot. */
-kiln_status tok_build_piece_map(kiln_tokenizer *t);
-int32_t tok_piece_lookup(const kiln_tokenizer *t, const uint8_t *s, size_t len, uint64_t hash);
-uint64_t tok_hash_bytes(const void *s, size_t len);
+kiln_status kiln__tok_build_piece_map(kiln_tokenizer *t);
+int32_t kiln__tok_piece_lookup(const kiln_tokenizer *t, const uint8_t *s, size_t len,
+                               uint64_t hash);
+uint64_t kiln__tok_hash_bytes(const void *s, size_t len);
 
 /* ---- tokenizer_gpt2.c ---- */
-/* Load GPT-2's encoder.json and vocab.bpe from dir, or from the folders "gpt2" names when
- * dir is NULL. */
-kiln_status tok_load_gpt2(kiln_tokenizer **out, const char *dir);
+/* Load GPT-2's encoder.json and vocab.bpe from dir. */
+kiln_status kiln__tok_load_gpt2(kiln_tokenizer **out, const char *dir);
 
 /* ---- tokenizer_file.c ---- */
-kiln_status tok_load_file(kiln_tokenizer **out, const char *path);
+kiln_status kiln__tok_load_file(kiln_tokenizer **out, const char *path);
 /* A TOK_BPE tokenizer from merges (ids as in kiln_bpe_trainer_finish); checks them. */
-kiln_status tok_from_merges(kiln_tokenizer **out, const int32_t (*merges)[2], int64_t n_merges,
-                            int has_eot, const char *name, const char *where);
+kiln_status kiln__tok_from_merges(kiln_tokenizer **out, const int32_t (*merges)[2],
+                                  int64_t n_merges, int has_eot, const char *name,
+                                  const char *where);
 
 /* ---- tokenizer_pretok.c ---- */
-kiln_status tok_pretok_init(tok_pretok *p);
-void tok_pretok_free(tok_pretok *p);
+kiln_status kiln__tok_pretok_init(tok_pretok *p);
+void kiln__tok_pretok_free(tok_pretok *p);
 /* The end of the piece that starts at pos in s[0..len). Every byte is in some piece:
  * where the regex matches nothing (invalid UTF-8) the bytes up to its next match form a
  * piece of their own. ascii_fast = 0 uses only the regex (for tests). Returns KILN_OK, or
  * an error when PCRE2 fails (a resource limit). */
-kiln_status tok_pretok_next(const tok_pretok *p, pcre2_match_data *md, const uint8_t *s, size_t len,
-                            size_t pos, int ascii_fast, size_t *end);
+kiln_status kiln__tok_pretok_next(const tok_pretok *p, pcre2_match_data *md, const uint8_t *s,
+                                  size_t len, size_t pos, int ascii_fast, size_t *end);
 /* A position in [from, len] where a piece provably starts whatever precedes it; len if
  * none. */
-size_t tok_pretok_safe_cut(const uint8_t *s, size_t len, size_t from);
+size_t kiln__tok_pretok_safe_cut(const uint8_t *s, size_t len, size_t from);
 
 /* ---- bpe.c ---- */
-kiln_status tok_pair_map_init(tok_pair_map *m, int64_t expected);
-void tok_pair_map_free(tok_pair_map *m);
+kiln_status kiln__tok_pair_map_init(tok_pair_map *m, int64_t expected);
+void kiln__tok_pair_map_free(tok_pair_map *m);
 /* Returns 0, or 1 when the pair was already there (its value is kept). */
-int tok_pair_map_put(tok_pair_map *m, int32_t a, int32_t b, int32_t merged);
+int kiln__tok_pair_map_put(tok_pair_map *m, int32_t a, int32_t b, int32_t merged);
 /* First slot to probe for a key (a multiply-xorshift mix; the keys are small integers). */
 static inline uint64_t tok_pair_slot(uint64_t key) {
     uint64_t h = key * 0x9E3779B97F4A7C15ull;
@@ -135,20 +136,20 @@ typedef struct tok_encoder {
     size_t cache_ids_len, cache_ids_cap;
 } tok_encoder;
 
-kiln_status tok_encoder_init(tok_encoder *e, const kiln_tokenizer *t, int use_cache);
-void tok_encoder_free(tok_encoder *e);
+kiln_status kiln__tok_encoder_init(tok_encoder *e, const kiln_tokenizer *t, int use_cache);
+void kiln__tok_encoder_free(tok_encoder *e);
 /* Append the ids of the pieces of s[from..to) to out; the regex sees the whole s[0..len)
  * (its look-ahead at `to` reads past it), and `from` and `to` must be piece starts. */
-kiln_status tok_encode_range(tok_encoder *e, const uint8_t *s, size_t len, size_t from, size_t to,
-                             kiln_tokens *out);
+kiln_status kiln__tok_encode_range(tok_encoder *e, const uint8_t *s, size_t len, size_t from,
+                                   size_t to, kiln_tokens *out);
 /* Append the ids of one piece (BPE over its bytes). */
-kiln_status tok_encode_piece(tok_encoder *e, const uint8_t *s, size_t n, kiln_tokens *out);
+kiln_status kiln__tok_encode_piece(tok_encoder *e, const uint8_t *s, size_t n, kiln_tokens *out);
 
 /* Grow out so that `extra` more ids fit. */
-kiln_status tok_tokens_grow(kiln_tokens *out, int64_t extra);
+kiln_status kiln__tok_tokens_grow(kiln_tokens *out, int64_t extra);
 static inline kiln_status tok_tokens_push(kiln_tokens *out, int32_t id) {
     if (out->len == out->cap) {
-        kiln_status s = tok_tokens_grow(out, 1);
+        kiln_status s = kiln__tok_tokens_grow(out, 1);
         if (s != KILN_OK)
             return s;
     }
