@@ -47,6 +47,17 @@ uint64_t kiln_rng_below(kiln_rng *r, uint64_t n); /* uniform in [0, n), unbiased
  * long run, so that a save that could never succeed is refused up front. */
 kiln_status kiln_file_check_replaceable(const char *path);
 
+/* Open `path` for reading, only if it is a regular file (or a link to one): *fd (O_CLOEXEC)
+ * and, when size is not NULL, its size in bytes. A FIFO, device, socket or folder is refused
+ * with KILN_ERR_IO naming what it is (never opened: a FIFO would block and /dev/zero never
+ * ends); a missing file is KILN_ERR_NOT_FOUND. */
+kiln_status kiln_file_open_regular(const char *path, int *fd, uint64_t *size);
+
+/* The whole of a regular file (kiln_file_open_regular's rules) of at most max_bytes bytes
+ * (0: no bound but the machine's memory): *data is malloc'ed with a NUL after it (free with
+ * free), *len its size. A larger file is KILN_ERR_RANGE naming both sizes. */
+kiln_status kiln_file_read(const char *path, size_t max_bytes, char **data, size_t *len);
+
 /* ---- time ---- */
 double kiln_time_ms(void); /* monotonic milliseconds */
 

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,15 @@
 
 #include "core/error.h"
 #include "kiln/core.h"
+
+/* What a non-regular file is, for messages. */
+static const char *kind_of(mode_t m) {
+    return S_ISDIR(m)                    ? "a folder"
+           : S_ISFIFO(m)                 ? "a FIFO (named pipe)"
+           : S_ISCHR(m) || S_ISBLK(m)    ? "a device"
+           : S_ISSOCK(m)                 ? "a socket"
+                                         : "not a regular file";
+}
 
 kiln_status kiln_file_check_replaceable(const char *path) {
     struct stat st;
@@ -32,6 +42,82 @@ kiln_status kiln_file_check_replaceable(const char *path) {
     return kiln_error_setf(KILN_ERR_IO,
                            "%s is %s; kiln only writes regular files, and will not replace it",
                            path, kind);
+}
+
+kiln_status kiln_file_open_regular(const char *path, int *fd, uint64_t *size) {
+    *fd = -1;
+    struct stat st;
+    if (!path || !path[0])
+        return kiln_error_setf(KILN_ERR_ARG, "no file named");
+    if (stat(path, &st) != 0)
+        return kiln_error_setf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO, "%s: %s",
+                               path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return kiln_error_setf(KILN_ERR_IO, "%s is %s; kiln reads only regular files", path,
+                               kind_of(st.st_mode));
+    /* O_NONBLOCK: if the name was swapped for a FIFO since the stat, open does not wait. */
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (f < 0)
+        return kiln_error_setf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO,
+                               "cannot open %s: %s", path, strerror(errno));
+    if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(f);
+        return kiln_error_setf(KILN_ERR_IO, "%s is not a regular file; kiln reads only those",
+                               path);
+    }
+    int flags = fcntl(f, F_GETFL);
+    if (flags >= 0)
+        (void)fcntl(f, F_SETFL, flags & ~O_NONBLOCK);
+    *fd = f;
+    if (size)
+        *size = (uint64_t)st.st_size;
+    return KILN_OK;
+}
+
+kiln_status kiln_file_read(const char *path, size_t max_bytes, char **data, size_t *len) {
+    *data = NULL;
+    *len = 0;
+    int fd;
+    uint64_t size;
+    KILN_CHECK(kiln_file_open_regular(path, &fd, &size));
+    if (max_bytes && size > max_bytes) {
+        close(fd);
+        return kiln_error_setf(KILN_ERR_RANGE, "%s is %llu bytes, more than the %zu this reader "
+                                               "takes",
+                               path, (unsigned long long)size, max_bytes);
+    }
+    if (size >= SIZE_MAX) {
+        close(fd);
+        return kiln_error_setf(KILN_ERR_NOMEM, "%s is too large to read", path);
+    }
+    char *b = malloc((size_t)size + 1);
+    if (!b) {
+        close(fd);
+        return kiln_error_setf(KILN_ERR_NOMEM, "no memory for the %llu bytes of %s",
+                               (unsigned long long)size, path);
+    }
+    /* Read what the size said: a file that grows meanwhile is read as it was. */
+    size_t got = 0;
+    while (got < (size_t)size) {
+        ssize_t k = read(fd, b + got, (size_t)size - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            kiln_status s = kiln_error_setf(KILN_ERR_IO, "cannot read %s: %s", path,
+                                            strerror(errno));
+            free(b);
+            close(fd);
+            return s;
+        }
+        if (k == 0)
+            break; /* shrank meanwhile: take what is there */
+        got += (size_t)k;
+    }
+    close(fd);
+    b[got] = '\0';
+    *data = b;
+    *len = got;
+    return KILN_OK;
 }
 
 /* The folder part of path into dir ("." or "/" when it has none). */

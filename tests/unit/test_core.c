@@ -1,5 +1,8 @@
-/* Core: status strings, error messages, the counting allocator, the RNG. */
+/* Core: status strings, error messages, the counting allocator, the RNG, the readers and
+ * writers of users' files. */
 #include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "kiln/core.h"
@@ -72,9 +75,42 @@ static void test_rng(void) {
         CHECK_NEAR(counts[k], 10000, 0.05);
 }
 
+/* Only regular files are read: a FIFO would block, /dev/zero never ends. */
+static void test_file_read(void) {
+    char dir[256], p[512], fifo[512];
+    test_tmpdir(dir, sizeof dir, "core");
+    test_path(p, sizeof p, dir, "a.txt");
+    test_path(fifo, sizeof fifo, dir, "fifo");
+    CHECK_INT_EQ(test_write_file(p, "hello", 5), 0);
+    char *data = NULL;
+    size_t len = 0;
+    CHECK_OK(kiln_file_read(p, 0, &data, &len));
+    CHECK_INT_EQ(len, 5);
+    CHECK_STR_EQ(data, "hello");
+    free(data);
+    CHECK_STATUS(kiln_file_read(p, 4, &data, &len), KILN_ERR_RANGE);
+    CHECK_TRUE(data == NULL && strstr(kiln_error_message(), "5 bytes") != NULL);
+    CHECK_INT_EQ(mkfifo(fifo, 0600), 0);
+    CHECK_STATUS(kiln_file_read(fifo, 0, &data, &len), KILN_ERR_IO);
+    CHECK_TRUE(strstr(kiln_error_message(), "FIFO") != NULL);
+    CHECK_STATUS(kiln_file_read("/dev/zero", 0, &data, &len), KILN_ERR_IO);
+    CHECK_TRUE(strstr(kiln_error_message(), "a device") != NULL);
+    CHECK_STATUS(kiln_file_read(dir, 0, &data, &len), KILN_ERR_IO);
+    CHECK_TRUE(strstr(kiln_error_message(), "a folder") != NULL);
+    test_path(p, sizeof p, dir, "missing");
+    CHECK_STATUS(kiln_file_read(p, 0, &data, &len), KILN_ERR_NOT_FOUND);
+    int fd = -1;
+    CHECK_STATUS(kiln_file_open_regular(fifo, &fd, NULL), KILN_ERR_IO);
+    CHECK_INT_EQ(fd, -1);
+    CHECK_STATUS(kiln_file_check_replaceable(fifo), KILN_ERR_IO);
+    CHECK_OK(kiln_file_check_replaceable(p));
+    test_rmtree(dir);
+}
+
 int main(void) {
     RUN_TEST(test_status_strings);
     RUN_TEST(test_alloc_counts_and_limits);
     RUN_TEST(test_rng);
+    RUN_TEST(test_file_read);
     TEST_MAIN_END();
 }
