@@ -3,6 +3,7 @@
 
     /usr/bin/python3 bench/bench_train.py [--kiln build/kiln] [--data SHARDS]
         [--model gpt2-124m] [--batch 4] [--seq 64] [--warmup 2] [--steps 5] [--threads 2]
+        [--flag-below 0.6] [--gemm-seconds 0.25] [--torch-env VAR=VALUE ...] [--markdown]
 
 Each system trains the same model (random initialisation, AdamW) at the same shapes for
 `warmup` untimed and `steps` timed steps, in its own process:
@@ -18,80 +19,189 @@ and kiln's speed and memory as ratios to each peer. FLOPs per step are counted a
 counts them (kiln_gpt_flops_per_token, with the real vocabulary of 50257; kiln computes
 the head over 50304 padded columns, which is not credited).
 
+A peer is only as fast as the BLAS it is given (Debian's PyTorch calls whatever
+libblas.so.3 the alternatives system selects), so the table also says, for each peer,
+which BLAS its process really loaded and the fp32 GEMM rate that process reaches:
+
+  BLAS loaded   the file that provides the process's sgemm_: for PyTorch, as torch_gpt.py
+                finds it in its own process; for kiln, the BLAS in its /proc/PID/maps, read
+                while it runs (with OpenBLAS's build and kernel as that file reports them
+                in kiln's environment)
+  GEMM fp32     kiln: `kiln bench peak`; PyTorch: nn.Linear's products at the model's
+                shapes, timed inside torch_gpt.py outside its steps (see there)
+
+and marks with "!" a peer whose fp32 GEMM rate is below --flag-below (60%) of the best fp32
+GEMM rate measured in the run, printing how to give it the fast BLAS.
+
 Every run has OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its environment (this
 machine sets them, which pins OpenBLAS to an older kernel), and OMP_NUM_THREADS set to
---threads; the script prints the OpenBLAS build and kernel that those settings select.
+--threads. The header prints the environment (CPU, kernel, the libblas.so.3 alternative,
+what was removed); --markdown repeats it with the table as Markdown for README.md.
 kiln needs token shards for its data: --data, or data/brown/train_*.bin, or else it runs
 `kiln prepare` (the Brown corpus, GPT-2 tokenizer) into --work first.
 """
 
 import argparse
-import ctypes
 import glob
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
+import sysconfig
+import tempfile
+import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ref"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "ref"))
+sys.path.insert(0, HERE)
+import blas_probe  # noqa: E402  (bench/blas_probe.py)
 from gpt_model import flops_per_token  # noqa: E402  (no torch import at module level)
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+ROOT = os.path.normpath(os.path.join(HERE, ".."))
 TORCH_PY = "/usr/bin/python3"  # Debian's PyTorch
-PRESETS = {"gpt2-124m": (12, 12, 768), "gpt2-350m": (24, 16, 1024), "d12": (12, 12, 768),
-           "d6": (6, 6, 384), "d4": (4, 4, 256)}
+# name: (n_layer, n_head, n_embd), as kiln's presets (src/model/config.c) define them
+PRESETS = {"gpt2-124m": (12, 12, 768), "gpt2-350m": (24, 16, 1024), "d12": (12, 12, 384),
+           "d6": (6, 6, 192), "d4": (4, 4, 128)}
 VOCAB = 50257
 OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 LLMC_CITED = "llm.c (cited)"
 
 
-def bench_env(threads):
+def bench_env(threads, extra=()):
     env = dict(os.environ)
     for k in OPENBLAS_VARS:
         env.pop(k, None)
     env["OMP_NUM_THREADS"] = str(threads)
+    env.update(extra)
     return env
 
 
-def openblas_info(env):
-    """Build string and kernel of the OpenMP OpenBLAS kiln links, as a child with `env`
-    reports them (the kernel is chosen at load time from the environment)."""
-    code = ("import ctypes,sys; l=ctypes.CDLL(sys.argv[1]); "
-            "l.openblas_get_config.restype=l.openblas_get_corename.restype=ctypes.c_char_p; "
-            "print(l.openblas_get_config().decode()); print(l.openblas_get_corename().decode())")
-    for lib in ("/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0",
-                "/usr/lib/aarch64-linux-gnu/openblas-openmp/libopenblas.so.0", "libopenblas.so.0"):
+def multiarch():
+    """Debian's multiarch triplet (x86_64-linux-gnu), from this Python's build."""
+    return (sysconfig.get_config_var("MULTIARCH")
+            or getattr(sys.implementation, "_multiarch", None)
+            or platform.machine() + "-linux-gnu")
+
+
+def blas_alternative(triplet):
+    """`update-alternatives --query libblas.so.3-<triplet>` as {name, status, value, link,
+    choices: [(path, priority)]}, or None where there is no such alternative."""
+    name = "libblas.so.3-" + triplet
+    try:
+        out = subprocess.run(["update-alternatives", "--query", name], capture_output=True,
+                             text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+    def field(key):
+        m = re.search(r"^%s: (.*)$" % key, out, re.M)
+        return m.group(1) if m else None
+
+    choices = re.findall(r"^Alternative: (.*)\nPriority: (-?\d+)", out, re.M)
+    return {"name": name, "status": field("Status"), "value": field("Value"),
+            "link": field("Link"), "choices": [(p, int(n)) for p, n in choices]}
+
+
+def machine_lines(args, alt, torch_extra):
+    """The environment of the run, one line each, for the header and for --markdown."""
+    model, flags = "unknown CPU", set()
+    try:
+        info = open("/proc/cpuinfo").read()
+        model = re.search(r"^model name\s*:\s*(.*)$", info, re.M).group(1).strip()
+        flags = set(re.search(r"^flags\s*:\s*(.*)$", info, re.M).group(1).split())
+    except (OSError, AttributeError):
+        pass
+    have = [f for f in CPU_FLAGS if f in flags]
+    lack = [f for f in CPU_FLAGS if f not in flags]
+    lines = ["CPU: %s, %d cores (%d usable here); has %s; lacks %s" % (
+        model, os.cpu_count(), len(os.sched_getaffinity(0)), " ".join(have) or "none",
+        " ".join(lack) or "none"),
+        "Linux %s, Python %s; load average %.1f at the start" % (
+            platform.release(), platform.python_version(), os.getloadavg()[0])]
+    if alt:
+        choices = ", ".join("%s (priority %d)" % c for c in alt["choices"])
+        lines.append("libblas.so.3 alternative (%s): %s mode, selects %s; choices %s" % (
+            alt["name"], alt["status"], alt["value"], choices))
+    else:
+        lines.append("libblas.so.3 alternative: none (no update-alternatives entry here)")
+    was = ", ".join("%s=%s" % (k, os.environ[k]) for k in OPENBLAS_VARS if k in os.environ)
+    lines.append("variables: %s removed for every run (they were: %s); OMP_NUM_THREADS=%d, "
+                 "kiln --threads %d, torch.set_num_threads(%d)" % (
+                     " and ".join(OPENBLAS_VARS), was or "not set", args.threads,
+                     args.threads, args.threads))
+    if torch_extra:
+        lines.append("PyTorch runs also get: " + " ".join(
+            "%s=%s" % kv for kv in sorted(torch_extra.items())))
+    return lines
+
+
+def child_of(pid):
+    """The first child of pid (the program /usr/bin/time runs), or None yet."""
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            kids = f.read().split()
+        return int(kids[0]) if kids else None
+    except OSError:  # a kernel without CONFIG_PROC_CHILDREN: look for the parent link
+        pass
+    for d in filter(str.isdigit, os.listdir("/proc")):
         try:
-            out = subprocess.run([sys.executable, "-c", code, lib], env=env, check=True,
-                                 capture_output=True, text=True).stdout.split("\n")
-            return out[0], out[1]
-        except (subprocess.CalledProcessError, IndexError):
+            with open("/proc/%s/stat" % d) as f:
+                stat = f.read()
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                return int(d)
+        except (OSError, ValueError):
             continue
-    return "unknown", "unknown"
+    return None
+
+
+def watch_maps(proc, wrapped):
+    """Until proc exits, the union of the BLAS-family, OpenMP and oneDNN files mapped into
+    the program it runs (read from /proc/PID/maps). Reads start at once, so a program that
+    runs a fraction of a second is still seen (one gone within milliseconds is not), and
+    thin out to one a second, which costs the program nothing measurable. A read made
+    before /usr/bin/time's child has exec'd sees /usr/bin/time, which maps none of these,
+    so the union stays right."""
+    seen, pid, delay = set(), None if wrapped else proc.pid, 0.005
+    while proc.poll() is None:
+        if pid is None:
+            pid = child_of(proc.pid)
+        if pid is not None:
+            seen |= blas_probe.mapped_files(pid)
+        time.sleep(delay)
+        delay = min(2 * delay, 1.0)
+    return seen
 
 
 def run_timed(cmd, env, log_path):
-    """Run cmd under /usr/bin/time -v; returns (returncode, output, peak RSS MiB or None)."""
-    full = ["/usr/bin/time", "-v"] + cmd if os.path.exists("/usr/bin/time") else cmd
-    p = subprocess.run(full, env=env, capture_output=True, text=True)
-    out = p.stdout + p.stderr
+    """Run cmd under /usr/bin/time -v, watching what it maps; returns (returncode, output,
+    peak RSS MiB or None, set of BLAS-family/OpenMP/oneDNN files it mapped)."""
+    wrapped = os.path.exists("/usr/bin/time")
+    full = ["/usr/bin/time", "-v"] + cmd if wrapped else cmd
+    with tempfile.TemporaryFile("w+") as so, tempfile.TemporaryFile("w+") as se:
+        p = subprocess.Popen(full, env=env, stdout=so, stderr=se, text=True)
+        mapped = watch_maps(p, wrapped)
+        so.seek(0)
+        se.seek(0)
+        out = so.read() + se.read()
     with open(log_path, "w") as f:
         f.write("$ " + " ".join(cmd) + "\n" + out)
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", out)
-    return p.returncode, out, (int(m.group(1)) / 1024.0 if m else None)
+    return p.returncode, out, (int(m.group(1)) / 1024.0 if m else None), mapped
 
 
 def kiln_peak(kiln, env, work, tag):
-    """`kiln bench peak` -> (GFLOP/s, its report line) or (None, why)."""
+    """`kiln bench peak` -> (GFLOP/s, its report line, files mapped) or (None, why, set())."""
     if not os.access(kiln, os.X_OK):
-        return None, "no kiln binary at %s" % kiln
+        return None, "no kiln binary at %s" % kiln, set()
     log = os.path.join(work, "peak_%s.log" % tag)
-    rc, out, _ = run_timed([kiln, "bench", "peak"], env, log)
+    rc, out, _, mapped = run_timed([kiln, "bench", "peak"], env, log)
     m = re.search(r"^(.*?([0-9.]+)\s*GFLOP/s.*)$", out, re.M)
     if rc != 0 or not m:
-        return None, "kiln bench peak failed (see %s)" % log
-    return float(m.group(2)), m.group(1).strip()
+        return None, "kiln bench peak failed (see %s)" % log, mapped
+    return float(m.group(2)), m.group(1).strip(), mapped
 
 
 def find_data(args, kiln, env):
@@ -101,8 +211,8 @@ def find_data(args, kiln, env):
     if shards:
         return os.path.join(ROOT, "data", "brown", "train_*.bin"), None
     out_dir = os.path.join(args.work, "data")
-    rc, _, _ = run_timed([kiln, "prepare", "--out", out_dir], env,
-                         os.path.join(args.work, "prepare.log"))
+    rc, _, _, _ = run_timed([kiln, "prepare", "--out", out_dir], env,
+                            os.path.join(args.work, "prepare.log"))
     shards = sorted(glob.glob(os.path.join(out_dir, "train_*.bin")))
     if rc == 0 and shards:
         return os.path.join(out_dir, "train_*.bin"), None
@@ -120,7 +230,7 @@ def run_kiln(args, kiln, env, data, peak):
            "--threads", str(args.threads), "--save", "", "--eval-every", "0"]
     if peak:  # the same denominator for kiln's own MFU figure
         cmd += ["--peak-gflops", "%.3f" % peak]
-    rc, out, rss = run_timed(cmd, env, os.path.join(args.work, "kiln_train.log"))
+    rc, out, rss, mapped = run_timed(cmd, env, os.path.join(args.work, "kiln_train.log"))
     if rc != 0 or not os.path.exists(metrics):
         return None, "kiln train failed (rc %d, see %s/kiln_train.log)" % (rc, args.work)
     steps = [json.loads(line) for line in open(metrics) if line.strip().startswith("{")]
@@ -131,46 +241,75 @@ def run_kiln(args, kiln, env, data, peak):
     ms = [s["ms"] for s in timed]
     return {"ms": sum(ms) / len(ms), "ms_min": min(ms), "ms_max": max(ms), "rss": rss,
             "own_mfu": sum(s.get("mfu", 0.0) for s in timed) / len(timed),
-            "losses": [s.get("loss") for s in steps]}, None
+            "losses": [s.get("loss") for s in steps], "mapped": mapped, "env": env,
+            "binary": kiln}, None
 
 
 def run_torch(args, env, dtype, peak):
     cmd = [TORCH_PY, os.path.join(ROOT, "bench", "torch_gpt.py"), "--model", args.model,
            "--batch", str(args.batch), "--seq", str(args.seq), "--warmup", str(args.warmup),
            "--steps", str(args.steps), "--threads", str(args.threads), "--dtype", dtype,
-           "--json"]
+           "--gemm-seconds", str(args.gemm_seconds), "--json"]
     if peak:
         cmd += ["--peak-gflops", "%.3f" % peak]
-    rc, out, rss = run_timed(cmd, env, os.path.join(args.work, "torch_%s.log" % dtype))
+    rc, out, rss, mapped = run_timed(cmd, env, os.path.join(args.work, "torch_%s.log" % dtype))
     lines = [x for x in out.splitlines() if x.startswith("{")]
     if rc != 0 or not lines:
         return None, "PyTorch %s failed (rc %d, see %s/torch_%s.log)" % (dtype, rc, args.work,
                                                                           dtype)
     s = json.loads(lines[-1])
+    rates = s.get("gemm", {})
     return {"ms": s["ms_per_step"], "ms_min": s["ms_min"], "ms_max": s["ms_max"],
-            "rss": rss if rss else s["peak_rss_mb"], "losses": s["losses"]}, None
+            "rss": rss if rss else s["peak_rss_mb"], "losses": s["losses"], "mapped": mapped,
+            "env": env, "own_blas": s.get("blas"), "torch": s.get("torch"), "rates": rates,
+            "gemm": max(rates["fp32"].values()) if rates.get("fp32") else None}, None
 
 
-def fmt(v, spec, none="-"):
-    return none if v is None else spec % v
+def peer_blas(r):
+    """What BLAS a peer's process used: {sgemm, label, openblas: [file, build, kernel] or
+    None, mapped: {kind: paths}}. PyTorch's rows come with their own report; for kiln's,
+    the sgemm_ provider is the one BLAS file its process mapped (or, of several, the one
+    LD_PRELOAD put first, which the dynamic linker searches first)."""
+    mapped = set(r.get("mapped") or ())
+    own = r.get("own_blas")
+    if own:
+        for paths in own["mapped"].values():
+            mapped.update(paths)
+        return dict(own, mapped=blas_probe.by_kind(mapped))
+    blas = blas_probe.by_kind(mapped).get("blas", [])
+    preload = [os.path.realpath(p) for p in re.split(r"[:\s]+", r["env"].get("LD_PRELOAD", ""))
+               if p]
+    first = [p for p in preload if p in blas]
+    sgemm = first[0] if first else (blas[0] if len(blas) == 1 else None)
+    ob_file = blas_probe.openblas_for(sgemm, mapped)
+    ob = blas_probe.openblas_config_in(ob_file, r["env"]) if ob_file else None
+    label = blas_probe.label(sgemm, ob) if sgemm else (
+        "several: " + ", ".join(map(os.path.basename, blas)) if blas else
+        "none seen (it exited before a read)")
+    return {"sgemm": sgemm, "label": label, "openblas": [ob_file, ob[0], ob[1]] if ob else None,
+            "mapped": blas_probe.by_kind(mapped)}
 
 
-def print_table(rows, tokens, flops_step, peak):
+# (first header line, second header line); numbers are right-aligned in text output
+COLUMNS = [("system", ""), ("ms/step", "(mean)"), ("best ms", ""), ("tokens/s", "(mean)"),
+           ("MFU", "(mean)"), ("peak RSS", ""), ("kiln x", "(mean)"), ("kiln x", "(best)"),
+           ("kiln", "memory"), ("BLAS loaded", "(sgemm_)"), ("GEMM fp32", "GFLOP/s")]
+LEFT = {0, 9}
+
+
+def table_rows(rows, tokens, flops_step, peak, ref, threshold):
+    """The table's cells, one list of strings per system."""
     kiln = rows.get("kiln fp32")
-    head = "%-16s %10s %9s %10s %7s %10s %9s %9s %8s"
-    print()
-    print(head % ("system", "ms/step", "best ms", "tokens/s", "MFU", "peak RSS", "kiln x",
-                  "kiln x", "kiln"))
-    print(head % ("", "(mean)", "", "(mean)", "(mean)", "", "(mean)", "(best)", "memory"))
+    out = []
     for name, r in rows.items():
         if name == LLMC_CITED:
             # Measured earlier on this machine class; only kiln's ratio is computed here.
             speed = "%.2f-%.2f" % (4000 / kiln["ms"], 4900 / kiln["ms"]) if kiln else "-"
             best = "%.2f-%.2f" % (4000 / kiln["ms_min"], 4900 / kiln["ms_min"]) if kiln else "-"
-            print(head % (name, "4000-4900", "-", "52-63", "-", "-", speed, best, "-"))
+            out.append([name, "4000-4900", "-", "52-63", "-", "-", speed, best, "-", "-", "-"])
             continue
         if r is None:
-            print(head % (name, "failed", "-", "-", "-", "-", "-", "-", "-"))
+            out.append([name, "failed"] + ["-"] * (len(COLUMNS) - 2))
             continue
         tps = tokens / r["ms"] * 1e3
         mfu = "%.1f%%" % (100 * flops_step / (r["ms"] / 1e3) / (peak * 1e9)) if peak else "-"
@@ -179,11 +318,131 @@ def print_table(rows, tokens, flops_step, peak):
         best = "%.2f" % (r["ms_min"] / kiln["ms_min"]) if peer else "-"
         mem = "%.2f" % (kiln["rss"] / r["rss"]) if peer and kiln["rss"] and r["rss"] else "-"
         rss = "%.0f MiB" % r["rss"] if r["rss"] else "-"
-        print(head % (name, "%.1f" % r["ms"], "%.1f" % r["ms_min"], "%.1f" % tps, mfu, rss,
-                      speed, best, mem))
+        gemm = "-"
+        if r.get("gemm"):
+            gemm = "%.1f" % r["gemm"]
+            if ref:
+                gemm += " (%.0f%%)%s" % (100 * r["gemm"] / ref,
+                                         " !" if r["gemm"] < threshold * ref else "")
+        out.append([name, "%.1f" % r["ms"], "%.1f" % r["ms_min"], "%.1f" % tps, mfu, rss, speed,
+                    best, mem, r["blas"]["label"] if r.get("blas") else "-", gemm])
+    return out
 
 
-def main():
+def print_text_table(cells):
+    lines = [[h[0] for h in COLUMNS], [h[1] for h in COLUMNS]] + cells
+    widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS))]
+    for line in lines:
+        print("  ".join(c.ljust(w) if i in LEFT else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(line, widths))).rstrip())
+
+
+def print_markdown_table(cells):
+    print("| " + " | ".join((a + " " + b).strip() for a, b in COLUMNS) + " |")
+    print("|" + " --- |" * len(COLUMNS))
+    for line in cells:
+        print("| " + " | ".join(line) + " |")
+
+
+def blas_lines(rows):
+    """One line per peer: the BLAS it used, what else it mapped, its GEMM rates."""
+    lines = []
+    for name, r in rows.items():
+        if not r or not r.get("blas"):
+            continue
+        b = r["blas"]
+        words = ["%s: sgemm_ from %s" % (name, b["sgemm"] or b["label"])]
+        if b["openblas"]:
+            words.append("(%s; kernel %s)" % (b["openblas"][1], b["openblas"][2]))
+        others = [p for k in ("blas", "lapack") for p in b["mapped"].get(k, [])
+                  if p != b["sgemm"]]
+        if others:
+            words.append("; also mapped " + ", ".join(others))
+        for kind, what in (("openmp", "OpenMP"), ("onednn", "oneDNN")):
+            if b["mapped"].get(kind):
+                words.append("; %s %s" % (what, ", ".join(b["mapped"][kind])))
+        if r.get("rates"):
+            for mode, rates in r["rates"].items():
+                words.append("; GEMM %s%s GFLOP/s: %s" % (
+                    mode, " under autocast" if mode == "bf16" else "",
+                    ", ".join("%s %.1f" % kv for kv in rates.items())))
+        elif r.get("gemm"):
+            words.append("; GEMM fp32: `kiln bench peak`, the better of start and end")
+        lines.append(" ".join(words).replace(" ;", ";"))
+    torch_cfg = next((r["torch"] for r in rows.values() if r and r.get("torch")), None)
+    if torch_cfg:
+        t = torch_cfg
+        lines.append("PyTorch %s: BLAS_INFO=%s, LAPACK_INFO=%s, USE_MKLDNN=%s (oneDNN %s, %s), "
+                     "MKL %s, OpenMP %s, CPU capability %s, %d threads" % (
+                         t["version"], t["blas_info"], t["lapack_info"], t["use_mkldnn"],
+                         t["onednn"], "usable" if t["mkldnn_available"] else "not usable",
+                         "present" if t["mkl_available"] else "absent", t["openmp"],
+                         t["cpu_capability"], t["threads"]))
+    return lines
+
+
+def fast_blas(alt, rows):
+    """The libblas.so.3 to recommend: the alternative in the folder of kiln's OpenBLAS,
+    else the OpenMP OpenBLAS one, else the highest priority; without alternatives, the
+    OpenBLAS kiln loaded (LD_PRELOAD of libopenblas.so.0 serves sgemm_ just as well)."""
+    kiln = rows.get("kiln fp32")
+    kiln_dir = os.path.dirname(kiln["blas"]["sgemm"]) if kiln and kiln.get("blas") and \
+        kiln["blas"]["sgemm"] else None
+    choices = [p for p, _ in sorted(alt["choices"], key=lambda c: -c[1])] if alt else []
+    for pick in ([c for c in choices if os.path.dirname(os.path.realpath(c)) == kiln_dir],
+                 [c for c in choices if "openblas-openmp" in c], choices,
+                 [kiln["blas"]["sgemm"]] if kiln_dir else []):
+        if pick:
+            return pick[0]
+    return None
+
+
+def hint_lines(name, r, ref, threshold, fast, alt):
+    """Why a flagged peer is slow and how to give it the fast BLAS."""
+    b = r["blas"]
+    lines = ["! %s: fp32 GEMM %.1f GFLOP/s is %.0f%% of %.1f (below %.0f%%); its sgemm_ comes "
+             "from %s (%s)." % (name, r["gemm"], 100 * r["gemm"] / ref, ref, 100 * threshold,
+                                b["sgemm"], b["label"])]
+    same = fast and b["sgemm"] and \
+        os.path.dirname(os.path.realpath(fast)) == os.path.dirname(b["sgemm"])
+    if same or not fast:
+        lines.append("  That is already the fast BLAS here: a low rate from it means busy cores "
+                     "or fewer threads; rerun on an idle machine.")
+        return lines
+    if name.startswith("kiln"):
+        lines.append("  kiln links libopenblas.so.0: install the OpenMP OpenBLAS "
+                     "(libopenblas-openmp-dev, as scripts/setup.sh does), rebuild, and check "
+                     "`ldd %s`." % os.path.relpath(r.get("binary", "build/kiln"), ROOT))
+        return lines
+    lines.append("  To give it the fast BLAS (%s):" % fast)
+    sudo = "sudo " if os.geteuid() != 0 else ""
+    if alt and alt["value"] != fast:
+        lines.append("    every program (the Debian alternative, now %s -> %s):" % (
+            alt["status"], alt["value"]))
+        lines.append("      %supdate-alternatives --set %s %s" % (sudo, alt["name"], fast))
+    elif alt:
+        over = ["%s=%s" % (k, r["env"][k]) for k in ("LD_LIBRARY_PATH", "LD_PRELOAD")
+                if r["env"].get(k)]
+        lines.append("    the libblas.so.3 alternative already selects it, so this process's "
+                     "environment overrides it (%s): drop that, or" % (
+                         ", ".join(over) or "look at how Python was started"))
+    lines.append("    this process only: LD_PRELOAD=%s %s bench/torch_gpt.py ..." % (
+        fast, TORCH_PY))
+    lines.append("      (in this script: --torch-env LD_PRELOAD=%s)" % fast)
+    return lines
+
+
+def parse_env_pairs(pairs):
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            sys.exit("--torch-env wants VAR=VALUE, not %r" % p)
+        k, v = p.split("=", 1)
+        out[k] = v
+    return out
+
+
+def parse_args():
     ap = argparse.ArgumentParser(description="kiln vs PyTorch training-step benchmark")
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"))
     ap.add_argument("--data", help="kiln's training shards (file, folder or glob)")
@@ -196,26 +455,25 @@ def main():
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench_train"),
                     help="folder for logs, metrics and prepared data")
     ap.add_argument("--only", choices=["kiln", "torch"], help="run one side only")
-    args = ap.parse_args()
-    os.makedirs(args.work, exist_ok=True)
+    ap.add_argument("--flag-below", type=float, default=0.6, metavar="FRACTION",
+                    help="flag a peer whose fp32 GEMM rate is below this fraction of the "
+                    "best one measured in the run (default 0.6)")
+    ap.add_argument("--gemm-seconds", type=float, default=0.25,
+                    help="PyTorch's GEMM probe: seconds per shape, before and after its "
+                    "steps (0: skip it)")
+    ap.add_argument("--torch-env", action="append", default=[], metavar="VAR=VALUE",
+                    help="set VAR in the PyTorch runs' environment, e.g. LD_PRELOAD=<a "
+                    "libblas.so.3> (repeatable)")
+    ap.add_argument("--markdown", action="store_true",
+                    help="also print the environment and the table as Markdown for README.md")
+    return ap.parse_args()
 
-    env = bench_env(args.threads)
-    was = ", ".join("%s=%s" % (k, os.environ[k]) for k in OPENBLAS_VARS if k in os.environ)
-    print("environment: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for every run (they were: "
-          "%s); OMP_NUM_THREADS=%d" % (was or "not set", args.threads))
-    config, kernel = openblas_info(env)
-    print("OpenBLAS: %s; kernel %s" % (config, kernel))
 
-    L, NH, C = PRESETS[args.model]
-    tokens = args.batch * args.seq
-    flops_step = flops_per_token(L, C, VOCAB, args.seq) * tokens
-    print("model %s (L=%d NH=%d C=%d V=%d), B=%d T=%d: %.1f GFLOP per step; %d warm-up + %d "
-          "timed steps" % (args.model, L, NH, C, VOCAB, args.batch, args.seq, flops_step / 1e9,
-                           args.warmup, args.steps))
-    peak, note = kiln_peak(args.kiln, env, args.work, "start")
+def measure(args, env, torch_env):
+    """Run every system; returns (rows by name, MFU's peak or None, a line about it)."""
+    peak, note, peak_mapped = kiln_peak(args.kiln, env, args.work, "start")
     print("peak (start): " + note)
     sys.stdout.flush()
-
     rows = {}
     if args.only != "torch":
         if os.access(args.kiln, os.X_OK):
@@ -231,22 +489,42 @@ def main():
         sys.stdout.flush()
     if args.only != "kiln":
         for dtype in ("fp32", "bf16"):
-            r, err = run_torch(args, env, dtype, peak)
+            r, err = run_torch(args, torch_env, dtype, peak)
             rows["PyTorch " + dtype] = r
             if err:
                 print(err)
             sys.stdout.flush()
     # A peak measured while something else ran is too low, so it is measured again at the
     # end and the better of the two is MFU's denominator.
-    peak2, note2 = kiln_peak(args.kiln, env, args.work, "end")
+    peak2, note2, mapped2 = kiln_peak(args.kiln, env, args.work, "end")
     print("peak (end): " + note2)
+    peak_note = "no peak measured: MFU not reported"
     if peak or peak2:
         peak = max(peak or 0.0, peak2 or 0.0)
-        print("MFU against %.1f GFLOP/s, the better of the two" % peak)
-    else:
-        print("no peak measured: MFU not reported")
+        peak_note = "MFU against %.1f GFLOP/s, the better of two `kiln bench peak` runs " \
+            "(start and end)" % peak
+    print(peak_note)
+    if rows.get("kiln fp32"):
+        # `kiln bench peak` is the same binary in the same environment: what it mapped
+        # counts too, should `kiln train` have been gone before a read
+        rows["kiln fp32"]["mapped"] |= peak_mapped | mapped2
+        rows["kiln fp32"]["gemm"] = peak
+    for r in rows.values():
+        if r:
+            r["blas"] = peer_blas(r)
     rows[LLMC_CITED] = None
-    print_table(rows, tokens, flops_step, peak)
+    return rows, peak, peak_note
+
+
+def report(args, rows, peak, header, alt, tokens, flops_step):
+    """The table, the BLAS of each peer, the flags and their hints; with --markdown all of
+    it again (and the header lines) as Markdown."""
+    # The reference for the flag is the best fp32 GEMM rate any peer reached in this run:
+    # kiln's peak, unless a peer did better (then it is kiln's BLAS that is suspect).
+    ref = max([peak or 0.0] + [r["gemm"] for r in rows.values() if r and r.get("gemm")]) or None
+    cells = table_rows(rows, tokens, flops_step, peak, ref, args.flag_below)
+    print()
+    print_text_table(cells)
     best_ms = min((r["ms"] for r in rows.values() if r), default=None)
     if peak and best_ms and flops_step / (best_ms / 1e3) > peak * 1e9:
         print("\nWARNING: an MFU above 100% means the peak was measured while the machine was "
@@ -256,6 +534,54 @@ def main():
           "uses less).")
     print("llm.c: figures measured earlier on this machine class (gpt2-124m, B=4, T=64, "
           "2 threads), not in this run.")
+
+    blas = blas_lines(rows)
+    flagged = [(n, r) for n, r in rows.items()
+               if r and r.get("gemm") and ref and r["gemm"] < args.flag_below * ref]
+    rule = ("GEMM fp32: kiln's is `kiln bench peak`, PyTorch's the best of the model's products "
+            "timed in its process; (%%) is of %s, the best rate in this run, and ! marks a peer "
+            "below %.0f%% of it.%s" % ("%.1f GFLOP/s" % ref if ref else "nothing (no rate)",
+                                       100 * args.flag_below,
+                                       "" if flagged else " No peer is flagged."))
+    fast = fast_blas(alt, rows)
+    hints = [h for n, r in flagged for h in hint_lines(n, r, ref, args.flag_below, fast, alt)]
+    print("\nBLAS per peer (the files each process mapped, read from /proc/PID/maps as it ran):")
+    for line in blas:
+        print("  " + line)
+    print(rule)
+    for line in hints:
+        print(line)
+    if args.markdown:
+        print("\nMarkdown for README.md:\n")
+        for line in header + blas:
+            print("- " + line)
+        print()
+        print_markdown_table(cells)
+        print("\n" + rule)
+        if hints:
+            print("\n```\n" + "\n".join(hints) + "\n```")
+
+
+def main():
+    args = parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    torch_extra = parse_env_pairs(args.torch_env)
+    env = bench_env(args.threads)
+    torch_env = bench_env(args.threads, torch_extra)
+    alt = blas_alternative(multiarch())
+    header = machine_lines(args, alt, torch_extra)
+    print("environment:")
+    for line in header:
+        print("  " + line)
+    L, NH, C = PRESETS[args.model]
+    tokens = args.batch * args.seq
+    flops_step = flops_per_token(L, C, VOCAB, args.seq) * tokens
+    model_line = "model %s (L=%d NH=%d C=%d V=%d), B=%d T=%d: %.1f GFLOP per step; %d " \
+        "warm-up + %d timed steps" % (args.model, L, NH, C, VOCAB, args.batch, args.seq,
+                                      flops_step / 1e9, args.warmup, args.steps)
+    print(model_line)
+    rows, peak, peak_note = measure(args, env, torch_env)
+    report(args, rows, peak, header + [model_line, peak_note], alt, tokens, flops_step)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 """PyTorch peer of kiln's training benchmark: GPT-2 training steps on random tokens.
 
     /usr/bin/python3 bench/torch_gpt.py --model gpt2-124m --batch 4 --seq 64 \
-        --warmup 2 --steps 5 --threads 2 --dtype fp32|bf16 [--peak-gflops G] [--json]
+        --warmup 2 --steps 5 --threads 2 --dtype fp32|bf16 [--peak-gflops G] \
+        [--gemm-seconds 0.25] [--json]
 
 The model is tests/ref/gpt_model.py (the one kiln's reference tests compare against),
 with GPT-2's initialisation from a seed, the real vocabulary (50257, no padding) and
@@ -13,52 +14,124 @@ float32 master weights and optimizer. Warm-up steps are run and not timed.
 Prints one line per step, a summary, and with --json a last line holding the summary as
 JSON (ms_per_step is the mean over the timed steps). MFU counts FLOPs as kiln does
 (gpt_model.flops_per_token) and needs the peak from `kiln bench peak`.
+
+It also reports the BLAS this process really calls and the rate it gets from it, so that
+a PyTorch given a slow BLAS shows up (Debian's PyTorch calls whatever libblas.so.3 the
+alternatives system selects):
+  - where libtorch_cpu's sgemm_ resolves, that file's OpenBLAS build and kernel, and the
+    BLAS, OpenMP and oneDNN files in /proc/self/maps;
+  - the GEMM rate of the model's own products, nn.Linear's (B*T, C) x (C, N) for the
+    attention (N = 3C, C), MLP (4C, and 4C -> C) and head (V) shapes: fp32, and with
+    --dtype bf16 also under the forward pass's autocast (its casts included). They are
+    timed before the model is built and again after the timed steps, with the same thread
+    count, never inside a step. A rate is that of the fastest call, as `kiln bench peak`
+    counts its own, and each shape keeps the better of its two.
 """
 
 import argparse
 import json
 import os
+import re
 import resource
 import sys
 import time
 
 import torch
+import torch.nn.functional as F
+
+import blas_probe  # bench/blas_probe.py, next to this file
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ref"))
 from gpt_model import GPT, flops_per_token  # noqa: E402
 
-# name: (n_layer, n_head, n_embd); all with GPT-2's vocabulary and 1024 positions.
+# name: (n_layer, n_head, n_embd, positions), as kiln's presets (src/model/config.c)
+# define them; all with GPT-2's vocabulary.
 PRESETS = {
-    "gpt2-124m": (12, 12, 768),
-    "gpt2-350m": (24, 16, 1024),
-    "d12": (12, 12, 768),
-    "d6": (6, 6, 384),
-    "d4": (4, 4, 256),
+    "gpt2-124m": (12, 12, 768, 1024),
+    "gpt2-350m": (24, 16, 1024, 1024),
+    "d12": (12, 12, 384, 512),
+    "d6": (6, 6, 192, 256),
+    "d4": (4, 4, 128, 256),
 }
 VOCAB = 50257
-MAX_T = 1024
 
 
-def main():
-    ap = argparse.ArgumentParser(description="PyTorch GPT-2 training-step benchmark")
-    ap.add_argument("--model", default="gpt2-124m", choices=sorted(PRESETS))
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=5, help="timed steps")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
-    ap.add_argument("--peak-gflops", type=float, default=0.0,
-                    help="fp32 GEMM peak of this machine (kiln bench peak), for MFU")
-    ap.add_argument("--seed", type=int, default=1337)
-    ap.add_argument("--json", action="store_true", help="end with a JSON summary line")
-    args = ap.parse_args()
+def gemm_shapes(BT, C, V):
+    """(name, M, K, N) of the model's matrix products, (M, K) x (K, N)."""
+    return [("attn qkv", BT, C, 3 * C), ("attn proj", BT, C, C), ("mlp fc", BT, C, 4 * C),
+            ("mlp proj", BT, 4 * C, C), ("head", BT, C, V)]
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    L, NH, C = PRESETS[args.model]
+
+def time_linear(x, w, seconds, bf16):
+    """GFLOP/s of the fastest of repeated F.linear(x, w), the product nn.Linear computes,
+    within about `seconds`, as `kiln bench peak` counts its rate. The first call is a
+    warm-up, unless it alone took `seconds` (a slow BLAS): then it is the measurement, so
+    that a reference BLAS does not keep the probe busy for minutes."""
+    flops = 2.0 * x.shape[0] * x.shape[1] * w.shape[0]
+    times = []
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        while True:
+            t0 = time.perf_counter()
+            F.linear(x, w)
+            times.append(time.perf_counter() - t0)
+            if len(times) == 1 and times[0] >= seconds:
+                break
+            if len(times) >= 3 and sum(times[1:]) >= seconds:
+                break
+    return flops / min(times[1:] or times) / 1e9
+
+
+def gemm_probe(shapes, seconds, modes, best):
+    """Time every shape in every mode ("fp32"; "bf16": fp32 inputs under autocast),
+    keeping in best[mode][shape] the better of this rate and any earlier one (GFLOP/s)."""
+    gen = torch.Generator().manual_seed(0)  # leaves the model's random stream alone
+    for name, M, K, N in shapes:
+        x = torch.randn(M, K, generator=gen)
+        w = torch.randn(N, K, generator=gen)  # nn.Linear's (out, in) layout
+        key = "%s %dx%dx%d" % (name, M, K, N)
+        for mode in modes:
+            rates = best.setdefault(mode, {})
+            rates[key] = max(rates.get(key, 0.0), time_linear(x, w, seconds, mode == "bf16"))
+
+
+def blas_report():
+    """The BLAS this process calls for fp32 products (where libtorch_cpu's sgemm_
+    resolves), its OpenBLAS build and kernel when it is OpenBLAS, and the BLAS, OpenMP and
+    oneDNN files mapped."""
+    mapped = blas_probe.mapped_files()
+    torch_cpu = sorted(blas_probe.mapped_files(keep=lambda p: "libtorch_cpu" in p))
+    sgemm = blas_probe.symbol_provider("sgemm_", torch_cpu[0] if torch_cpu else None)
+    ob_file = blas_probe.openblas_for(sgemm, mapped)
+    ob = blas_probe.openblas_config(ob_file) if ob_file else None
+    return {"sgemm": sgemm, "label": blas_probe.label(sgemm, ob),
+            "openblas": [ob_file, ob[0], ob[1]] if ob else None,
+            "mapped": blas_probe.by_kind(mapped)}
+
+
+def torch_config():
+    """The parts of torch.__config__.show() that decide its CPU speed."""
+    show = torch.__config__.show()
+
+    def grab(pattern):
+        m = re.search(pattern, show)
+        return m.group(1).strip() if m else "?"
+
+    return {"version": torch.__version__, "blas_info": grab(r"\bBLAS_INFO=([^,\s]+)"),
+            "lapack_info": grab(r"\bLAPACK_INFO=([^,\s]+)"),
+            "use_mkldnn": grab(r"\bUSE_MKLDNN=([^,\s]+)"),
+            "onednn": grab(r"(?:MKL-DNN|oneDNN)\s+(v[\d.]+)"),
+            "openmp": grab(r"OpenMP (\d+)"),
+            "cpu_capability": grab(r"CPU capability usage: (\S+)"),
+            "mkldnn_available": torch.backends.mkldnn.is_available(),
+            "mkl_available": torch.backends.mkl.is_available(),
+            "threads": torch.get_num_threads()}
+
+
+def train(args, L, NH, C, max_t):
+    """Warm-up and timed steps; returns (timed ms, timed CPU ms, losses, FLOPs/step)."""
     B, T = args.batch, args.seq
-    model = GPT(L, NH, C, VOCAB, MAX_T)
+    torch.manual_seed(args.seed)
+    model = GPT(L, NH, C, VOCAB, max_t)
     model.init_gpt2()
     model.train()
     opt = torch.optim.AdamW(model.decay_groups(0.1), lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
@@ -89,16 +162,57 @@ def main():
             cpu_times.append(cpu_ms)
         print("step %2d%s loss %.4f  %8.1f ms  %7.1f tokens/s  (CPU time %8.1f ms)" % (
             k, "  " if timed else " w", losses[-1], ms, B * T / ms * 1e3, cpu_ms), flush=True)
+    return times, cpu_times, losses, flops_step  # the model and optimizer are freed here
 
+
+def main():
+    ap = argparse.ArgumentParser(description="PyTorch GPT-2 training-step benchmark")
+    ap.add_argument("--model", default="gpt2-124m", choices=sorted(PRESETS))
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5, help="timed steps")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--peak-gflops", type=float, default=0.0,
+                    help="fp32 GEMM peak of this machine (kiln bench peak), for MFU")
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--gemm-seconds", type=float, default=0.25,
+                    help="time per shape for the GEMM rates, before and after (0: skip them)")
+    ap.add_argument("--json", action="store_true", help="end with a JSON summary line")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    L, NH, C, max_t = PRESETS[args.model]
+    B, T = args.batch, args.seq
+    shapes = gemm_shapes(B * T, C, VOCAB)
+    modes = ("fp32", "bf16") if args.dtype == "bf16" else ("fp32",)
+    gemm = {}
+    if args.gemm_seconds > 0:
+        gemm_probe(shapes, args.gemm_seconds, modes, gemm)
+    times, cpu_times, losses, flops_step = train(args, L, NH, C, max_t)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    # the second probe runs with the model freed, well under the training's peak RSS
+    if args.gemm_seconds > 0:
+        gemm_probe(shapes, args.gemm_seconds, modes, gemm)
+
+    blas = blas_report()
+    print("BLAS: sgemm_ from %s (%s)" % (blas["sgemm"], blas["label"]))
+    for kind, paths in sorted(blas["mapped"].items()):
+        print("  mapped %-7s %s" % (kind, ", ".join(paths)))
+    for mode, rates in gemm.items():
+        print("GEMM %s%s GFLOP/s: %s; best %.1f" % (
+            mode, " (autocast)" if mode == "bf16" else "",
+            ", ".join("%s %.1f" % kv for kv in rates.items()), max(rates.values())))
     ms = sum(times) / len(times)
     tps = B * T / ms * 1e3
     mfu = flops_step / (ms / 1e3) / (args.peak_gflops * 1e9) if args.peak_gflops > 0 else None
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
     summary = {"system": "pytorch-" + args.dtype, "model": args.model, "batch": B, "seq": T,
                "threads": args.threads, "timed_steps": len(times), "ms_per_step": ms,
                "ms_min": min(times), "ms_max": max(times),
                "cpu_ms_per_step": sum(cpu_times) / len(cpu_times), "tokens_per_s": tps, "mfu": mfu,
-               "peak_rss_mb": rss_mb, "flops_per_step": flops_step, "losses": losses}
+               "peak_rss_mb": rss_mb, "flops_per_step": flops_step, "losses": losses,
+               "pid": os.getpid(), "blas": blas, "gemm": gemm, "torch": torch_config()}
     print("mean %.1f ms/step (min %.1f, max %.1f; CPU time %.1f ms/step), %.1f tokens/s, MFU %s, "
           "peak RSS %.0f MiB" % (ms, min(times), max(times), summary["cpu_ms_per_step"], tps,
                                  "%.1f%%" % (100 * mfu) if mfu is not None else "n/a", rss_mb))
