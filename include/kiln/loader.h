@@ -7,9 +7,17 @@
  * and restored so that a resumed run sees exactly the batches it would have seen.
  *
  * A folder path means every "*.bin" in it: `kiln prepare` puts train and val shards in
- * one folder, so name them with a pattern ("data/brown/train_*.bin"). Every shard is
- * verified on open (kiln/shard.h) and must hold at least T+1 tokens. A restored state
- * is only meaningful with the same shards, B, T, world size and rank. */
+ * one folder, so name them with a pattern ("data/brown/train_*.bin"). Shards are taken in
+ * name order, numbers in names compared as numbers (train_999 before train_1000). Only
+ * regular files are shards: a FIFO, device or socket is refused by name, never opened.
+ * Every shard is verified on open (kiln/shard.h) and must hold at least T+1 tokens; all
+ * must record the same vocabulary size and, where they record one, the same tokenizer.
+ *
+ * The folder of each shard is checked against kiln prepare's records: a folder holding
+ * "prepare.incomplete" (a prepare cut short in its last step, old and new shards mixed) is
+ * refused, and when the folder has a prepare.json, every shard taken from it must be listed
+ * there with the same token count and checksum. A folder with neither is not checked.
+ * A restored state is only meaningful with the same shards, B, T, world size and rank. */
 #ifndef KILN_LOADER_H
 #define KILN_LOADER_H
 
@@ -24,9 +32,9 @@ extern "C" {
 typedef struct kiln_loader_config {
     const char *path; /* one shard, a folder of shards, or a glob ("data/train_*.bin") */
     int64_t B, T;
-    int rank, world;  /* world >= 1, 0 <= rank < world */
+    int rank, world; /* world >= 1, 0 <= rank < world */
     uint64_t seed;
-    int shuffle;      /* 0: windows in file order (evaluation) */
+    int shuffle; /* 0: windows in file order (evaluation) */
 } kiln_loader_config;
 
 typedef struct kiln_loader_state {
@@ -43,6 +51,9 @@ void kiln_loader_close(kiln_loader *l);
 kiln_status kiln_loader_next(kiln_loader *l, int32_t *inputs, int32_t *targets);
 /* Vocabulary size recorded in the shards (all shards must agree). */
 int64_t kiln_loader_vocab_size(const kiln_loader *l);
+/* The tokenizer identity (kiln_tokenizer_id) recorded in the shards; 0 when none records one
+ * (version 1 shards). */
+uint64_t kiln_loader_tokenizer_id(const kiln_loader *l);
 int64_t kiln_loader_num_tokens(const kiln_loader *l);
 /* Batches in one epoch for this rank. */
 int64_t kiln_loader_batches_per_epoch(const kiln_loader *l);

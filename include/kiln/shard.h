@@ -4,14 +4,17 @@
  *
  *   offset  bytes  field
  *        0      8  magic "KILNTOKS"
- *        8      4  format version, 1
+ *        8      4  format version, 2 (version 1 is still read)
  *       12      4  token width W in bytes: 2 when the vocabulary has at most 65536 ids, else 4
  *       16      8  vocabulary size V (1 <= V <= 2^31); every id is < V
  *       24      8  token count N
  *       32      8  XXH3_64bits of the N*W token bytes (seed 0)
- *       40     16  reserved, zero
+ *       40      8  the tokenizer's identity (kiln_tokenizer_id); 0: unknown
+ *       48      8  reserved, zero
  *       56      8  XXH3_64bits of header bytes 0..55 (seed 0)
  *       64    N*W  the ids, unsigned, W bytes each
+ *
+ * Version 1 is the same with bytes 40..55 reserved (zero): its tokenizer is unknown.
  *
  * The file is exactly 64 + N*W bytes. The reader memory-maps the file and checks all of
  * it before handing it out: size, magic, version, header checksum, fields, the token
@@ -36,16 +39,17 @@ extern "C" {
 #endif
 
 #define KILN_SHARD_MAGIC "KILNTOKS"
-#define KILN_SHARD_VERSION 1
+#define KILN_SHARD_VERSION 2 /* written; versions 1 and 2 are read */
 #define KILN_SHARD_HEADER_BYTES 64
 #define KILN_SHARD_MAX_VOCAB ((int64_t)1 << 31)
 
 typedef struct kiln_shard_info {
     int version;
-    int token_width;    /* bytes per id: 2 or 4 */
-    int64_t vocab_size; /* V */
-    int64_t num_tokens; /* N */
-    uint64_t data_hash; /* XXH3_64bits of the token bytes */
+    int token_width;       /* bytes per id: 2 or 4 */
+    int64_t vocab_size;    /* V */
+    int64_t num_tokens;    /* N */
+    uint64_t data_hash;    /* XXH3_64bits of the token bytes */
+    uint64_t tokenizer_id; /* kiln_tokenizer_id of the writer's tokenizer; 0: unknown */
 } kiln_shard_info;
 
 /* Token width for a vocabulary of V ids: 2 when V <= 65536, else 4. */
@@ -55,10 +59,11 @@ int kiln_shard_token_width(int64_t vocab_size);
 
 typedef struct kiln_shard kiln_shard; /* opaque; read-only after open, thread-safe */
 
-/* Map and verify the whole shard. Errors name the file and what is wrong: KILN_ERR_IO
- * (cannot open or map), KILN_ERR_FORMAT (size, magic, version, fields), KILN_ERR_CHECKSUM
- * (header or token checksum; byte ranges and both hashes in the message), KILN_ERR_RANGE
- * (an id >= V, with its index and byte offset). */
+/* Map and verify the whole shard. Only a regular file is opened (kiln_file_open_regular: a
+ * FIFO or device is refused, never waited on). Errors name the file and what is wrong:
+ * KILN_ERR_NOT_FOUND, KILN_ERR_IO (not a regular file, cannot open or map), KILN_ERR_FORMAT (size,
+ * magic, version, fields), KILN_ERR_CHECKSUM (header or token checksum; byte ranges and both hashes
+ * in the message), KILN_ERR_RANGE (an id >= V, with its index and byte offset). */
 kiln_status kiln_shard_open(kiln_shard **out, const char *path);
 void kiln_shard_close(kiln_shard *s); /* NULL is safe */
 
@@ -83,8 +88,13 @@ kiln_status kiln_shard_writer_open(kiln_shard_writer **out, const char *path, in
  * and the writer then refuses further calls). */
 kiln_status kiln_shard_writer_append(kiln_shard_writer *w, const int32_t *ids, int64_t n);
 int64_t kiln_shard_writer_count(const kiln_shard_writer *w); /* ids appended so far */
+/* Record the tokenizer's identity (kiln_tokenizer_id) in the header; 0 (the default):
+ * unknown. Call before finish. */
+void kiln_shard_writer_set_tokenizer(kiln_shard_writer *w, uint64_t tokenizer_id);
 /* Write the header, fsync, rename to the final path, fsync the folder. */
 kiln_status kiln_shard_writer_finish(kiln_shard_writer *w);
+/* The header written by a successful finish (NULL before). */
+const kiln_shard_info *kiln_shard_writer_info(const kiln_shard_writer *w);
 /* Free the writer; if it was not finished, close and delete its temporary file. */
 void kiln_shard_writer_free(kiln_shard_writer *w);
 

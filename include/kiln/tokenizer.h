@@ -42,6 +42,13 @@ const char *kiln_tokenizer_name(const kiln_tokenizer *t);
 int64_t kiln_tokenizer_vocab_size(const kiln_tokenizer *t);
 /* Id of <|endoftext|>, or -1 when the tokenizer has none ("bytes"). */
 int32_t kiln_tokenizer_eot(const kiln_tokenizer *t);
+/* The tokenizer's identity: a 64-bit hash (XXH3) of what decides the ids of a text (every
+ * id's bytes, <|endoftext|>'s id, the merges), never 0. Two tokenizers with the same identity
+ * give the same ids for every text; two trained ones with the same vocabulary size differ.
+ * It does not depend on the name or the file: "bytes" is always 0x3de38a25146c3056 and GPT-2
+ * (its published encoder.json and vocab.bpe) 0x704357ace21a687e. Shards and prepare.json
+ * record it so that shards of different tokenizers are never mixed. */
+uint64_t kiln_tokenizer_id(const kiln_tokenizer *t);
 
 /* Append the ids of text[0..len) to out. Any bytes are accepted (invalid UTF-8 too);
  * the text "<|endoftext|>" is NOT special here: it is encoded as ordinary text. */

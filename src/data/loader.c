@@ -3,16 +3,17 @@
  * Shard s of n_s tokens holds floor((n_s - 1) / T) windows; window k starts at token k*T
  * (stride T: a window's last token is the next window's first, as a target then an
  * input). Windows never cross shards. The windows of all shards are numbered in shard
- * order (shards sorted by path) and an epoch visits them in the order perm_e, a
- * Fisher-Yates shuffle of [0, W) drawn from a generator seeded by hash(seed, e). The order
- * is a table of W 32-bit indices (counted by kiln_alloc), built at the first batch of each
- * epoch: about 25 ms per million windows (bench/bench_loader.c), once per epoch. Batch j of rank r
- * takes the B windows perm_e[(j*world + r)*B ..][0..B): the ranks together take the same
+ * order (shards sorted by path, numbers in names compared as numbers) and an epoch visits them in
+ * the order perm_e, a Fisher-Yates shuffle of [0, W) drawn from a generator seeded by hash(seed,
+ * e). The order is a table of W 32-bit indices (counted by kiln_alloc), built at the first batch of
+ * each epoch: about 25 ms per million windows (bench/bench_loader.c), once per epoch. Batch j of
+ * rank r takes the B windows perm_e[(j*world + r)*B ..][0..B): the ranks together take the same
  * windows, in the same order, as a single process with batch world*B. An epoch has
  * floor(W / (world*B)) batches; the few windows left over are not visited that epoch
  * (they are in the next, being reshuffled). */
 #include "kiln/loader.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <glob.h>
@@ -21,6 +22,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <xxhash.h>
+
+#include <cjson/cJSON.h>
 
 #include "core/error.h"
 #include "kiln/core.h"
@@ -32,6 +35,7 @@ struct kiln_loader {
     int num_shards;
     int64_t *first_window; /* [num_shards + 1]: global index of each shard's first window */
     int64_t num_windows, num_tokens, vocab;
+    uint64_t tokenizer_id; /* of the first shard that records one; 0: none does */
     int64_t batches_per_epoch;
     kiln_loader_state state;
     uint32_t *perm;      /* [num_windows] the order of epoch perm_epoch (shuffle only) */
@@ -73,8 +77,42 @@ static kiln_status path_list_add(path_list *p, const char *a, const char *b) {
     return KILN_OK;
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+/* Names in order with runs of digits compared as numbers: train_999.bin before
+ * train_1000.bin (prepare's names grow a digit past 1000 shards), train_2 before train_10. */
+static int cmp_natural(const char *a, const char *b) {
+    while (*a && *b) {
+        if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
+            const char *a0 = a, *b0 = b;
+            while (*a == '0')
+                a++;
+            while (*b == '0')
+                b++;
+            const char *ae = a, *be = b;
+            while (isdigit((unsigned char)*ae))
+                ae++;
+            while (isdigit((unsigned char)*be))
+                be++;
+            if (ae - a != be - b)
+                return ae - a < be - b ? -1 : 1;
+            int c = memcmp(a, b, (size_t)(ae - a));
+            if (c)
+                return c;
+            if (ae - a0 != be - b0) /* the same number: fewer leading zeros first */
+                return ae - a0 < be - b0 ? -1 : 1;
+            a = ae;
+            b = be;
+            continue;
+        }
+        if (*a != *b)
+            return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+        a++;
+        b++;
+    }
+    return *a ? 1 : *b ? -1 : 0;
+}
+
+static int cmp_path(const void *a, const void *b) {
+    return cmp_natural(*(char *const *)a, *(char *const *)b);
 }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -82,44 +120,224 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* path is a file, a folder (every "*.bin" in it) or a glob pattern; sorted by name. */
-static kiln_status find_shards(const char *path, path_list *out) {
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
-        return path_list_add(out, path, NULL);
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        DIR *d = opendir(path);
-        if (!d)
-            return kiln_error_setf(KILN_ERR_IO, "%s: cannot list the folder: %s", path,
-                                   strerror(errno));
-        struct dirent *e;
-        kiln_status st = KILN_OK;
-        while (st == KILN_OK && (e = readdir(d)) != NULL)
-            if (e->d_name[0] != '.' && ends_with(e->d_name, ".bin"))
-                st = path_list_add(out, path, e->d_name);
-        closedir(d);
-        KILN_CHECK(st);
-        if (out->n == 0)
-            return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: the folder holds no *.bin shards",
-                                   path);
-        qsort(out->items, (size_t)out->n, sizeof *out->items, cmp_str);
-        return KILN_OK;
+/* What a file that is not a regular file or folder is, for messages. */
+static const char *kind_of(mode_t m) {
+    return S_ISFIFO(m)                ? "a FIFO (named pipe)"
+           : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+           : S_ISSOCK(m)              ? "a socket"
+                                      : "not a regular file";
+}
+
+/* The folder part of path ("." when it has none). */
+static void dir_of(const char *path, char *dir, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, cap, ".");
+    else if (slash == path)
+        snprintf(dir, cap, "/");
+    else
+        snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+static const char *base_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+static kiln_status list_folder(const char *path, path_list *out) {
+    DIR *d = opendir(path);
+    if (!d)
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot list the folder: %s", path,
+                               strerror(errno));
+    struct dirent *e;
+    kiln_status st = KILN_OK;
+    while (st == KILN_OK && (e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' && ends_with(e->d_name, ".bin"))
+            st = path_list_add(out, path, e->d_name);
+    closedir(d);
+    KILN_CHECK(st);
+    if (out->n == 0)
+        return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: the folder holds no *.bin shards", path);
+    return KILN_OK;
+}
+
+/* The first folder glob could not read, and why. */
+static _Thread_local char glob_failed_dir[4096];
+static _Thread_local int glob_failed_errno;
+
+static int on_glob_error(const char *epath, int eerrno) {
+    if (!glob_failed_dir[0]) {
+        snprintf(glob_failed_dir, sizeof glob_failed_dir, "%s", epath);
+        glob_failed_errno = eerrno;
     }
-    if (!strpbrk(path, "*?["))
-        return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: no such shard, folder or pattern", path);
+    return 1; /* stop: a folder that cannot be read would silently drop its shards */
+}
+
+static kiln_status expand_pattern(const char *path, path_list *out) {
     glob_t g;
-    int rc = glob(path, GLOB_ERR, NULL, &g);
+    glob_failed_dir[0] = '\0';
+    glob_failed_errno = 0;
+    int rc = glob(path, GLOB_ERR, on_glob_error, &g);
     if (rc == GLOB_NOMATCH)
         return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: no shards match the pattern", path);
+    if (rc == GLOB_ABORTED && glob_failed_errno == ENOENT)
+        return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: the folder %s does not exist", path,
+                               glob_failed_dir);
+    if (rc == GLOB_ABORTED)
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot read the folder %s: %s", path,
+                               glob_failed_dir[0] ? glob_failed_dir : "(unknown)",
+                               strerror(glob_failed_errno));
     if (rc != 0)
-        return kiln_error_setf(KILN_ERR_IO, "%s: cannot expand the pattern", path);
+        return kiln_error_setf(rc == GLOB_NOSPACE ? KILN_ERR_NOMEM : KILN_ERR_IO,
+                               "%s: cannot expand the pattern (%s)", path,
+                               rc == GLOB_NOSPACE ? "out of memory" : "glob failed");
     kiln_status st = KILN_OK;
     for (size_t i = 0; st == KILN_OK && i < g.gl_pathc; i++)
         st = path_list_add(out, g.gl_pathv[i], NULL);
     globfree(&g);
+    return st;
+}
+
+/* path is a file, a folder (every "*.bin" in it) or a glob pattern; in name order with
+ * numbers compared as numbers. Only regular files are shards: anything else is named. */
+static kiln_status find_shards(const char *path, path_list *out) {
+    struct stat sb;
+    kiln_status st;
+    if (stat(path, &sb) == 0) {
+        if (S_ISREG(sb.st_mode))
+            return path_list_add(out, path, NULL);
+        if (!S_ISDIR(sb.st_mode))
+            return kiln_error_setf(KILN_ERR_IO,
+                                   "%s is %s, not a token shard: give a shard file, a folder of "
+                                   "them or a pattern",
+                                   path, kind_of(sb.st_mode));
+        st = list_folder(path, out);
+    } else if (errno != ENOENT && errno != ENOTDIR) {
+        return kiln_error_setf(KILN_ERR_IO, "%s: %s", path, strerror(errno));
+    } else if (!strpbrk(path, "*?[")) {
+        char dir[4096];
+        dir_of(path, dir, sizeof dir);
+        if (stat(dir, &sb) != 0)
+            return kiln_error_setf(KILN_ERR_NOT_FOUND,
+                                   "%s: no such shard: the folder %s does not exist", path, dir);
+        if (!S_ISDIR(sb.st_mode))
+            return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: no such shard: %s is not a folder",
+                                   path, dir);
+        return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: no such shard, folder or pattern", path);
+    } else {
+        st = expand_pattern(path, out);
+    }
     KILN_CHECK(st);
-    qsort(out->items, (size_t)out->n, sizeof *out->items, cmp_str); /* glob sorts by locale */
+    qsort(out->items, (size_t)out->n, sizeof *out->items, cmp_path);
     return KILN_OK;
+}
+
+/* ---- the folder a shard is in ----
+ * kiln prepare writes "prepare.incomplete" in its output folder before it replaces the shards
+ * and removes it after the new prepare.json is written: a folder holding it is a commit cut
+ * short, with old and new shards mixed. prepare.json lists every shard of the run with its
+ * token count and checksum; a shard it does not list (or lists with another checksum) is not
+ * of that run. A folder with neither file (shards written some other way) is not checked. */
+
+enum { MANIFEST_MAX_BYTES = 64 << 20 };
+
+static kiln_status load_folder(const char *dir, cJSON **manifest) {
+    *manifest = NULL;
+    char p[4200];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/prepare.incomplete", dir);
+    if (lstat(p, &sb) == 0)
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: a kiln prepare into this folder was cut short (%s is there), "
+                               "so it may hold old and new shards mixed: run kiln prepare into "
+                               "it again",
+                               dir, p);
+    snprintf(p, sizeof p, "%s/prepare.json", dir);
+    if (stat(p, &sb) != 0) {
+        if (errno == ENOENT)
+            return KILN_OK;
+        return kiln_error_setf(KILN_ERR_IO, "%s: %s", p, strerror(errno));
+    }
+    char *text = NULL;
+    size_t len = 0;
+    KILN_CHECK(kiln_file_read(p, MANIFEST_MAX_BYTES, &text, &len));
+    *manifest = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!*manifest || !cJSON_IsObject(*manifest)) {
+        cJSON_Delete(*manifest);
+        *manifest = NULL;
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s is not a JSON object, so kiln cannot tell which shards in the "
+                               "folder belong together: run kiln prepare into it again",
+                               p);
+    }
+    return KILN_OK;
+}
+
+/* The shard named `name` in the lists ("shards") of the manifest's splits, or NULL. */
+static const cJSON *manifest_entry(const cJSON *root, const char *name) {
+    const cJSON *split;
+    cJSON_ArrayForEach(split, root) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(split, "shards");
+        if (!cJSON_IsObject(split) || !cJSON_IsArray(list))
+            continue;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, list) {
+            const cJSON *n = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "name") : e;
+            if (cJSON_IsString(n) && !strcmp(n->valuestring, name))
+                return e;
+        }
+    }
+    return NULL;
+}
+
+static kiln_status check_entry(const cJSON *e, const kiln_shard *s, const char *manifest) {
+    const kiln_shard_info *in = kiln_shard_get_info(s);
+    if (!cJSON_IsObject(e)) /* an older prepare.json lists names only */
+        return KILN_OK;
+    const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(e, "tokens");
+    const cJSON *hash = cJSON_GetObjectItemCaseSensitive(e, "xxh3");
+    char have[17];
+    snprintf(have, sizeof have, "%016llx", (unsigned long long)in->data_hash);
+    if (cJSON_IsNumber(tokens) && cJSON_IsString(hash) &&
+        tokens->valuedouble == (double)in->num_tokens && !strcmp(hash->valuestring, have))
+        return KILN_OK;
+    char want_tokens[32] = "no";
+    if (cJSON_IsNumber(tokens))
+        snprintf(want_tokens, sizeof want_tokens, "%.0f", tokens->valuedouble);
+    return kiln_error_setf(KILN_ERR_CHECKSUM,
+                           "%s holds %lld tokens with checksum %s, but %s lists it with %s tokens "
+                           "and checksum %s: it was replaced after kiln prepare wrote it (run "
+                           "kiln prepare again)",
+                           kiln_shard_path(s), (long long)in->num_tokens, have, manifest,
+                           want_tokens, cJSON_IsString(hash) ? hash->valuestring : "none");
+}
+
+static kiln_status check_folders(const kiln_loader *l) {
+    char cur[4096] = "", dir[4096], manifest_path[4200] = "";
+    cJSON *manifest = NULL;
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < l->num_shards && st == KILN_OK; i++) {
+        const char *path = kiln_shard_path(l->shards[i]);
+        dir_of(path, dir, sizeof dir);
+        if (i == 0 || strcmp(dir, cur) != 0) {
+            cJSON_Delete(manifest);
+            snprintf(cur, sizeof cur, "%s", dir);
+            snprintf(manifest_path, sizeof manifest_path, "%s/prepare.json", dir);
+            if ((st = load_folder(dir, &manifest)) != KILN_OK)
+                break;
+        }
+        if (!manifest)
+            continue;
+        const cJSON *e = manifest_entry(manifest, base_of(path));
+        st = e ? check_entry(e, l->shards[i], manifest_path)
+               : kiln_error_setf(KILN_ERR_FORMAT,
+                                 "%s is not one of the shards that %s lists (left by another run, "
+                                 "or copied in): remove it, or run kiln prepare again",
+                                 path, manifest_path);
+    }
+    cJSON_Delete(manifest);
+    return st;
 }
 
 /* ---- opening ---- */
@@ -141,6 +359,7 @@ static kiln_status open_shards(kiln_loader *l, const path_list *paths) {
     l->first_window = calloc((size_t)paths->n + 1, sizeof *l->first_window);
     if (!l->shards || !l->first_window)
         return kiln_error_setf(KILN_ERR_NOMEM, "loader: no memory for %d shards", paths->n);
+    int tokenizer_from = 0; /* the shard l->tokenizer_id comes from */
     for (int i = 0; i < paths->n; i++) {
         KILN_CHECK(kiln_shard_open(&l->shards[i], paths->items[i]));
         l->num_shards = i + 1;
@@ -153,6 +372,18 @@ static kiln_status open_shards(kiln_loader *l, const path_list *paths) {
                                    "with different tokenizers cannot be mixed",
                                    paths->items[i], (long long)in->vocab_size, paths->items[0],
                                    (long long)l->vocab);
+        if (in->tokenizer_id && !l->tokenizer_id)
+            tokenizer_from = i;
+        if (in->tokenizer_id && !l->tokenizer_id)
+            l->tokenizer_id = in->tokenizer_id;
+        else if (in->tokenizer_id && in->tokenizer_id != l->tokenizer_id)
+            return kiln_error_setf(
+                KILN_ERR_FORMAT,
+                "%s was written with tokenizer %016llx but %s with tokenizer "
+                "%016llx (the same vocabulary size, %lld, but other ids): shards "
+                "written with different tokenizers cannot be mixed",
+                paths->items[i], (unsigned long long)in->tokenizer_id, paths->items[tokenizer_from],
+                (unsigned long long)l->tokenizer_id, (long long)l->vocab);
         if (in->num_tokens < l->cfg.T + 1)
             return kiln_error_setf(KILN_ERR_CONFIG,
                                    "%s holds %lld tokens, fewer than one window of T+1 = %lld "
@@ -163,7 +394,7 @@ static kiln_status open_shards(kiln_loader *l, const path_list *paths) {
         l->first_window[i + 1] = l->first_window[i] + (in->num_tokens - 1) / l->cfg.T;
     }
     l->num_windows = l->first_window[paths->n];
-    return KILN_OK;
+    return check_folders(l);
 }
 
 kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_config *cfg) {
@@ -289,6 +520,9 @@ kiln_status kiln_loader_next(kiln_loader *l, int32_t *inputs, int32_t *targets) 
 
 int64_t kiln_loader_vocab_size(const kiln_loader *l) {
     return l->vocab;
+}
+uint64_t kiln_loader_tokenizer_id(const kiln_loader *l) {
+    return l->tokenizer_id;
 }
 int64_t kiln_loader_num_tokens(const kiln_loader *l) {
     return l->num_tokens;

@@ -28,7 +28,8 @@ enum {
     OFF_VOCAB = 16,
     OFF_COUNT = 24,
     OFF_DATA_HASH = 32,
-    OFF_RESERVED = 40,
+    OFF_TOKENIZER = 40, /* version 2; reserved (zero) in version 1 */
+    OFF_RESERVED = 48,
     OFF_HEADER_HASH = 56,
     VERIFY_CHUNK = 1 << 20, /* bytes hashed and range-checked per step: stays in L2 */
     WRITE_BUFFER = 1 << 20, /* bytes buffered by the writer between write() calls */
@@ -63,6 +64,7 @@ static void header_encode(unsigned char h[KILN_SHARD_HEADER_BYTES], const kiln_s
     put_u64(h + OFF_VOCAB, (uint64_t)in->vocab_size);
     put_u64(h + OFF_COUNT, (uint64_t)in->num_tokens);
     put_u64(h + OFF_DATA_HASH, in->data_hash);
+    put_u64(h + OFF_TOKENIZER, in->tokenizer_id);
     put_u64(h + OFF_HEADER_HASH, XXH3_64bits(h, OFF_HEADER_HASH));
 }
 
@@ -79,10 +81,10 @@ static kiln_status header_decode(const unsigned char *h, uint64_t file_bytes, co
                                "%s: bytes 0..7 are not the magic \"%s\" (not a kiln token shard)",
                                path, KILN_SHARD_MAGIC);
     uint32_t version = get_u32(h + OFF_VERSION);
-    if (version != KILN_SHARD_VERSION)
+    if (version < 1 || version > KILN_SHARD_VERSION)
         return kiln_error_setf(KILN_ERR_FORMAT,
-                               "%s: shard format version %u, this build reads version %d (written "
-                               "by another kiln, or the header at offset 8 is damaged)",
+                               "%s: shard format version %u, this build reads version 1 to %d "
+                               "(written by another kiln, or the header at offset 8 is damaged)",
                                path, version, KILN_SHARD_VERSION);
     uint64_t stored = get_u64(h + OFF_HEADER_HASH), computed = XXH3_64bits(h, OFF_HEADER_HASH);
     if (stored != computed)
@@ -93,7 +95,7 @@ static kiln_status header_decode(const unsigned char *h, uint64_t file_bytes, co
             path, (unsigned long long)stored, (unsigned long long)computed);
     uint32_t width = get_u32(h + OFF_WIDTH);
     uint64_t vocab = get_u64(h + OFF_VOCAB), count = get_u64(h + OFF_COUNT);
-    for (int i = OFF_RESERVED; i < OFF_HEADER_HASH; i++)
+    for (int i = version == 1 ? OFF_TOKENIZER : OFF_RESERVED; i < OFF_HEADER_HASH; i++)
         if (h[i] != 0)
             return kiln_error_setf(KILN_ERR_FORMAT, "%s: reserved header byte %d is not zero", path,
                                    i);
@@ -123,6 +125,7 @@ static kiln_status header_decode(const unsigned char *h, uint64_t file_bytes, co
     info->vocab_size = (int64_t)vocab;
     info->num_tokens = (int64_t)count;
     info->data_hash = get_u64(h + OFF_DATA_HASH);
+    info->tokenizer_id = version == 1 ? 0 : get_u64(h + OFF_TOKENIZER);
     return KILN_OK;
 }
 
@@ -237,31 +240,44 @@ done:
     return status;
 }
 
+/* A regular file only (never a FIFO or device: opening one could block), with its size. */
+static kiln_status open_shard_file(const char *path, int *fd, uint64_t *size) {
+    KILN_CHECK(kiln_file_open_regular(path, fd, size));
+    if (*size > (uint64_t)INT64_MAX || *size > (uint64_t)SIZE_MAX) {
+        close(*fd);
+        *fd = -1;
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s: %llu bytes is too large for a shard", path,
+                               (unsigned long long)*size);
+    }
+    return KILN_OK;
+}
+
+/* The first 64 bytes of a file of `size` bytes (left zero when shorter). */
+static kiln_status read_header(int fd, const char *path, uint64_t size,
+                               unsigned char h[KILN_SHARD_HEADER_BYTES]) {
+    if (size < KILN_SHARD_HEADER_BYTES)
+        return KILN_OK;
+    ssize_t got;
+    do
+        got = pread(fd, h, KILN_SHARD_HEADER_BYTES, 0);
+    while (got < 0 && errno == EINTR);
+    if (got != KILN_SHARD_HEADER_BYTES)
+        return kiln_error_setf(KILN_ERR_IO, "%s: cannot read the header: %s", path,
+                               got < 0 ? strerror(errno) : "short read");
+    return KILN_OK;
+}
+
 /* Open, check the header, map, check the tokens. The checks read through the same file
  * descriptor that is mapped: a shard renamed over this path meanwhile does not mix in. */
 static kiln_status map_file(kiln_shard *s) {
-    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return kiln_error_setf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO,
-                               "%s: cannot open: %s", s->path, strerror(errno));
-    struct stat sb;
+    int fd;
+    uint64_t size;
+    KILN_CHECK(open_shard_file(s->path, &fd, &size));
     kiln_status st = KILN_OK;
-    if (fstat(fd, &sb) != 0) {
-        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot stat: %s", s->path, strerror(errno));
-        goto done;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = kiln_error_setf(KILN_ERR_IO, "%s: not a regular file", s->path);
-        goto done;
-    }
     unsigned char h[KILN_SHARD_HEADER_BYTES] = {0};
-    if (sb.st_size >= KILN_SHARD_HEADER_BYTES && pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
-        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot read the header: %s", s->path,
-                             strerror(errno));
-        goto done;
-    }
-    KILN_CHECK_GOTO(st, header_decode(h, (uint64_t)sb.st_size, s->path, &s->info), done);
-    s->map_bytes = (size_t)sb.st_size;
+    KILN_CHECK_GOTO(st, read_header(fd, s->path, size, h), done);
+    KILN_CHECK_GOTO(st, header_decode(h, size, s->path, &s->info), done);
+    s->map_bytes = (size_t)size;
     s->map = mmap(NULL, s->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
     if (s->map == MAP_FAILED) {
         s->map = NULL;
@@ -329,19 +345,13 @@ kiln_status kiln_shard_read(const kiln_shard *s, int64_t start, int64_t n, int32
 }
 
 kiln_status kiln_shard_read_info(const char *path, kiln_shard_info *info) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return kiln_error_setf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO,
-                               "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
+    int fd;
+    uint64_t size;
+    KILN_CHECK(open_shard_file(path, &fd, &size));
     unsigned char h[KILN_SHARD_HEADER_BYTES] = {0};
-    kiln_status st = KILN_OK;
-    if (fstat(fd, &sb) != 0)
-        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (sb.st_size >= KILN_SHARD_HEADER_BYTES && pread(fd, h, sizeof h, 0) != sizeof h)
-        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot read the header: %s", path, strerror(errno));
-    else
-        st = header_decode(h, (uint64_t)sb.st_size, path, info);
+    kiln_status st = read_header(fd, path, size, h);
+    if (st == KILN_OK)
+        st = header_decode(h, size, path, info);
     close(fd);
     return st;
 }
@@ -353,6 +363,8 @@ struct kiln_shard_writer {
     kiln__atomic_file file;
     int width;
     int64_t vocab, count;
+    uint64_t tokenizer_id;
+    kiln_shard_info info; /* the header written, once finished */
     int failed, finished;
     XXH3_state_t *hash;
     unsigned char *buf; /* WRITE_BUFFER bytes */
@@ -450,18 +462,27 @@ int64_t kiln_shard_writer_count(const kiln_shard_writer *w) {
     return w->count;
 }
 
+void kiln_shard_writer_set_tokenizer(kiln_shard_writer *w, uint64_t tokenizer_id) {
+    w->tokenizer_id = tokenizer_id;
+}
+
+const kiln_shard_info *kiln_shard_writer_info(const kiln_shard_writer *w) {
+    return w && w->finished ? &w->info : NULL;
+}
+
 kiln_status kiln_shard_writer_finish(kiln_shard_writer *w) {
     if (w->failed || w->finished)
         return kiln_error_setf(KILN_ERR_ARG, "%s: finish after the writer %s", w->path,
                                w->finished ? "finished" : "failed");
     kiln_status st;
     KILN_CHECK_GOTO(st, flush_buffer(w), fail);
-    kiln_shard_info in = {KILN_SHARD_VERSION, w->width, w->vocab, w->count,
-                          XXH3_64bits_digest(w->hash)};
+    kiln_shard_info in = {KILN_SHARD_VERSION,          w->width,       w->vocab, w->count,
+                          XXH3_64bits_digest(w->hash), w->tokenizer_id};
     unsigned char h[KILN_SHARD_HEADER_BYTES];
     header_encode(h, &in);
     KILN_CHECK_GOTO(st, kiln__atomic_pwrite(&w->file, h, sizeof h, 0), fail);
     KILN_CHECK_GOTO(st, kiln__atomic_commit(&w->file), fail);
+    w->info = in;
     w->finished = 1;
     return KILN_OK;
 fail:

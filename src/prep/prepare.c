@@ -6,6 +6,7 @@
  * batch, encodes the batch's segments in parallel (kiln_tokenizer_encode_many: the ids do
  * not depend on the thread count), then appends the ids in order to the train or val output,
  * each document led by <|endoftext|> when the tokenizer has one. */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,7 @@ typedef struct run {
     int64_t last_bad_doc;              /* the last document counted as invalid UTF-8 */
     int64_t docs_done, bytes_done;     /* encoded, for progress */
     int64_t docs_queued, bytes_queued; /* handed to the batch */
+    int64_t text_appended;             /* text bytes whose ids went to the outputs */
     int64_t doc_base;                  /* input bytes before the current document */
     const char *doc_text;              /* the current document, for progress within it */
     double t0, last_report;
@@ -132,6 +134,7 @@ static kiln_status flush(run *r) {
         if (s->doc_start && r->eot >= 0)
             KILN_CHECK(kiln__prep_out_append(o, &r->eot, 1));
         KILN_CHECK(kiln__prep_out_append(o, r->ids[i].ids, r->ids[i].len));
+        r->text_appended += (int64_t)s->len;
     }
     r->nseg = 0;
     r->arena_len = 0;
@@ -233,9 +236,36 @@ static kiln_status encode_all(run *r) {
     return r->nseg ? flush(r) : KILN_OK;
 }
 
+/* A path as JSON: a string when it is valid UTF-8, else {"hex": its bytes in hex}, so that
+ * prepare.json stays valid JSON and still names the file exactly. */
+static cJSON *json_path(const char *path) {
+    size_t n = strlen(path);
+    if (utf8_valid((const unsigned char *)path, n))
+        return cJSON_CreateString(path);
+    char *hex = malloc(2 * n + 1);
+    if (!hex)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        snprintf(hex + 2 * i, 3, "%02x", (unsigned char)path[i]);
+    cJSON *o = cJSON_CreateObject();
+    if (o && !cJSON_AddStringToObject(o, "hex", hex)) {
+        cJSON_Delete(o);
+        o = NULL;
+    }
+    free(hex);
+    return o;
+}
+
+static void add_hex64(cJSON *o, const char *key, uint64_t v) {
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)v);
+    cJSON_AddStringToObject(o, key, hex);
+}
+
 static char *manifest_json(const run *r, const kiln_prepare_summary *s) {
     cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "tokenizer", kiln_tokenizer_name(r->tok));
+    cJSON_AddItemToObject(root, "tokenizer", json_path(kiln_tokenizer_name(r->tok)));
+    add_hex64(root, "tokenizer_id", kiln_tokenizer_id(r->tok));
     cJSON_AddNumberToObject(root, "vocab_size", (double)s->vocab_size);
     cJSON_AddNumberToObject(root, "eot", r->eot);
     cJSON_AddNumberToObject(root, "val_fraction", r->cfg->val_fraction);
@@ -246,24 +276,85 @@ static char *manifest_json(const run *r, const kiln_prepare_summary *s) {
     cJSON_AddBoolToObject(root, "split_single_document", s->split_single_document);
     const int64_t docs[2] = {s->train_documents, s->val_documents};
     for (int k = 0; k < 2; k++) {
-        cJSON *o = cJSON_AddObjectToObject(root, r->out[k].name);
-        cJSON *list = cJSON_AddArrayToObject(o, "shards");
-        for (int i = 0; i < r->out[k].shards; i++) {
+        const prep_out *o = &r->out[k];
+        cJSON *split = cJSON_AddObjectToObject(root, o->name);
+        cJSON *list = cJSON_AddArrayToObject(split, "shards");
+        for (int i = 0; i < o->shards; i++) {
             char name[64];
-            snprintf(name, sizeof name, "%s_%03d.bin", r->out[k].name, i);
-            cJSON_AddItemToArray(list, cJSON_CreateString(name));
+            kiln__prep_shard_name(name, sizeof name, o->name, i, o->shards);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "name", name);
+            cJSON_AddNumberToObject(e, "tokens", (double)o->recs[i].tokens);
+            add_hex64(e, "xxh3", o->recs[i].hash);
+            cJSON_AddItemToArray(list, e);
         }
-        cJSON_AddNumberToObject(o, "tokens", (double)r->out[k].tokens);
-        cJSON_AddNumberToObject(o, "documents", (double)docs[k]);
+        cJSON_AddNumberToObject(split, "tokens", (double)o->tokens);
+        cJSON_AddNumberToObject(split, "documents", (double)docs[k]);
     }
     cJSON *in = cJSON_AddArrayToObject(root, "inputs");
     for (int i = 0; i < r->cfg->num_inputs; i++)
-        cJSON_AddItemToArray(in, cJSON_CreateString(r->cfg->inputs[i]));
+        cJSON_AddItemToArray(in, json_path(r->cfg->inputs[i]));
     if (r->cfg->num_inputs == 0)
-        cJSON_AddItemToArray(in, cJSON_CreateString(r->cfg->corpus_dir));
+        cJSON_AddItemToArray(in, json_path(r->cfg->corpus_dir));
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     return text;
+}
+
+/* A --shard-tokens to suggest for about `tokens` ids: enough for KILN_PREPARE_MAX_SHARDS
+ * shards, rounded up to one significant digit. */
+static long long suggest_shard_tokens(double tokens) {
+    double need = tokens / KILN_PREPARE_MAX_SHARDS, p = 1;
+    while (p * 10 <= need)
+        p *= 10;
+    long long v = (long long)(p * ceil(need / p));
+    return v > 1 ? v : 2;
+}
+
+/* Refuse before writing anything when even the fewest ids the text can give (every token as
+ * long as the tokenizer's longest) fill more than KILN_PREPARE_MAX_SHARDS shards in the larger
+ * split, which holds at least half of them. Runs that only encoding shows to be too large are
+ * stopped by prep_out when a split reaches the limit. */
+static kiln_status check_shard_count(const run *r) {
+    size_t longest = 1;
+    for (int32_t id = 0; id < kiln_tokenizer_vocab_size(r->tok); id++) {
+        const char *b;
+        size_t n;
+        if (id != r->eot && kiln_tokenizer_token_bytes(r->tok, id, &b, &n) == KILN_OK)
+            longest = n > longest ? n : longest;
+    }
+    double text = 0;
+    for (int i = 0; i < r->in.n; i++)
+        if (!r->in.files[i].skip)
+            text += (double)r->in.files[i].text;
+    double fewest = text / (double)longest;
+    double limit = (double)r->cfg->shard_tokens * (KILN_PREPARE_MAX_SHARDS + 1);
+    if (fewest / 2 <= limit)
+        return KILN_OK;
+    return kiln_error_setf(KILN_ERR_CONFIG,
+                           "prepare: %.0f bytes of text make at least %.0f tokens, more than %d "
+                           "shards of --shard-tokens %lld: pass a larger --shard-tokens (at least "
+                           "%lld; the default is 100000000)",
+                           text, fewest, KILN_PREPARE_MAX_SHARDS, (long long)r->cfg->shard_tokens,
+                           suggest_shard_tokens(fewest));
+}
+
+/* A split that reached KILN_PREPARE_MAX_SHARDS while encoding: say how large a shard would do,
+ * from the split's ids per byte of text so far (an estimate: the text may change). */
+static kiln_status explain_too_many(const run *r, kiln_status st) {
+    for (int k = 0; k < 2; k++) {
+        const prep_out *o = &r->out[k];
+        if (!o->too_many)
+            continue;
+        double done = r->text_appended > 0 ? (double)r->text_appended : 1;
+        double tokens = (double)o->tokens * (double)r->in.bytes_total / done;
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "prepare: the %s split needs more than %d shards of --shard-tokens "
+                               "%lld: pass a larger --shard-tokens (about %lld)",
+                               o->name, KILN_PREPARE_MAX_SHARDS, (long long)o->shard_tokens,
+                               suggest_shard_tokens(tokens));
+    }
+    return st;
 }
 
 static kiln_status check_config(const kiln_prepare_config *c) {
@@ -297,9 +388,11 @@ static kiln_status run_all(run *r, char **staging) {
     r->lens = calloc(SEGS_PER_BATCH, sizeof *r->lens);
     if (!r->segs || !r->ids || !r->texts || !r->lens)
         return kiln_error_setf(KILN_ERR_NOMEM, "prepare: no memory for a batch");
+    KILN_CHECK(check_shard_count(r));
     KILN_CHECK(kiln__prep_stage_begin(c->out_dir, staging));
-    kiln__prep_out_init(&r->out[0], "train", *staging, r->sum->vocab_size, c->shard_tokens);
-    kiln__prep_out_init(&r->out[1], "val", *staging, r->sum->vocab_size, c->shard_tokens);
+    uint64_t tok_id = kiln_tokenizer_id(r->tok);
+    kiln__prep_out_init(&r->out[0], "train", *staging, r->sum->vocab_size, c->shard_tokens, tok_id);
+    kiln__prep_out_init(&r->out[1], "val", *staging, r->sum->vocab_size, c->shard_tokens, tok_id);
     KILN_CHECK(encode_all(r));
     KILN_CHECK(kiln__prep_out_finish(&r->out[0]));
     KILN_CHECK(kiln__prep_out_finish(&r->out[1]));
@@ -325,6 +418,8 @@ kiln_status kiln_prepare(const kiln_prepare_config *cfg, kiln_prepare_summary *s
     r.last_report = r.t0 - 1e9; /* the first batch reports at once */
     char *staging = NULL;
     kiln_status st = run_all(&r, &staging);
+    if (st != KILN_OK)
+        st = explain_too_many(&r, st);
     sum->seconds = (kiln_time_ms() - r.t0) / 1000;
     if (st == KILN_OK)
         report(&r, 1);

@@ -8,11 +8,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
+#include "kiln/core.h"
 #include "prep/prepare_internal.h"
 
 enum { BINARY_PROBE = 64 * 1024 }; /* bytes looked at for a NUL */
@@ -124,7 +126,19 @@ static void free_names(char **names, int n) {
     free(names);
 }
 
-static kiln_status add_path(prep_inputs *in, const char *path, int depth) {
+/* What a file that is neither a regular file nor a folder is, for messages. */
+static const char *kind_of(mode_t m) {
+    return S_ISFIFO(m)                ? "a FIFO (named pipe)"
+           : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+           : S_ISSOCK(m)              ? "a socket"
+                                      : "not a regular file";
+}
+
+/* A file or folder named as an input (depth 0) or found in an input folder. What cannot be
+ * read as a file of text without waiting or without end (a FIFO, a device, a socket) is
+ * refused when named and skipped with a note when found; so is the output folder. */
+static kiln_status add_path(prep_inputs *in, const kiln_prepare_config *cfg, const char *path,
+                            int depth) {
     struct stat sb;
     if (stat(path, &sb) != 0)
         return kiln_error_setf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO, "%s: %s", path,
@@ -132,8 +146,23 @@ static kiln_status add_path(prep_inputs *in, const char *path, int depth) {
     if (S_ISREG(sb.st_mode))
         return add_file(in, path, ends_with(path, ".jsonl") ? PREP_JSONL : PREP_TEXT,
                         (int64_t)sb.st_size);
-    if (!S_ISDIR(sb.st_mode))
-        return kiln_error_setf(KILN_ERR_ARG, "%s: neither a file nor a folder", path);
+    if (!S_ISDIR(sb.st_mode)) {
+        if (depth == 0)
+            return kiln_error_setf(KILN_ERR_ARG,
+                                   "%s is %s: inputs are text files, folders and .jsonl files",
+                                   path, kind_of(sb.st_mode));
+        kiln__prep_note(cfg, "note: skipping %s: it is %s, not a file of text", path,
+                        kind_of(sb.st_mode));
+        return KILN_OK;
+    }
+    if (in->has_out_dir && sb.st_dev == in->out_dev && sb.st_ino == in->out_ino) {
+        if (depth == 0)
+            return kiln_error_setf(KILN_ERR_ARG,
+                                   "%s is the output folder (--out %s); it cannot also be an input",
+                                   path, cfg->out_dir);
+        kiln__prep_note(cfg, "note: skipping %s: it is the output folder", path);
+        return KILN_OK;
+    }
     if (depth > 64)
         return kiln_error_setf(KILN_ERR_ARG, "%s: folders nested too deep (a link loop?)", path);
     char **names;
@@ -148,7 +177,7 @@ static kiln_status add_path(prep_inputs *in, const char *path, int depth) {
             break;
         }
         snprintf(child, len, "%s/%s", path, names[i]);
-        st = add_path(in, child, depth + 1);
+        st = add_path(in, cfg, child, depth + 1);
         free(child);
     }
     free_names(names, n);
@@ -180,22 +209,70 @@ static kiln_status add_brown(prep_inputs *in, const char *d) {
 
 /* ---- the first pass ---- */
 
+/* A file that was listed and is gone when read: an input that changed under prepare. */
+static kiln_status vanished(kiln_status st, const char *path) {
+    if (st != KILN_ERR_NOT_FOUND)
+        return st;
+    return kiln_error_wrapf(KILN_ERR_IO, "%s was listed as an input but is gone now", path);
+}
+
+/* kiln_file_open_regular for a file that add_path listed. */
+static kiln_status open_listed(const char *path, int *fd, uint64_t *size) {
+    return vanished(kiln_file_open_regular(path, fd, size), path);
+}
+
 /* Offset of the first NUL in the first BINARY_PROBE bytes, or -1. */
 static kiln_status probe_binary(const char *path, int64_t *nul_at) {
     *nul_at = -1;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kiln_error_setf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    KILN_CHECK(open_listed(path, &fd, NULL));
     static _Thread_local char buf[BINARY_PROBE];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    int err = ferror(f);
-    fclose(f);
-    if (err)
-        return kiln_error_setf(KILN_ERR_IO, "%s: cannot read", path);
+    size_t n = 0;
+    while (n < sizeof buf) {
+        ssize_t k = read(fd, buf + n, sizeof buf - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            kiln_status st =
+                kiln_error_setf(KILN_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+            close(fd);
+            return st;
+        }
+        if (k == 0)
+            break;
+        n += (size_t)k;
+    }
+    close(fd);
     const char *z = memchr(buf, 0, n);
     if (z)
         *nul_at = z - buf;
     return KILN_OK;
+}
+
+/* A regular file (kiln_file_open_regular's rules: never a FIFO or device) as a stream. */
+static kiln_status open_stream(const char *path, FILE **f) {
+    int fd;
+    KILN_CHECK(open_listed(path, &fd, NULL));
+    *f = fdopen(fd, "rb");
+    if (!*f) {
+        kiln_status st = kiln_error_setf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
+    return KILN_OK;
+}
+
+/* Column (from 1) of the first "\u0000" escape in a line that parsed as JSON, or 0. A NUL
+ * character would end the C string cJSON gives back: the text would be cut there. */
+static size_t nul_escape_column(const char *line, size_t len) {
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (line[i] != '\\')
+            continue;
+        if (line[i + 1] == 'u' && i + 6 <= len && !memcmp(line + i + 2, "0000", 4))
+            return i + 1;
+        i++; /* the escaped character */
+    }
+    return 0;
 }
 
 /* Parse JSON Lines line (len bytes, NUL-terminated): *text is its "text" string, or an
@@ -214,6 +291,14 @@ static kiln_status parse_line(const char *line, size_t len, const char *where, i
         long long col = end && end >= line && end <= line + len ? (long long)(end - line + 1) : 0;
         return kiln_error_setf(KILN_ERR_FORMAT, "%s:%lld: not valid JSON (at column %lld)", where,
                                (long long)line_no, col);
+    }
+    size_t nul_col = nul_escape_column(line, len);
+    if (nul_col) {
+        cJSON_Delete(j);
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s:%lld: a \\u0000 (NUL character) at column %zu: kiln reads text "
+                               "and will not cut a string at it; remove it from the line",
+                               where, (long long)line_no, nul_col);
     }
     const cJSON *t = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "text") : NULL;
     if (!cJSON_IsObject(j) || !t || !cJSON_IsString(t)) {
@@ -250,9 +335,7 @@ static int read_line(prep_reader *r, size_t *len) {
 
 static kiln_status scan_jsonl(prep_inputs *in, prep_file *file) {
     prep_reader r = {.file = file};
-    r.f = fopen(file->path, "rb");
-    if (!r.f)
-        return kiln_error_setf(KILN_ERR_IO, "%s: cannot open: %s", file->path, strerror(errno));
+    KILN_CHECK(open_stream(file->path, &r.f));
     kiln_status st = KILN_OK;
     size_t len;
     while (st == KILN_OK && read_line(&r, &len)) {
@@ -263,16 +346,32 @@ static kiln_status scan_jsonl(prep_inputs *in, prep_file *file) {
         st = parse_line(r.line, len, file->path, r.line_no, &j, &text);
         if (st == KILN_OK && text[0] == '\0')
             in->empty++;
-        else if (st == KILN_OK)
+        else if (st == KILN_OK) {
             file->docs++;
+            file->text += (int64_t)strlen(text);
+        }
         cJSON_Delete(j);
     }
     if (st == KILN_OK && ferror(r.f))
-        st = kiln_error_setf(KILN_ERR_IO, "%s: read error after line %lld", file->path,
-                             (long long)r.line_no);
+        st = kiln_error_setf(KILN_ERR_IO, "%s: read error after line %lld: %s", file->path,
+                             (long long)r.line_no, strerror(errno));
     fclose(r.f);
     free(r.line);
     return st;
+}
+
+/* The text bytes of a Brown corpus file, its tags stripped (for the shard count's bound). */
+static kiln_status brown_text_bytes(prep_file *f) {
+    char *raw = NULL, *txt = NULL;
+    size_t n = 0, len = 0;
+    KILN_CHECK(vanished(kiln_file_read(f->path, 0, &raw, &n), f->path));
+    kiln_status st = kiln_prepare_brown_text(raw, n, &txt, &len);
+    free(raw);
+    free(txt);
+    if (st != KILN_OK)
+        return kiln_error_wrapf(st, "%s", f->path);
+    f->text = (int64_t)len;
+    return KILN_OK;
 }
 
 static kiln_status scan_file(prep_inputs *in, prep_file *f, const kiln_prepare_config *cfg) {
@@ -286,7 +385,8 @@ static kiln_status scan_file(prep_inputs *in, prep_file *f, const kiln_prepare_c
         return scan_jsonl(in, f);
     f->docs = 1;
     if (f->kind == PREP_BROWN)
-        return KILN_OK;
+        return brown_text_bytes(f);
+    f->text = f->size;
     int64_t nul_at;
     KILN_CHECK(probe_binary(f->path, &nul_at));
     if (nul_at < 0)
@@ -298,6 +398,7 @@ static kiln_status scan_file(prep_inputs *in, prep_file *f, const kiln_prepare_c
                         (long long)nul_at);
         f->skip = 1;
         f->docs = 0;
+        f->text = 0;
         return KILN_OK;
     case KILN_PREPARE_BINARY_ENCODE:
         kiln__prep_note(cfg,
@@ -351,6 +452,12 @@ static void plan_split(prep_inputs *in, const kiln_prepare_config *cfg) {
 
 kiln_status kiln__prep_inputs_collect(prep_inputs *in, const kiln_prepare_config *cfg) {
     memset(in, 0, sizeof *in);
+    struct stat out_sb;
+    if (cfg->out_dir && stat(cfg->out_dir, &out_sb) == 0 && S_ISDIR(out_sb.st_mode)) {
+        in->has_out_dir = 1;
+        in->out_dev = out_sb.st_dev;
+        in->out_ino = out_sb.st_ino;
+    }
     kiln_status st = KILN_OK;
     if (cfg->num_inputs == 0) {
         if (!cfg->corpus_dir)
@@ -358,7 +465,7 @@ kiln_status kiln__prep_inputs_collect(prep_inputs *in, const kiln_prepare_config
         st = add_brown(in, cfg->corpus_dir);
     }
     for (int i = 0; i < cfg->num_inputs && st == KILN_OK; i++)
-        st = add_path(in, cfg->inputs[i], 0);
+        st = add_path(in, cfg, cfg->inputs[i], 0);
     for (int i = 0; i < in->n && st == KILN_OK; i++) {
         st = scan_file(in, &in->files[i], cfg);
         if (st == KILN_OK && !in->files[i].skip) {
@@ -389,68 +496,35 @@ void kiln__prep_inputs_free(prep_inputs *in) {
 
 /* ---- the second pass ---- */
 
-static kiln_status read_whole(const char *path, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kiln_error_setf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    kiln_status st = KILN_OK;
-    struct stat sb;
-    char *buf = NULL;
-    size_t n = 0;
-    if (fstat(fileno(f), &sb) != 0) {
-        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    } else if (!(buf = malloc((size_t)sb.st_size + 1))) {
-        st = kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory for %lld bytes", path,
-                             (long long)sb.st_size);
-    } else {
-        n = fread(buf, 1, (size_t)sb.st_size, f);
-        if (n != (size_t)sb.st_size)
-            st = kiln_error_setf(KILN_ERR_IO, "%s: read %zu of %lld bytes (changed while read?)",
-                                 path, n, (long long)sb.st_size);
-        buf[n] = '\0';
-    }
-    fclose(f);
-    if (st != KILN_OK) {
-        free(buf);
-        return st;
-    }
-    *out = buf;
-    *len = n;
-    return KILN_OK;
-}
-
 kiln_status kiln__prep_reader_open(prep_reader *r, const prep_file *file) {
     memset(r, 0, sizeof *r);
     r->file = file;
     if (file->kind != PREP_JSONL)
         return KILN_OK;
-    r->f = fopen(file->path, "rb");
-    if (!r->f)
-        return kiln_error_setf(KILN_ERR_IO, "%s: cannot open: %s", file->path, strerror(errno));
-    return KILN_OK;
+    return open_stream(file->path, &r->f);
 }
 
 /* A text file's bytes, mapped (an empty file maps nothing). */
 static kiln_status map_text(prep_reader *r) {
     const char *path = r->file->path;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kiln_error_setf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
+    int fd;
+    uint64_t size;
+    KILN_CHECK(open_listed(path, &fd, &size));
     kiln_status st = KILN_OK;
-    if (fstat(fileno(f), &sb) != 0) {
-        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    } else if (sb.st_size > 0) {
-        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+    if (size > (uint64_t)SIZE_MAX) {
+        st = kiln_error_setf(KILN_ERR_NOMEM, "%s: %llu bytes cannot be mapped", path,
+                             (unsigned long long)size);
+    } else if (size > 0) {
+        void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
             st = kiln_error_setf(KILN_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
         } else {
-            madvise(m, (size_t)sb.st_size, MADV_SEQUENTIAL);
+            madvise(m, (size_t)size, MADV_SEQUENTIAL);
             r->map = m;
-            r->map_len = (size_t)sb.st_size;
+            r->map_len = (size_t)size;
         }
     }
-    fclose(f);
+    close(fd);
     r->bytes_read = (int64_t)r->map_len;
     return st;
 }
@@ -483,7 +557,7 @@ kiln_status kiln__prep_reader_next(prep_reader *r, const char **text, size_t *le
         r->done = 1;
         char *raw = NULL;
         size_t n = 0;
-        KILN_CHECK(read_whole(r->file->path, &raw, &n));
+        KILN_CHECK(vanished(kiln_file_read(r->file->path, 0, &raw, &n), r->file->path));
         r->bytes_read = (int64_t)n;
         kiln_status st = kiln_prepare_brown_text(raw, n, &r->owned, &r->owned_len);
         free(raw);
@@ -511,8 +585,8 @@ kiln_status kiln__prep_reader_next(prep_reader *r, const char **text, size_t *le
     }
     r->done = 1;
     if (ferror(r->f))
-        return kiln_error_setf(KILN_ERR_IO, "%s: read error after line %lld", r->file->path,
-                               (long long)r->line_no);
+        return kiln_error_setf(KILN_ERR_IO, "%s: read error after line %lld: %s", r->file->path,
+                               (long long)r->line_no, strerror(errno));
     return KILN_OK;
 }
 

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "kiln/prepare.h"
 
@@ -17,6 +18,7 @@ typedef struct prep_file {
     prep_kind kind;
     int64_t size; /* bytes on disk */
     int64_t docs; /* non-empty documents it holds */
+    int64_t text; /* bytes of their text (a .jsonl's strings, a Brown file without its tags) */
     int skip;     /* 1: empty or a skipped binary file */
 } prep_file;
 
@@ -31,6 +33,10 @@ typedef struct prep_inputs {
      * moved when it leaves a side empty (-1: none). */
     uint64_t val_threshold;
     int64_t forced_val, forced_train;
+    /* The output folder when it exists: never read as input. */
+    int has_out_dir;
+    dev_t out_dev;
+    ino_t out_ino;
 } prep_inputs;
 
 /* Expand cfg's inputs (or the Brown corpus in cfg->corpus_dir), check every document, count

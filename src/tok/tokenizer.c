@@ -1,5 +1,6 @@
 /* Tokenizers: loading by name, the "bytes" tokenizer, encode and decode, and the map from
  * a token's bytes to its id. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,8 @@ kiln_status kiln_tokenizer_load(kiln_tokenizer **out, const char *spec) {
         return kiln_error_setf(KILN_ERR_NOT_FOUND,
                                "tokenizer 'gpt2': kiln's library does not search for GPT-2's "
                                "files; pass the folder that holds encoder.json and vocab.bpe");
+    if (stat(spec, &st) != 0 && errno != ENOENT)
+        return kiln_error_setf(KILN_ERR_IO, "tokenizer '%s': %s", spec, strerror(errno));
     if (stat(spec, &st) != 0)
         return kiln_error_setf(KILN_ERR_NOT_FOUND,
                                "tokenizer '%s': no such file; use gpt2, bytes, a folder holding "
@@ -146,6 +149,28 @@ int64_t kiln_tokenizer_vocab_size(const kiln_tokenizer *t) {
 }
 int32_t kiln_tokenizer_eot(const kiln_tokenizer *t) {
     return t ? t->eot : -1;
+}
+
+/* XXH3 over a tag and version, the id count, <|endoftext|>'s id, whether a whole piece is
+ * looked up first, each id's length (u32) and bytes, then the merges (u32 pairs): everything
+ * that decides the ids of a text, and nothing else (not the name or the file it came from). */
+uint64_t kiln_tokenizer_id(const kiln_tokenizer *t) {
+    if (!t)
+        return 0;
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    const uint32_t head[4] = {1, (uint32_t)t->n, (uint32_t)t->eot, (uint32_t)t->whole_piece_first};
+    XXH3_64bits_update(&st, "kiln-tokenizer", 14);
+    XXH3_64bits_update(&st, head, sizeof head);
+    for (int32_t id = 0; id < t->n; id++) {
+        uint32_t len = t->off[id + 1] - t->off[id];
+        XXH3_64bits_update(&st, &len, sizeof len);
+        XXH3_64bits_update(&st, t->blob + t->off[id], len);
+    }
+    if (t->merges && t->n_merges > 0)
+        XXH3_64bits_update(&st, t->merges, (size_t)t->n_merges * sizeof *t->merges);
+    uint64_t h = XXH3_64bits_digest(&st);
+    return h ? h : 1; /* 0 means "unknown" in shards */
 }
 
 kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, size_t len,

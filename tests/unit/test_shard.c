@@ -15,7 +15,7 @@
 static char dir[256];
 
 static void path_in(char *out, size_t n, const char *name) {
-    snprintf(out, n, "%s/%s", dir, name);
+    test_path(out, n, dir, name);
 }
 
 static int file_exists(const char *p) {
@@ -23,10 +23,10 @@ static int file_exists(const char *p) {
     return stat(p, &sb) == 0;
 }
 
+/* 1 when this process left a temporary of `final` (core/fs.h names them). */
 static int tmp_files_left(const char *final) {
-    char p[512];
-    snprintf(p, sizeof p, "%s.tmp.%ld", final, (long)getpid());
-    return file_exists(p);
+    char p[600];
+    return test_find_temp(final, (long)getpid(), p, sizeof p);
 }
 
 static int32_t *make_ids(int64_t n, int64_t vocab, uint64_t seed) {
@@ -108,19 +108,11 @@ static void test_streaming_equals_one_shot(void) {
     CHECK_TRUE(!file_exists(b)); /* nothing under the final name before finish */
     CHECK_OK(kiln_shard_writer_finish(w));
     kiln_shard_writer_free(w);
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int same = fa && fb;
-    while (same) {
-        int ca = fgetc(fa), cb = fgetc(fb);
-        same = ca == cb;
-        if (ca == EOF || cb == EOF)
-            break;
-    }
-    CHECK_TRUE(same);
-    if (fa)
-        fclose(fa);
-    if (fb)
-        fclose(fb);
+    size_t na = 0, nb = 0;
+    char *da = test_slurp(a, &na), *db = test_slurp(b, &nb);
+    CHECK_TRUE(da && db && na == nb && memcmp(da, db, na) == 0);
+    free(da);
+    free(db);
     free(ids);
 }
 
@@ -160,7 +152,8 @@ static void test_abandon_and_replace(void) {
     kiln_shard_writer *w = NULL;
     CHECK_OK(kiln_shard_writer_open(&w, p, 256));
     CHECK_OK(kiln_shard_writer_append(w, new_ids, 5));
-    kiln_shard_writer_free(w); /* never finished */
+    CHECK_TRUE(tmp_files_left(p)); /* the writer works in a temporary, which the check finds */
+    kiln_shard_writer_free(w);     /* never finished */
     CHECK_TRUE(!tmp_files_left(p));
     kiln_shard *s = NULL;
     CHECK_OK(kiln_shard_open(&s, p));
@@ -186,25 +179,54 @@ static void test_open_errors(void) {
     CHECK_STATUS(kiln_shard_open(&s, dir), KILN_ERR_IO); /* a folder */
 }
 
-static void remove_dir(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+/* Version 2 records the tokenizer's identity at offset 40; version 1 (bytes 40..55 zero) is
+ * still read, its tokenizer unknown. */
+static void test_tokenizer_id_and_version_1(void) {
+    char p[512];
+    path_in(p, sizeof p, "id.bin");
+    const int32_t ids[4] = {1, 2, 3, 4};
+    kiln_shard_writer *w = NULL;
+    CHECK_OK(kiln_shard_writer_open(&w, p, 256));
+    CHECK_OK(kiln_shard_writer_append(w, ids, 4));
+    kiln_shard_writer_set_tokenizer(w, 0x1122334455667788ull);
+    CHECK_OK(kiln_shard_writer_finish(w));
+    kiln_shard_writer_free(w);
+    kiln_shard_info in;
+    CHECK_OK(kiln_shard_read_info(p, &in));
+    CHECK_INT_EQ(in.version, 2);
+    CHECK_TRUE(in.tokenizer_id == 0x1122334455667788ull);
+    size_t n = 0;
+    unsigned char *b = test_slurp(p, &n);
+    CHECK_TRUE(b && n == KILN_SHARD_HEADER_BYTES + 8);
+    if (!b)
+        return;
+    const uint32_t v1 = 1;
+    memcpy(b + 8, &v1, 4);
+    memset(b + 40, 0, 8);
+    uint64_t h = XXH3_64bits(b, 56);
+    memcpy(b + 56, &h, 8);
+    CHECK_TRUE(test_write_file(p, b, n) == 0);
+    kiln_shard *s = NULL;
+    CHECK_OK(kiln_shard_open(&s, p));
+    CHECK_INT_EQ(s ? kiln_shard_get_info(s)->version : -1, 1);
+    CHECK_TRUE(s && kiln_shard_get_info(s)->tokenizer_id == 0);
+    kiln_shard_close(s);
+    b[40] = 1; /* reserved in version 1 */
+    h = XXH3_64bits(b, 56);
+    memcpy(b + 56, &h, 8);
+    CHECK_TRUE(test_write_file(p, b, n) == 0);
+    CHECK_STATUS(kiln_shard_read_info(p, &in), KILN_ERR_FORMAT);
+    free(b);
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "%s/kiln_test_shard_XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    test_tmpdir(dir, sizeof dir, "test_shard");
     RUN_TEST(test_round_trips);
     RUN_TEST(test_streaming_equals_one_shot);
     RUN_TEST(test_writer_refuses_bad_ids);
     RUN_TEST(test_abandon_and_replace);
     RUN_TEST(test_open_errors);
-    remove_dir();
+    RUN_TEST(test_tokenizer_id_and_version_1);
+    test_rmtree(dir);
     TEST_MAIN_END();
 }

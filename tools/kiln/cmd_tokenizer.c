@@ -1,61 +1,108 @@
 /* kiln tokenizer: encode text to ids, decode ids to text, train a byte-level BPE. */
 #include <ctype.h>
+#include <errno.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "flags.h"
 #include "kiln/core.h"
+#include "kiln/prepare.h"
 #include "kiln/tokenizer.h"
 #include "tool_common.h"
 
 static const char usage_top[] =
     "usage: kiln tokenizer encode [--tokenizer NAME] [FILE...]   ids of each FILE (or stdin)\n"
     "       kiln tokenizer decode [--tokenizer NAME] [FILE]      ids back to bytes\n"
-    "       kiln tokenizer train --vocab N [--out FILE] FILES... learn a byte-level BPE\n"
+    "       kiln tokenizer train --vocab N [--out FILE] INPUTS... learn a byte-level BPE\n"
     "NAME: gpt2, bytes, or a file written by `kiln tokenizer train`. Each command's --help\n"
     "lists its flags.";
 
-/* Read all of path ("-" or NULL: stdin) into a malloc'd buffer. */
-static int read_all(const char *path, char **out, size_t *len) {
-    FILE *f = path && strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        fprintf(stderr, "kiln: cannot open %s\n", path);
-        return 1;
-    }
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
+/* The default of --max-input: an eighth of this machine's memory (1 GiB when unknown), so
+ * that the text, its ids (4 bytes per token) and the work space fit together. */
+static int64_t default_max_input(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+        return (int64_t)1 << 30;
+    return (int64_t)pages / 8 * (int64_t)page;
+}
+
+#define MAX_INPUT_HELP                                                                             \
+    "bytes of one input (a file or stdin) read into memory; the default is an eighth of this "     \
+    "machine's memory"
+
+static int check_max_input(const char *cmd, int64_t max_input) {
+    if (max_input >= 1)
+        return 0;
+    fprintf(stderr, "kiln tokenizer %s: --max-input must be at least 1 byte\n", cmd);
+    return 2;
+}
+
+/* All of stdin, at most max bytes: more is an error, not a machine out of memory. */
+static kiln_status read_stdin(size_t max, char **out, size_t *len) {
+    /* Room for max + 1 bytes at most: one past the limit tells that there is more. */
+    size_t limit = max < SIZE_MAX / 2 ? max + 1 : SIZE_MAX / 2;
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
+    for (;;) {
         if (n == cap) {
-            char *b = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+            size_t grown = !cap              ? (limit < 65536 ? limit : 65536)
+                           : cap > limit / 2 ? limit
+                                             : 2 * cap;
+            char *b = realloc(buf, grown + 1);
             if (!b) {
                 free(buf);
-                buf = NULL;
-                break;
+                return kiln_error_setf(KILN_ERR_NOMEM, "stdin: no memory for %zu bytes", grown);
             }
             buf = b;
-            cap *= 2;
+            cap = grown;
         }
-        size_t got = fread(buf + n, 1, cap - n, f);
+        size_t got = fread(buf + n, 1, cap - n, stdin);
         n += got;
+        if (n > max) {
+            free(buf);
+            return kiln_error_setf(KILN_ERR_RANGE,
+                                   "stdin holds more than %zu bytes, the most kiln reads from it "
+                                   "(--max-input): give a file, or a larger --max-input",
+                                   max);
+        }
         if (got == 0)
             break;
     }
-    int err = !buf || ferror(f);
-    if (f != stdin)
-        fclose(f);
-    if (err) {
-        fprintf(stderr, "kiln: cannot read %s%s\n", path ? path : "stdin",
-                buf ? "" : " (out of memory)");
+    if (ferror(stdin)) {
+        kiln_status st = kiln_error_setf(KILN_ERR_IO, "cannot read stdin: %s", strerror(errno));
         free(buf);
-        return 1;
+        return st;
     }
+    buf[n] = '\0';
     *out = buf;
     *len = n;
+    return KILN_OK;
+}
+
+/* Read all of path ("-" or NULL: stdin) into a malloc'd buffer: a regular file only (a FIFO
+ * or device is refused by kiln_file_read), and at most max bytes either way. */
+static int read_all(const char *path, size_t max, char **out, size_t *len) {
+    int from_stdin = !path || !strcmp(path, "-");
+    kiln_status st = from_stdin ? read_stdin(max, out, len) : kiln_file_read(path, max, out, len);
+    if (st == KILN_ERR_RANGE && !from_stdin)
+        kiln_error_wrapf(st, "--max-input %zu", max);
+    if (st != KILN_OK) {
+        tool_report(from_stdin ? "reading stdin" : "reading the input", st);
+        return 1;
+    }
     return 0;
 }
+
+#define TRY_STATUS(expr)                                                                           \
+    do {                                                                                           \
+        kiln_status s_ = (expr);                                                                   \
+        if (s_ != KILN_OK)                                                                         \
+            return s_;                                                                             \
+    } while (0)
 
 static int load(const char *spec, kiln_tokenizer **t) {
     kiln_status s = tool_tokenizer_load(t, spec);
@@ -92,10 +139,10 @@ static int write_ids(const int32_t *ids, int64_t n) {
 }
 
 /* Encode one input and print its ids on one line. */
-static int encode_one(const kiln_tokenizer *t, const char *path) {
+static int encode_one(const kiln_tokenizer *t, const char *path, size_t max_input) {
     char *text = NULL;
     size_t len = 0;
-    if (read_all(path, &text, &len))
+    if (read_all(path, max_input, &text, &len))
         return 1;
     kiln_tokens ids = {0};
     kiln_status s = kiln_tokenizer_encode_parallel(t, text, len, &ids);
@@ -104,7 +151,7 @@ static int encode_one(const kiln_tokenizer *t, const char *path) {
         tool_report(path ? path : "stdin", s);
         rc = 1;
     } else if (write_ids(ids.ids, ids.len)) {
-        fprintf(stderr, "kiln: cannot write the ids\n");
+        fprintf(stderr, "kiln: cannot write the ids: %s\n", strerror(errno));
         rc = 1;
     }
     kiln_tokens_free(&ids);
@@ -114,13 +161,14 @@ static int encode_one(const kiln_tokenizer *t, const char *path) {
 
 static int tok_cmd_encode(int argc, char **argv) {
     const char *spec = "gpt2";
-    int64_t threads = 0;
+    int64_t threads = 0, max_input = default_max_input();
     tool_flag flags[] = {
         {"tokenizer", TOOL_FLAG_STRING, &spec, "gpt2, bytes, or a trained tokenizer file"},
         {"threads", TOOL_FLAG_INT, &threads, "threads to encode with (0: OpenMP's default)"},
+        {"max-input", TOOL_FLAG_INT, &max_input, MAX_INPUT_HELP},
     };
     int npos = 0;
-    int rc = tool_flags_parse(flags, 2, argc, argv, &npos,
+    int rc = tool_flags_parse(flags, 3, argc, argv, &npos,
                               "usage: kiln tokenizer encode [flags] [FILE...]\n"
                               "Print the token ids of each FILE (stdin when none, or -), "
                               "spaced, one line per FILE.");
@@ -130,6 +178,8 @@ static int tok_cmd_encode(int argc, char **argv) {
         fprintf(stderr, "kiln tokenizer encode: --threads must be >= 0\n");
         return 2;
     }
+    if (check_max_input("encode", max_input))
+        return 2;
     if (threads > 0)
         omp_set_num_threads((int)threads);
     kiln_tokenizer *t = NULL;
@@ -137,9 +187,9 @@ static int tok_cmd_encode(int argc, char **argv) {
         return 1;
     rc = 0;
     for (int i = 1; i <= (npos ? npos : 1) && !rc; i++)
-        rc = encode_one(t, npos ? argv[i] : NULL);
+        rc = encode_one(t, npos ? argv[i] : NULL, (size_t)max_input);
     if (!rc && fflush(stdout)) {
-        fprintf(stderr, "kiln: cannot write the ids\n");
+        fprintf(stderr, "kiln: cannot write the ids: %s\n", strerror(errno));
         rc = 1;
     }
     kiln_tokenizer_free(t);
@@ -178,11 +228,13 @@ static int parse_ids(const char *s, size_t len, kiln_tokens *ids) {
 
 static int tok_cmd_decode(int argc, char **argv) {
     const char *spec = "gpt2";
+    int64_t max_input = default_max_input();
     tool_flag flags[] = {
         {"tokenizer", TOOL_FLAG_STRING, &spec, "gpt2, bytes, or a trained tokenizer file"},
+        {"max-input", TOOL_FLAG_INT, &max_input, MAX_INPUT_HELP},
     };
     int npos = 0;
-    int rc = tool_flags_parse(flags, 1, argc, argv, &npos,
+    int rc = tool_flags_parse(flags, 2, argc, argv, &npos,
                               "usage: kiln tokenizer decode [flags] [FILE]\n"
                               "Write the bytes of the token ids in FILE (stdin when absent or "
                               "-) to stdout.");
@@ -192,12 +244,14 @@ static int tok_cmd_decode(int argc, char **argv) {
         fprintf(stderr, "kiln tokenizer decode: one FILE at most\n");
         return 2;
     }
+    if (check_max_input("decode", max_input))
+        return 2;
     kiln_tokenizer *t = NULL;
     char *text = NULL;
     size_t len = 0;
     kiln_tokens ids = {0};
     kiln_bytes out = {0};
-    rc = load(spec, &t) || read_all(npos ? argv[1] : NULL, &text, &len) ||
+    rc = load(spec, &t) || read_all(npos ? argv[1] : NULL, (size_t)max_input, &text, &len) ||
          parse_ids(text, len, &ids);
     if (!rc) {
         kiln_status s = kiln_tokenizer_decode(t, ids.ids, ids.len, &out);
@@ -205,7 +259,7 @@ static int tok_cmd_decode(int argc, char **argv) {
             tool_report("decoding", s);
             rc = 1;
         } else if (fwrite(out.data, 1, out.len, stdout) != out.len || fflush(stdout)) {
-            fprintf(stderr, "kiln: cannot write the text\n");
+            fprintf(stderr, "kiln: cannot write the text: %s\n", strerror(errno));
             rc = 1;
         }
     }
@@ -216,40 +270,96 @@ static int tok_cmd_decode(int argc, char **argv) {
     return rc;
 }
 
+static void on_note(void *ctx, const char *line) {
+    (void)ctx;
+    fprintf(stderr, "kiln tokenizer train: %s\n", line);
+}
+
+/* Count the pieces of every document of the inputs (kiln prepare's rules: files, folders,
+ * .jsonl) and of stdin when one input is "-". *bytes: the text bytes counted. */
+static kiln_status add_inputs(kiln_bpe_trainer *tr, char **inputs, int n, const char *binary,
+                              size_t max_input, size_t *bytes) {
+    int use_stdin = 0, nfiles = 0;
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(inputs[i], "-"))
+            use_stdin = 1;
+        else
+            inputs[nfiles++] = inputs[i]; /* the files, in order */
+    }
+    kiln_prepare_config cfg;
+    kiln_prepare_config_default(&cfg);
+    cfg.inputs = (const char *const *)inputs;
+    cfg.num_inputs = nfiles;
+    cfg.binary = !strcmp(binary, "skip")     ? KILN_PREPARE_BINARY_SKIP
+                 : !strcmp(binary, "encode") ? KILN_PREPARE_BINARY_ENCODE
+                                             : KILN_PREPARE_BINARY_ERROR;
+    cfg.note = on_note;
+    if (nfiles > 0) {
+        kiln_documents *docs = NULL;
+        TRY_STATUS(kiln_documents_open(&docs, &cfg));
+        kiln_status st;
+        for (;;) {
+            const char *text;
+            size_t len;
+            if ((st = kiln_documents_next(docs, &text, &len)) != KILN_OK || !text)
+                break;
+            *bytes += len;
+            if ((st = kiln_bpe_trainer_add(tr, text, len)) != KILN_OK)
+                break;
+        }
+        kiln_documents_close(docs);
+        TRY_STATUS(st);
+    }
+    if (use_stdin) {
+        char *text = NULL;
+        size_t len = 0;
+        TRY_STATUS(read_stdin(max_input, &text, &len));
+        *bytes += len;
+        kiln_status st = kiln_bpe_trainer_add(tr, text, len);
+        free(text);
+        TRY_STATUS(st);
+    }
+    return KILN_OK;
+}
+
 static int tok_cmd_train(int argc, char **argv) {
-    int64_t vocab = 0;
-    const char *out = "tokenizer.kbpe";
+    int64_t vocab = 0, max_input = default_max_input();
+    const char *out = "tokenizer.kbpe", *binary = "error";
     tool_flag flags[] = {
         {"vocab", TOOL_FLAG_INT, &vocab,
          "vocabulary size: 256 bytes + merges + <|endoftext|> (required, >= 257)"},
         {"out", TOOL_FLAG_STRING, &out, "file to write the tokenizer to"},
+        {"binary", TOOL_FLAG_STRING, &binary, "binary input files: error, skip or encode"},
+        {"max-input", TOOL_FLAG_INT, &max_input,
+         "bytes read from stdin (-) at most; the default is an eighth of this machine's memory"},
     };
     int npos = 0;
-    int rc = tool_flags_parse(flags, 2, argc, argv, &npos,
-                              "usage: kiln tokenizer train --vocab N [--out FILE] FILES...\n"
-                              "Learn a byte-level BPE (GPT-2's pre-tokenisation) from FILES.");
+    int rc = tool_flags_parse(flags, 4, argc, argv, &npos,
+                              "usage: kiln tokenizer train --vocab N [--out FILE] INPUTS...\n"
+                              "Learn a byte-level BPE (GPT-2's pre-tokenisation) from INPUTS, read "
+                              "as kiln prepare reads them:\ntext files (one document each), "
+                              "folders of them (recursively), .jsonl files (the \"text\" of\neach "
+                              "line), and - for stdin.");
     if (rc)
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
     if (npos < 1 || vocab < 257) {
         fprintf(stderr, "kiln tokenizer train: give --vocab N (N >= 257) and at least one FILE\n");
         return 2;
     }
+    if (strcmp(binary, "error") && strcmp(binary, "skip") && strcmp(binary, "encode")) {
+        fprintf(stderr, "kiln tokenizer train: --binary wants error, skip or encode, got '%s'\n",
+                binary);
+        return 2;
+    }
+    if (check_max_input("train", max_input))
+        return 2;
     double t0 = kiln_time_ms();
     kiln_bpe_trainer *tr = NULL;
     kiln_tokenizer *t = NULL;
-    kiln_status s = kiln_bpe_trainer_init(&tr);
     size_t bytes = 0;
-    for (int i = 1; i <= npos && s == KILN_OK; i++) {
-        char *text = NULL;
-        size_t len = 0;
-        if (read_all(argv[i], &text, &len)) {
-            kiln_bpe_trainer_free(tr);
-            return 1;
-        }
-        bytes += len;
-        s = kiln_bpe_trainer_add(tr, text, len);
-        free(text);
-    }
+    kiln_status s = kiln_bpe_trainer_init(&tr);
+    if (s == KILN_OK)
+        s = add_inputs(tr, argv + 1, npos, binary, (size_t)max_input, &bytes);
     if (s == KILN_OK)
         s = kiln_bpe_trainer_finish(tr, vocab, &t);
     if (s == KILN_OK)

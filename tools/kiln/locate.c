@@ -1,5 +1,6 @@
 /* Where the command finds the files that scripts/setup.sh installs beside the build:
  * GPT-2's tokenizer files and the Brown corpus. Environment variables name them first. */
+#include <errno.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -23,12 +24,26 @@ static void exe_dir(char *dir, size_t cap) {
     snprintf(dir, cap, "%s", dirname(exe));
 }
 
+/* Why the last is_file failed, for the message when $KILN_GPT2_DIR or $KILN_CORPUS_DIR names
+ * a folder without the files. */
+static char why_not[PATH_MAX + 160];
+
 static int is_file(const char *dir, const char *name) {
     char p[PATH_MAX + 64];
     struct stat st;
-    if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, name) >= sizeof p)
+    if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, name) >= sizeof p) {
+        snprintf(why_not, sizeof why_not, "%s/%s: path too long", dir, name);
         return 0;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, R_OK) == 0;
+    }
+    if (stat(p, &st) != 0 || access(p, R_OK) != 0) {
+        snprintf(why_not, sizeof why_not, "%s: %s", p, strerror(errno));
+        return 0;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why_not, sizeof why_not, "%s is not a regular file", p);
+        return 0;
+    }
+    return 1;
 }
 
 static int has_gpt2(const char *dir) {
@@ -45,7 +60,8 @@ static kiln_status find(char *out, size_t cap, const char *env, const char *rel,
     const char *e = getenv(env);
     if (e && e[0]) {
         if (!has(e))
-            return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s=%s does not hold %s", env, e, what);
+            return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s=%s does not hold %s (%s)", env, e, what,
+                                   why_not);
         if ((size_t)snprintf(out, cap, "%s", e) >= cap)
             return kiln_error_setf(KILN_ERR_ARG, "%s is too long", env);
         return KILN_OK;
