@@ -21,8 +21,17 @@ size_t kiln_alloc_peak(void);     /* most bytes held at once */
 /* Make kiln_alloc fail once more than `bytes` would be held (0: no limit). For tests
  * and for users who want a hard memory ceiling. */
 void kiln_alloc_set_limit(size_t bytes);
+/* The limit kiln_alloc_set_limit set (0: none). */
+size_t kiln_alloc_get_limit(void);
 /* Allocate into *out or return KILN_ERR_NOMEM with a message naming `what`. */
 kiln_status kiln_alloc_checked(void **out, size_t bytes, const char *what);
+/* Bytes this process can still take, as far as it can tell: the least of the memory the
+ * machine has available (MemAvailable + SwapFree), the room left under kiln_alloc's limit
+ * and the room left in the address space under `ulimit -v`. *what (may be NULL) names
+ * which one that is, for messages. SIZE_MAX when none is known. A plan is checked against
+ * this before its memory is taken, so that it fails at once with both figures rather than
+ * after minutes, or by the kernel killing the process. */
+size_t kiln_memory_available(const char **what);
 
 /* Peak resident set size of this process in bytes (0 if unknown). */
 size_t kiln_peak_rss(void);

@@ -38,8 +38,10 @@ extern const char *const kiln_gpt_preset_names[];
 /* Fill cfg from a preset name: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, d4, d6, d12.
  * The vocabulary is GPT-2's (50257); callers may change it before validating. */
 kiln_status kiln_gpt_config_preset(kiln_gpt_config *cfg, const char *name);
-/* Fill cfg from a JSON file with keys n_layer, n_head, n_embd, vocab_size, max_seq_len
- * (Hugging Face's n_positions and n_ctx are accepted for max_seq_len). */
+/* Fill cfg from a JSON file (a regular file of at most 64 KiB) with keys n_layer, n_head,
+ * n_embd, max_seq_len (Hugging Face's n_positions is accepted for it) and vocab_size, which
+ * may be left out or 0: then cfg->vocab_size is 0 (the caller supplies it, e.g. the data's,
+ * before validating) and everything else is already checked. */
 kiln_status kiln_gpt_config_from_json(kiln_gpt_config *cfg, const char *path);
 /* Check that the configuration can work and set padded_vocab_size. */
 kiln_status kiln_gpt_config_validate(kiln_gpt_config *cfg);
@@ -101,6 +103,17 @@ typedef struct kiln_gpt_memory {
     size_t params, grads, activations, total;
 } kiln_gpt_memory;
 kiln_gpt_memory kiln_gpt_memory_plan(const kiln_gpt *m);
+/* The same figures for a model not built yet: what kiln_gpt_create (inference 0) or
+ * kiln_gpt_create_inference (inference 1) would take for cfg at B x T, so that a caller can
+ * check a whole plan against the machine before taking any of it. Fails, with a message,
+ * where creating the model would fail for the configuration or the sizes. */
+kiln_status kiln_gpt_memory_plan_for(const kiln_gpt_config *cfg, int64_t B, int64_t T,
+                                     int inference, kiln_gpt_memory *out);
+
+/* KILN_OK when every parameter is a finite number; else KILN_ERR_RANGE naming the first
+ * tensor that holds a NaN or an infinity. One backend sumsq per tensor: a sum of squares
+ * taken in double is finite exactly when every element is. */
+kiln_status kiln_gpt_check_finite(const kiln_gpt *m);
 
 /* Forward over inputs (B,T). With targets (B,T) it computes the mean loss into *loss
  * (NULL targets: logits only, *loss untouched and may be NULL). Ids are checked:

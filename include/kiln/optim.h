@@ -69,6 +69,9 @@ kiln_status kiln_optim_set_steps(kiln_optim *o, int64_t steps);
  * 1 (v / RMSprop momentum buffer); NULL when the optimizer has no such slab. */
 float *kiln_optim_state(kiln_optim *o, int index);
 size_t kiln_optim_state_bytes(const kiln_optim *o);
+/* The bytes kiln_optim_create would take for its moment slabs, for a slab of n floats and
+ * this configuration: to check a plan before anything is allocated. */
+size_t kiln_optim_state_bytes_for(const kiln_optim_config *cfg, int64_t n);
 
 /* ---- schedules ---- */
 typedef enum kiln_lr_kind {

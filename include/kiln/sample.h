@@ -19,7 +19,8 @@ int32_t kiln_sample_logits(const float *logits, int64_t V, float temperature, in
                            kiln_rng *rng, float *scratch);
 
 /* Extend ids[0..n) to ids[0..n+count) by sampling from the model, one token at a time, each
- * step over the last (at most the model's planned T) tokens. `ids` holds n+count entries.
+ * step over the last (at most the model's planned T) tokens. n must be 1..T: a longer start
+ * is KILN_ERR_RANGE, not cut. `ids` holds n+count entries.
  * on_token, if set, is called with each new id (e.g. to print it as it comes); a status
  * other than KILN_OK from it stops generation and is returned. */
 kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, float temperature,

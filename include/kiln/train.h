@@ -22,15 +22,18 @@ typedef struct kiln_train_config {
     const char *train_path, *val_path;
     int64_t B, T;
     int64_t grad_accum;   /* micro-batches per step (>= 1) */
-    int64_t steps;
-    int64_t eval_every;   /* 0: never; else every N steps and after the last */
+    int64_t steps;        /* 0: check data, model and memory plan; train and save nothing */
+    int64_t eval_every;   /* every N steps (needs val_path); validation data is always
+                             evaluated after the last step (0: only then) */
     int64_t eval_batches; /* batches of validation per evaluation (0: the whole val set) */
     kiln_optim_config optim;
     kiln_lr_schedule lr;  /* total_steps 0 means `steps` */
     float grad_clip;      /* 0: no clipping */
     uint64_t seed;
     const char *metrics_path; /* JSON Lines, one object per step (NULL: none) */
-    const char *save_path;    /* final weights (NULL: not saved) */
+    const char *save_path;    /* final weights (NULL: not saved); weights that are not
+                                 finite, or give a non-finite loss, are never saved: the
+                                 run stops and the file keeps the last good weights */
     int64_t save_every;       /* also save every N steps (0: only at the end) */
     double peak_gflops;       /* MFU denominator; <= 0 measures it at start */
     FILE *log;                /* console lines (NULL: silent) */
@@ -50,6 +53,10 @@ typedef struct kiln_train_result {
     size_t peak_rss;
 } kiln_train_result;
 
+/* Run the training. Everything is checked before the first step: the data, the model, and
+ * the whole memory plan (parameters, gradients, optimizer moments, activations, batches)
+ * against kiln_memory_available(), before any of it is allocated; a plan that cannot fit is
+ * KILN_ERR_NOMEM naming the planned and the available bytes. */
 kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *result);
 
 struct kiln_loader;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "kiln/core.h"
 #include "kiln/safetensors.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -368,14 +369,14 @@ kiln_status kiln_safetensors_open(kiln_safetensors **out, const char *path) {
     if (!out || !path)
         return kiln_error_setf(KILN_ERR_ARG, "safetensors open: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return kiln_error_setf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO,
-                               "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    /* Regular files only: opening a FIFO would wait for a writer forever, and a device has
+     * no size to map. */
+    int fd = -1;
+    uint64_t size = 0;
+    KILN_CHECK(kiln_file_open_regular(path, &fd, &size));
+    if (size > (uint64_t)SIZE_MAX) {
         close(fd);
-        return kiln_error_setf(KILN_ERR_IO, "%s: not a regular file", path);
+        return kiln_error_setf(KILN_ERR_RANGE, "%s is too large to map", path);
     }
     kiln_safetensors *f = NULL;
     kiln_status s = new_handle(&f, path);
@@ -383,7 +384,7 @@ kiln_status kiln_safetensors_open(kiln_safetensors **out, const char *path) {
         close(fd);
         return s;
     }
-    f->size = (size_t)st.st_size;
+    f->size = (size_t)size;
     if (f->size >= 8) { /* shorter files fail in parse() with a clear message */
         f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (f->map == MAP_FAILED) {

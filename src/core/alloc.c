@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "kiln/core.h"
@@ -50,6 +51,7 @@ void kiln_free(void *ptr) {
 size_t kiln_alloc_current(void) { return atomic_load(&alloc_current); }
 size_t kiln_alloc_peak(void) { return atomic_load(&alloc_peak); }
 void kiln_alloc_set_limit(size_t bytes) { atomic_store(&alloc_limit, bytes); }
+size_t kiln_alloc_get_limit(void) { return atomic_load(&alloc_limit); }
 
 /* MemAvailable + SwapFree from /proc/meminfo, in bytes (0 when unknown). */
 static size_t memory_available(void) {
@@ -89,6 +91,46 @@ kiln_status kiln_alloc_checked(void **out, size_t bytes, const char *what) {
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %zu bytes (%.1f MiB) for %s", bytes,
                                (double)bytes / (1024.0 * 1024.0), what);
     return KILN_OK;
+}
+
+/* Bytes of address space this process has mapped (0 when unknown). */
+static size_t address_space_used(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (f) {
+        if (fscanf(f, "%lu", &pages) != 1)
+            pages = 0;
+        fclose(f);
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    return (size_t)pages * (size_t)(page > 0 ? page : 4096);
+}
+
+size_t kiln_memory_available(const char **what) {
+    size_t best = SIZE_MAX;
+    const char *name = "unknown";
+    size_t avail = memory_available();
+    if (avail) {
+        best = avail;
+        name = "the machine's available memory (MemAvailable + SwapFree)";
+    }
+    size_t limit = kiln_alloc_get_limit(), now = kiln_alloc_current();
+    if (limit && (limit > now ? limit - now : 0) < best) {
+        best = limit > now ? limit - now : 0;
+        name = "the room left under kiln's allocation limit";
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        size_t used = address_space_used(), cap = (size_t)rl.rlim_cur;
+        size_t room = cap > used ? cap - used : 0;
+        if (room < best) {
+            best = room;
+            name = "the address space left under ulimit -v";
+        }
+    }
+    if (what)
+        *what = name;
+    return best;
 }
 
 size_t kiln_peak_rss(void) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "kiln/core.h"
 #include "kiln/model.h"
 
 #define GPT2_VOCAB 50257
@@ -49,11 +50,14 @@ kiln_status kiln_gpt_config_preset(kiln_gpt_config *cfg, const char *name) {
                            known);
 }
 
-static kiln_status json_int(const cJSON *root, const char *key, const char *alt, int64_t *out,
-                            const char *path) {
+/* An integer at key (or alt); when optional, a missing key leaves *out as it is. */
+static kiln_status json_int(const cJSON *root, const char *key, const char *alt, int optional,
+                            int64_t *out, const char *path) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!v && alt)
         v = cJSON_GetObjectItemCaseSensitive(root, alt);
+    if (!v && optional)
+        return KILN_OK;
     if (!v)
         return kiln_error_setf(KILN_ERR_CONFIG, "%s: missing key \"%s\"", path, key);
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= -1e15 && v->valuedouble <= 1e15) ||
@@ -63,39 +67,48 @@ static kiln_status json_int(const cJSON *root, const char *key, const char *alt,
     return KILN_OK;
 }
 
+/* A model config is a few lines; anything much larger is not one. */
+#define CONFIG_MAX_BYTES ((size_t)64 << 10)
+
 kiln_status kiln_gpt_config_from_json(kiln_gpt_config *cfg, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kiln_error_setf(KILN_ERR_IO, "cannot open model config %s", path);
-    char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    int too_long = !feof(f);
-    fclose(f);
-    if (too_long)
-        return kiln_error_setf(KILN_ERR_CONFIG, "%s: a model config should be under 64 KiB", path);
-    buf[n] = '\0';
-    cJSON *root = cJSON_Parse(buf);
+    char *text = NULL;
+    size_t len = 0;
+    kiln_status s = kiln_file_read(path, CONFIG_MAX_BYTES, &text, &len);
+    if (s)
+        return kiln_error_wrapf(s, "model config");
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return kiln_error_setf(KILN_ERR_CONFIG, "%s: not a JSON object", path);
     }
     kiln_gpt_config c;
     memset(&c, 0, sizeof c);
-    kiln_status s = json_int(root, "n_layer", NULL, &c.n_layer, path);
+    s = json_int(root, "n_layer", NULL, 0, &c.n_layer, path);
     if (!s)
-        s = json_int(root, "n_head", NULL, &c.n_head, path);
+        s = json_int(root, "n_head", NULL, 0, &c.n_head, path);
     if (!s)
-        s = json_int(root, "n_embd", NULL, &c.n_embd, path);
+        s = json_int(root, "n_embd", NULL, 0, &c.n_embd, path);
     if (!s)
-        s = json_int(root, "vocab_size", NULL, &c.vocab_size, path);
+        s = json_int(root, "vocab_size", NULL, 1, &c.vocab_size, path);
     if (!s)
-        s = json_int(root, "max_seq_len", "n_positions", &c.max_seq_len, path);
+        s = json_int(root, "max_seq_len", "n_positions", 0, &c.max_seq_len, path);
     cJSON_Delete(root);
     if (s)
         return s;
-    s = kiln_gpt_config_validate(&c);
+    if (c.vocab_size < 0)
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "%s: vocab_size is %lld; leave it out (or 0) to take the data's",
+                               path, (long long)c.vocab_size);
+    /* vocab_size 0 (left out): the rest is checked now, the vocabulary when it is known. */
+    kiln_gpt_config check = c;
+    if (check.vocab_size == 0)
+        check.vocab_size = 2;
+    s = kiln_gpt_config_validate(&check);
     if (s)
         return kiln_error_wrapf(s, "%s", path);
+    if (c.vocab_size)
+        c.padded_vocab_size = check.padded_vocab_size;
     *cfg = c;
     return KILN_OK;
 }

@@ -82,16 +82,19 @@ static void bind_views(const kiln_gpt *m, gpt_params *v, float *slab) {
     v->lnfb = slab + t[m->ntensors - 1].offset;
 }
 
-/* Carve the activation slab. With base == NULL it only counts (and sets the views to
- * NULL); returns the floats needed. */
+/* Carve the activation slab. With base == NULL it only counts, writing no view (so a model
+ * that holds only its config, sizes and inference flag can be counted); returns the floats
+ * needed. */
 static int64_t carve_acts(kiln_gpt *m, float *base) {
     int64_t B = m->maxB, T = m->maxT, C = m->cfg.n_embd, NH = m->cfg.n_head;
     int64_t BT = B * T, Vp = m->cfg.padded_vocab_size;
     int64_t off = 0;
+    gpt_block_acts unused;
     /* Each buffer starts on a 64-byte boundary for aligned vector loads. */
 #define CARVE(ptr, n)                                 \
     do {                                              \
-        (ptr) = base ? base + off : NULL;             \
+        if (base)                                     \
+            (ptr) = base + off;                       \
         off += ((int64_t)(n) + 15) / 16 * 16;         \
     } while (0)
     CARVE(m->encoded, BT * C);
@@ -99,7 +102,7 @@ static int64_t carve_acts(kiln_gpt *m, float *base) {
      * is written after its input's last read), so in inference every block uses block 0's. */
     int64_t carved = m->inference ? 1 : m->cfg.n_layer;
     for (int64_t l = 0; l < carved; l++) {
-        gpt_block_acts *a = &m->blocks[l];
+        gpt_block_acts *a = base ? &m->blocks[l] : &unused;
         CARVE(a->ln1, BT * C);
         CARVE(a->ln1_mean, BT);
         CARVE(a->ln1_rstd, BT);
@@ -114,8 +117,9 @@ static int64_t carve_acts(kiln_gpt *m, float *base) {
         CARVE(a->fch_gelu, BT * 4 * C);
         CARVE(a->res3, BT * C);
     }
-    for (int64_t l = carved; l < m->cfg.n_layer; l++)
-        m->blocks[l] = m->blocks[0];
+    if (base)
+        for (int64_t l = carved; l < m->cfg.n_layer; l++)
+            m->blocks[l] = m->blocks[0];
     gpt_grad_scratch *d = &m->d;
     CARVE(m->lnf, BT * C);
     CARVE(m->lnf_mean, BT);
@@ -135,21 +139,69 @@ static int64_t carve_acts(kiln_gpt *m, float *base) {
     return off;
 }
 
+/* Sizes a model of cfg (validated here into *cfg) can be planned for. */
+static kiln_status check_sizes(kiln_gpt_config *cfg, int64_t B, int64_t T) {
+    KILN_CHECK(kiln_gpt_config_validate(cfg));
+    if (B < 1)
+        return kiln_error_setf(KILN_ERR_CONFIG, "batch size %lld must be at least 1", (long long)B);
+    if (T < 1 || T > cfg->max_seq_len)
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "sequence length %lld is outside the model's context 1..%lld",
+                               (long long)T, (long long)cfg->max_seq_len);
+    if ((double)B * (double)T * (double)cfg->n_head * (double)T > 1e11 ||
+        (double)B * (double)T * (double)cfg->padded_vocab_size > 1e11)
+        return kiln_error_setf(KILN_ERR_CONFIG, "batch %lld x %lld is too large to plan",
+                               (long long)B, (long long)T);
+    return KILN_OK;
+}
+
+kiln_status kiln_gpt_memory_plan_for(const kiln_gpt_config *cfg_in, int64_t B, int64_t T,
+                                     int inference, kiln_gpt_memory *out) {
+    if (!cfg_in || !out)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_memory_plan_for: NULL argument");
+    memset(out, 0, sizeof *out);
+    kiln_gpt m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *cfg_in;
+    KILN_CHECK(check_sizes(&m.cfg, B, T));
+    m.maxB = B;
+    m.maxT = T;
+    m.inference = inference != 0;
+    /* The slab: every parameter and the padded embedding rows (see build_layout). */
+    int64_t slab = kiln_gpt_config_num_params(&m.cfg) +
+                   (m.cfg.padded_vocab_size - m.cfg.vocab_size) * m.cfg.n_embd;
+    out->params = (size_t)slab * sizeof(float);
+    out->grads = inference ? 0 : out->params;
+    out->activations = (size_t)carve_acts(&m, NULL) * sizeof(float);
+    out->total = out->params + out->grads + out->activations;
+    return KILN_OK;
+}
+
+/* The model's own memory must fit what the process can still take: one message with the
+ * whole plan, before any of it is taken. */
+static kiln_status check_fits(const kiln_gpt_memory *mem) {
+    const char *what = NULL;
+    size_t avail = kiln_memory_available(&what);
+    if (mem->total <= avail)
+        return KILN_OK;
+    double mib = 1024.0 * 1024.0;
+    return kiln_error_setf(KILN_ERR_NOMEM,
+                           "the model needs %.1f MiB (parameters %.1f MiB, gradients %.1f MiB, "
+                           "activations %.1f MiB) but %.1f MiB is available (%s): use a smaller "
+                           "batch or sequence length, or a smaller model",
+                           (double)mem->total / mib, (double)mem->params / mib,
+                           (double)mem->grads / mib, (double)mem->activations / mib,
+                           (double)avail / mib, what);
+}
+
 static kiln_status gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64_t B,
                               int64_t T, const kiln_backend *be, int inference) {
     *out = NULL;
     kiln_gpt_config cfg = *cfg_in;
+    kiln_gpt_memory plan;
+    KILN_CHECK(kiln_gpt_memory_plan_for(&cfg, B, T, inference, &plan));
+    KILN_CHECK(check_fits(&plan));
     KILN_CHECK(kiln_gpt_config_validate(&cfg));
-    if (B < 1)
-        return kiln_error_setf(KILN_ERR_CONFIG, "batch size %lld must be at least 1", (long long)B);
-    if (T < 1 || T > cfg.max_seq_len)
-        return kiln_error_setf(KILN_ERR_CONFIG,
-                               "sequence length %lld is outside the model's context 1..%lld",
-                               (long long)T, (long long)cfg.max_seq_len);
-    if ((double)B * (double)T * (double)cfg.n_head * (double)T > 1e11 ||
-        (double)B * (double)T * (double)cfg.padded_vocab_size > 1e11)
-        return kiln_error_setf(KILN_ERR_CONFIG, "batch %lld x %lld is too large to plan",
-                               (long long)B, (long long)T);
     if (!be)
         be = kiln_backend_cpu();
     if (be->prepare)
@@ -265,4 +317,14 @@ kiln_gpt_memory kiln_gpt_memory_plan(const kiln_gpt *m) {
     mem.activations = m->acts_bytes;
     mem.total = mem.params + mem.grads + mem.activations;
     return mem;
+}
+
+kiln_status kiln_gpt_check_finite(const kiln_gpt *m) {
+    for (int i = 0; i < m->ntensors; i++) {
+        const kiln_tensor_info *t = &m->tensors[i];
+        if (!isfinite(m->be->sumsq(m->params + t->offset, t->numel)))
+            return kiln_error_setf(KILN_ERR_RANGE, "tensor %s holds NaN or infinite values",
+                                   t->name);
+    }
+    return KILN_OK;
 }

@@ -87,6 +87,11 @@ kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, f
     int64_t V = cfg->vocab_size, maxT = kiln_gpt_max_seq(m);
     if (n < 1)
         return kiln_error_setf(KILN_ERR_ARG, "generation needs at least one token to start from");
+    if (n > maxT) /* cutting it would drop the start of the prompt unseen */
+        return kiln_error_setf(KILN_ERR_RANGE,
+                               "the prompt is %lld tokens, more than the %lld the model was "
+                               "planned for (its context)",
+                               (long long)n, (long long)maxT);
     float *scratch = malloc((size_t)(2 * V) * sizeof *scratch);
     if (!scratch)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate sampling scratch");

@@ -333,3 +333,11 @@ size_t kiln_optim_state_bytes(const kiln_optim *o) {
     size_t slabs = (o->state[0] != NULL) + (o->state[1] != NULL);
     return slabs * (size_t)o->n * sizeof(float);
 }
+
+size_t kiln_optim_state_bytes_for(const kiln_optim_config *cfg, int64_t n) {
+    if (!cfg || n <= 0)
+        return 0;
+    int need[2];
+    slabs_needed(cfg, need);
+    return (size_t)(need[0] + need[1]) * (size_t)n * sizeof(float);
+}

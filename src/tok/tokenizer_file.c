@@ -133,30 +133,27 @@ fail:
 
 kiln_status kiln__tok_load_file(kiln_tokenizer **out, const char *path) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kiln_error_setf(KILN_ERR_IO, "cannot open tokenizer file %s", path);
-    kiln_status s = KILN_OK;
-    uint8_t *buf = NULL;
+    /* A regular file no larger than the most merges a file may hold: a FIFO, a device or a
+     * huge file is refused before anything is read. */
+    char *text = NULL;
+    size_t size = 0;
+    kiln_status s = kiln_file_read(path, TOK_FILE_HEADER + 8 * (size_t)TOK_MAX_MERGES + 8, &text,
+                                   &size);
+    if (s == KILN_ERR_RANGE)
+        return kiln_error_wrapf(s, "not a kiln tokenizer file");
+    if (s)
+        return kiln_error_wrapf(s, "tokenizer file");
+    const uint8_t *buf = (const uint8_t *)text;
     int32_t(*merges)[2] = NULL;
-    uint8_t head[TOK_FILE_HEADER];
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        s = kiln_error_setf(KILN_ERR_IO, "cannot find the size of %s", path);
-        goto done;
-    }
-    if (size < TOK_FILE_HEADER + 8 || fread(head, 1, TOK_FILE_HEADER, f) != TOK_FILE_HEADER ||
-        memcmp(head, tok_magic, 8) != 0) {
+    if (size < TOK_FILE_HEADER + 8 || memcmp(buf, tok_magic, 8) != 0) {
         s = kiln_error_setf(KILN_ERR_FORMAT,
                             "%s is not a kiln tokenizer file (no \"KILNBPE\" magic at its start): "
                             "use gpt2, bytes, or a file written by `kiln tokenizer train`",
                             path);
         goto done;
     }
-    uint32_t version = get_u32(head + 8), pretok = get_u32(head + 12);
-    uint32_t m = get_u32(head + 16), flags = get_u32(head + 20);
+    uint32_t version = get_u32(buf + 8), pretok = get_u32(buf + 12);
+    uint32_t m = get_u32(buf + 16), flags = get_u32(buf + 20);
     if (version != TOK_FILE_VERSION) {
         s = kiln_error_setf(KILN_ERR_FORMAT, "%s: tokenizer format version %u (this kiln reads %u)",
                             path, version, TOK_FILE_VERSION);
@@ -170,20 +167,14 @@ kiln_status kiln__tok_load_file(kiln_tokenizer **out, const char *path) {
         goto done;
     }
     size_t want = TOK_FILE_HEADER + 8 * (size_t)m + 8;
-    if ((size_t)size != want) {
-        s = kiln_error_setf(KILN_ERR_FORMAT, "%s: %ld bytes, but %u merges need %zu (truncated?)",
+    if (size != want) {
+        s = kiln_error_setf(KILN_ERR_FORMAT, "%s: %zu bytes, but %u merges need %zu (truncated?)",
                             path, size, m, want);
         goto done;
     }
-    buf = malloc(want);
     merges = malloc((m ? m : 1) * sizeof *merges);
-    if (!buf || !merges) {
-        s = kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %zu bytes to read %s", want, path);
-        goto done;
-    }
-    memcpy(buf, head, TOK_FILE_HEADER);
-    if (fread(buf + TOK_FILE_HEADER, 1, want - TOK_FILE_HEADER, f) != want - TOK_FILE_HEADER) {
-        s = kiln_error_setf(KILN_ERR_IO, "cannot read %s", path);
+    if (!merges) {
+        s = kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %u merges to read %s", m, path);
         goto done;
     }
     uint64_t stored = get_u64(buf + want - 8), computed = XXH64(buf, want - 8, 0);
@@ -202,8 +193,7 @@ kiln_status kiln__tok_load_file(kiln_tokenizer **out, const char *path) {
     s = kiln__tok_from_merges(out, (const int32_t(*)[2])merges, m, (int)(flags & 1), path, path);
 done:
     free(merges);
-    free(buf);
-    fclose(f);
+    free(text);
     return s;
 }
 

@@ -1,6 +1,8 @@
 #include "train/metrics.h"
 
+#include <errno.h>
 #include <math.h>
+#include <string.h>
 
 #include "core/error.h"
 
@@ -14,8 +16,10 @@ kiln_status kiln__train_metrics_write(FILE *f, const char *path, const train_ste
         n = fprintf(f, ", \"val_loss\": %.6f", s->val_loss);
     if (n > 0)
         n = fprintf(f, "}\n");
-    if (n < 0 || fflush(f) != 0)
-        return kiln_error_setf(KILN_ERR_IO, "cannot write metrics to %s", path);
+    if (n < 0 || fflush(f) != 0) {
+        int e = errno;
+        return kiln_error_setf(KILN_ERR_IO, "cannot write metrics to %s: %s", path, strerror(e));
+    }
     return KILN_OK;
 }
 

@@ -1,7 +1,11 @@
 /* The trainer: data -> model forward/backward -> clip -> optimizer, with metrics. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "kiln/checkpoint.h"
@@ -70,6 +74,17 @@ done:
     return s;
 }
 
+/* Every byte the run takes, planned before any of it is: the model's slabs, the
+ * optimizer's moments and the batches. */
+typedef struct train_plan {
+    kiln_gpt_memory model; /* parameters, gradients, activations (with backward scratch) */
+    size_t optim;          /* moment slabs */
+    size_t batches;        /* token ids of a training batch, and of an evaluation batch */
+    size_t total;
+    size_t available; /* what the process could still take when the plan was made */
+    const char *available_what;
+} train_plan;
+
 typedef struct trainer {
     const kiln_train_config *cfg;
     kiln_loader *train, *val;
@@ -79,6 +94,9 @@ typedef struct trainer {
     FILE *metrics;
     double flops_per_step;
     double peak;
+    train_plan plan;
+    int save_existed;   /* the --save file existed before this run */
+    int64_t saved_step; /* the step whose weights were last saved in this run (-1: none) */
 } trainer;
 
 static void trainer_free(trainer *t) {
@@ -109,14 +127,14 @@ static kiln_status build_optimizer(trainer *t) {
     return s;
 }
 
+#define MIB (1024.0 * 1024.0)
+
 static void print_plan(const trainer *t) {
     FILE *log = t->cfg->log;
     if (!log)
         return;
     const kiln_gpt_config *c = kiln_gpt_get_config(t->model);
-    kiln_gpt_memory mem = kiln_gpt_memory_plan(t->model);
-    size_t opt = kiln_optim_state_bytes(t->opt);
-    double mib = 1024.0 * 1024.0;
+    const train_plan *p = &t->plan;
     fprintf(log,
             "model: %lld layers, %lld heads, %lld channels, vocabulary %lld (padded %lld), "
             "context %lld: %.2fM parameters\n",
@@ -125,19 +143,96 @@ static void print_plan(const trainer *t) {
             (double)kiln_gpt_config_num_params(c) / 1e6);
     fprintf(log,
             "memory plan: parameters %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, "
-            "activations %.1f MiB (B=%lld, T=%lld): %.1f MiB in all\n",
-            (double)mem.params / mib, (double)mem.grads / mib, (double)opt / mib,
-            (double)mem.activations / mib, (long long)t->cfg->B, (long long)t->cfg->T,
-            (double)(mem.total + opt) / mib);
-    fprintf(log, "compute: %.2f GFLOP per step; MFU against %.1f GFLOP/s\n",
+            "activations %.1f MiB, batches %.1f MiB (B=%lld, T=%lld): %.1f MiB in all",
+            (double)p->model.params / MIB, (double)p->model.grads / MIB, (double)p->optim / MIB,
+            (double)p->model.activations / MIB, (double)p->batches / MIB, (long long)t->cfg->B,
+            (long long)t->cfg->T, (double)p->total / MIB);
+    if (p->available != SIZE_MAX)
+        fprintf(log, " of %.1f MiB available", (double)p->available / MIB);
+    fprintf(log, "\ncompute: %.2f GFLOP per step; MFU against %.1f GFLOP/s\n",
             t->flops_per_step / 1e9, t->peak);
+}
+
+/* "812.3 MiB", or "23.3 GiB" from 1 GiB up. */
+typedef struct size_text {
+    char s[32];
+} size_text;
+
+static size_text size_str(size_t bytes) {
+    size_text t;
+    double mib = (double)bytes / MIB;
+    if (mib >= 1024.0)
+        snprintf(t.s, sizeof t.s, "%.1f GiB", mib / 1024.0);
+    else
+        snprintf(t.s, sizeof t.s, "%.1f MiB", mib);
+    return t;
+}
+
+/* The whole plan against what the machine can give, before any of it is taken (and before
+ * OpenBLAS's buffers or the peak measurement): a plan that cannot fit fails now with both
+ * figures, not minutes later in an allocation. */
+static kiln_status check_plan(trainer *t, const kiln_gpt_config *mc) {
+    const kiln_train_config *cfg = t->cfg;
+    train_plan *p = &t->plan;
+    KILN_CHECK(kiln_gpt_memory_plan_for(mc, cfg->B, cfg->T, 0, &p->model));
+    p->optim = kiln_optim_state_bytes_for(&cfg->optim, (int64_t)(p->model.params / sizeof(float)));
+    p->batches = (size_t)(cfg->B * cfg->T) * 2 * sizeof(int32_t) * (cfg->val_path ? 2 : 1);
+    p->total = p->model.total + p->optim + p->batches;
+    p->available = kiln_memory_available(&p->available_what);
+    /* The process takes more than its slabs: its code, OpenBLAS's work buffers, the pages
+     * of the data. A plan that leaves less than this beside it is refused rather than left
+     * to the kernel's out-of-memory killer. */
+    size_t headroom = ((size_t)256 << 20) + p->total / 20;
+    if (p->total <= p->available && headroom <= p->available - p->total)
+        return KILN_OK;
+    return kiln_error_setf(KILN_ERR_NOMEM,
+                           "the run is planned to take %s (parameters %s, gradients %s, "
+                           "optimizer moments %s, activations and scratch %s, batches %s at "
+                           "B=%lld, T=%lld) and about %s more for the process itself, but %s is "
+                           "available (%s): use a smaller batch (--batch) or sequence length "
+                           "(--seq), or a smaller model",
+                           size_str(p->total).s, size_str(p->model.params).s,
+                           size_str(p->model.grads).s, size_str(p->optim).s,
+                           size_str(p->model.activations).s, size_str(p->batches).s,
+                           (long long)cfg->B, (long long)cfg->T, size_str(headroom).s,
+                           size_str(p->available).s, p->available_what);
+}
+
+/* Metrics may go to a regular file, a device (/dev/stdout) or a FIFO that a process reads;
+ * O_NONBLOCK makes a FIFO that nobody reads fail at once instead of blocking the run. */
+static kiln_status open_metrics(FILE **out, const char *path) {
+    *out = NULL;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0666);
+    if (fd < 0) {
+        int e = errno;
+        return kiln_error_setf(KILN_ERR_IO, "cannot open metrics file %s for writing: %s%s", path,
+                               strerror(e),
+                               e == ENXIO ? " (a FIFO that no process is reading)" : "");
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0)
+        (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    *out = fdopen(fd, "w");
+    if (!*out) {
+        int e = errno;
+        close(fd);
+        return kiln_error_setf(KILN_ERR_IO, "cannot open metrics file %s for writing: %s", path,
+                               strerror(e));
+    }
+    return KILN_OK;
 }
 
 static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
+    t->saved_step = -1;
     if (cfg->B < 1 || cfg->T < 1 || cfg->grad_accum < 1 || cfg->steps < 0)
         return kiln_error_setf(KILN_ERR_CONFIG, "batch, sequence, accumulation must be positive");
+    if (cfg->eval_every < 0 || (cfg->eval_every > 0 && !cfg->val_path))
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "evaluating every %lld steps needs validation data (a val_path), "
+                               "and the interval must be >= 0",
+                               (long long)cfg->eval_every);
     KILN_CHECK(kiln_optim_config_check(&cfg->optim));
     kiln_lr_schedule sched = cfg->lr;
     if (sched.total_steps <= 0)
@@ -169,7 +264,9 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
         mc.vocab_size = data_vocab;
     } else if (mc.vocab_size != data_vocab) {
         return kiln_error_setf(KILN_ERR_CONFIG,
-                               "%s was written with a %lld-token vocabulary; the model has %lld",
+                               "%s was written with a %lld-token vocabulary, but the model's "
+                               "vocab_size is %lld: tokenize the data with the model's tokenizer, "
+                               "or leave the model's vocab_size unset to take the data's",
                                cfg->train_path, (long long)data_vocab, (long long)mc.vocab_size);
     }
     KILN_CHECK(kiln_gpt_config_validate(&mc));
@@ -177,6 +274,9 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "sequence length %lld is beyond the context of %lld",
                                (long long)cfg->T, (long long)mc.max_seq_len);
+    KILN_CHECK(check_plan(t, &mc));
+    struct stat st;
+    t->save_existed = cfg->save_path && stat(cfg->save_path, &st) == 0;
     KILN_CHECK(kiln_gpt_create(&t->model, &mc, cfg->B, cfg->T, NULL));
     if (cfg->init_path)
         KILN_CHECK(kiln_gpt_load_safetensors(t->model, cfg->init_path));
@@ -187,9 +287,8 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
     t->targets = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->targets);
     if (!t->inputs || !t->targets)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate a batch");
-    if (cfg->metrics_path && !(t->metrics = fopen(cfg->metrics_path, "w")))
-        return kiln_error_setf(KILN_ERR_IO, "cannot open metrics file %s for writing",
-                               cfg->metrics_path);
+    if (cfg->metrics_path)
+        KILN_CHECK(open_metrics(&t->metrics, cfg->metrics_path));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
                         (double)cfg->grad_accum;
     t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops : kiln_backend_cpu_peak_gflops(3072, 1.0);
@@ -226,6 +325,18 @@ static kiln_status train_step(trainer *t, int64_t step, float *loss, float *norm
     return kiln_optim_step(t->opt, kiln_gpt_params(t->model), kiln_gpt_grads(t->model), *lr);
 }
 
+/* Weights are saved only when they can be used: every parameter finite, and a finite loss
+ * on the last batch (weights of 1e29 are finite, yet overflow in the next forward pass). */
+static kiln_status check_savable(trainer *t) {
+    KILN_CHECK(kiln_gpt_check_finite(t->model));
+    float loss = 0.0f;
+    KILN_CHECK(kiln_gpt_forward(t->model, t->inputs, t->targets, t->cfg->B, t->cfg->T, &loss));
+    if (!isfinite(loss))
+        return kiln_error_setf(KILN_ERR_RANGE,
+                               "they are finite but give a loss of %f on the last batch", loss);
+    return KILN_OK;
+}
+
 static kiln_status maybe_save(trainer *t, int64_t step) {
     const kiln_train_config *cfg = t->cfg;
     if (!cfg->save_path)
@@ -233,7 +344,25 @@ static kiln_status maybe_save(trainer *t, int64_t step) {
     int last = step == cfg->steps;
     if (!last && !(cfg->save_every > 0 && step % cfg->save_every == 0))
         return KILN_OK;
+    kiln_status s = check_savable(t);
+    if (s == KILN_ERR_RANGE) {
+        char why[512], kept[512];
+        snprintf(why, sizeof why, "%s", kiln_error_message());
+        if (t->saved_step > 0)
+            snprintf(kept, sizeof kept, "the last good weights, of step %lld, are in %s",
+                     (long long)t->saved_step, cfg->save_path);
+        else if (t->save_existed)
+            snprintf(kept, sizeof kept, "%s is left as it was before this run", cfg->save_path);
+        else
+            snprintf(kept, sizeof kept, "nothing was saved to %s", cfg->save_path);
+        return kiln_error_setf(KILN_ERR_RANGE,
+                               "the weights after step %lld are not saved: %s (is the learning "
+                               "rate too high?); %s",
+                               (long long)step, why, kept);
+    }
+    KILN_CHECK(s);
     KILN_CHECK(kiln_gpt_save_safetensors(t->model, cfg->save_path));
+    t->saved_step = step;
     if (cfg->log)
         fprintf(cfg->log, "saved weights to %s (step %lld)\n", cfg->save_path, (long long)step);
     return KILN_OK;
@@ -247,8 +376,9 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *res) {
     if (s)
         goto done;
     res->peak_gflops = t.peak;
-    if (cfg->steps == 0) /* nothing to train: the starting weights are the result */
-        KILN_CHECK_GOTO(s, maybe_save(&t, 0), done);
+    /* No steps: the data, the model and the plan are checked; nothing is trained, and
+     * nothing is saved (the starting weights would replace a --save file with nothing
+     * learned). */
     double total_ms = 0.0;
     for (int64_t step = 0; step < cfg->steps; step++) {
         train_step_metrics mt = {.step = step + 1, .steps = cfg->steps, .val_loss = NAN};
@@ -258,7 +388,8 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *res) {
         mt.tokens_per_s = (double)(cfg->B * cfg->T * cfg->grad_accum) / (mt.ms / 1e3);
         mt.mfu = t.flops_per_step / (mt.ms / 1e3) / (t.peak * 1e9);
         int last = step + 1 == cfg->steps;
-        if (t.val && cfg->eval_every > 0 && ((step + 1) % cfg->eval_every == 0 || last)) {
+        /* Validation data is evaluated every eval_every steps, and always after the last. */
+        if (t.val && (last || (cfg->eval_every > 0 && (step + 1) % cfg->eval_every == 0))) {
             double vl = 0.0;
             KILN_CHECK_GOTO(s, kiln_evaluate(t.model, t.val, cfg->B, cfg->T, cfg->eval_batches,
                                              &vl, NULL), done);

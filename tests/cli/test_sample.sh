@@ -28,13 +28,13 @@ case_seeds() {
 }
 
 # A GPT-2-vocabulary model with no prompt starts from <|endoftext|>: a tiny model saved
-# at initialisation (--steps 0) is enough to sample from.
+# after one step is enough to sample from.
 case_gpt2_default_prompt() {
     need_fixture
     printf 'The cat sat on the mat. The dog sat on the log.\n' >text.txt
     run prepare --out g2 --val-fraction 0 text.txt
     expect_ok
-    run train --layers 1 --heads 1 --embd 8 --context 8 --seq 4 --batch 1 --steps 0 \
+    run train --layers 1 --heads 1 --embd 8 --context 8 --seq 4 --batch 1 --steps 1 \
         --peak-gflops 100 --data "g2/train_*.bin" --save g2.safetensors
     expect_ok
     run sample --weights g2.safetensors --tokens 5 --seed 1
@@ -81,9 +81,10 @@ case_bytes_tokenizer() {
 
 case_prompts() {
     need_fixture
-    # Longer than the model's context of 32 tokens: the window slides.
+    # Longer than the model's context of 32 tokens: refused, not cut to its tail.
     sample --tokens 10 --prompt "$(head -c 500 "$FIX/in/doc_01.txt")"
-    expect_ok
+    expect_fail
+    expect_err "tokens" "context of 32"
     sample --tokens 0 --prompt "the"
     expect_ok
     check "--tokens 0 prints the prompt alone" sh -c "printf 'the\n' | cmp -s - '$W/stdout'"
@@ -103,11 +104,10 @@ case_trained_tokenizer() {
     run sample --weights m296.safetensors --tokens 20
     expect_fail
     expect_err "--tokenizer"
-    # A tokenizer smaller than the model: fine until the model draws an id the tokenizer
-    # lacks, which ends the run with an error naming the id.
+    # A tokenizer smaller than the model: refused before generating, naming it.
     run sample --weights m296.safetensors --tokens 20 --tokenizer bytes --seed 4
-    expect_rc 0 1
-    if [ "$RC" -eq 1 ]; then expect_err "bytes"; fi
+    expect_fail
+    expect_err "bytes"
 }
 
 case_bad_tokenizer() {

@@ -210,6 +210,7 @@ static void check_slabs(kiln_optim_kind kind, float momentum, int want0, int wan
     CHECK_TRUE(!s1 || all_zero(s1, n));
     size_t want_bytes = (size_t)(want0 + want1) * (size_t)n * sizeof(float);
     CHECK_INT_EQ(kiln_optim_state_bytes(o), want_bytes);
+    CHECK_INT_EQ(kiln_optim_state_bytes_for(&c, n), want_bytes); /* the plan, before creating */
     CHECK_INT_EQ(kiln_alloc_current() - before, want_bytes); /* slabs come from kiln_alloc */
     CHECK_TRUE(kiln_optim_state(o, 2) == NULL && kiln_optim_state(o, -1) == NULL);
     CHECK_INT_EQ(kiln_optim_steps_taken(o), 0);

@@ -1,6 +1,8 @@
 /* kiln eval: mean loss and perplexity of a model over a token file. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "commands.h"
 #include "flags.h"
@@ -65,7 +67,12 @@ int cmd_eval(int argc, char **argv) {
         tool_report("eval", s);
         return 1;
     }
-    printf("tokens %lld | loss %.6f | perplexity %.4f | %.1f s\n", (long long)tokens, loss,
-           exp(loss), (kiln_time_ms() - t0) / 1e3);
+    if (printf("tokens %lld | loss %.6f | perplexity %.4f | %.1f s\n", (long long)tokens, loss,
+               exp(loss), (kiln_time_ms() - t0) / 1e3) < 0 ||
+        fflush(stdout) != 0) {
+        fprintf(stderr, "kiln eval: cannot write the result to standard output: %s\n",
+                strerror(errno));
+        return 1;
+    }
     return 0;
 }

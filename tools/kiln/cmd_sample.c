@@ -1,4 +1,5 @@
 /* kiln sample: generate text from a model. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,15 +20,23 @@ typedef struct print_ctx {
     kiln_bytes buf;
 } print_ctx;
 
+/* Text to stdout; a failed write (a full disk, a closed pipe) is an error that says why. */
+static kiln_status write_out(const void *data, size_t n) {
+    if ((n && fwrite(data, 1, n, stdout) != n) || fflush(stdout) != 0) {
+        int e = errno;
+        return kiln_error_setf(KILN_ERR_IO, "cannot write the text to standard output: %s",
+                               strerror(e));
+    }
+    return KILN_OK;
+}
+
 static kiln_status print_token(int32_t id, void *p) {
     print_ctx *c = p;
     c->buf.len = 0;
     kiln_status s = kiln_tokenizer_decode(c->tok, &id, 1, &c->buf);
     if (s)
         return s; /* stops generation at once */
-    fwrite(c->buf.data, 1, c->buf.len, stdout);
-    fflush(stdout);
-    return KILN_OK;
+    return write_out(c->buf.data, c->buf.len);
 }
 
 int cmd_sample(int argc, char **argv) {
@@ -84,9 +93,16 @@ int cmd_sample(int argc, char **argv) {
         tool_report("sample", spec ? s : KILN_ERR_ARG);
         goto done;
     }
-    if (kiln_tokenizer_vocab_size(tok) > cfg->vocab_size) {
-        fprintf(stderr, "kiln sample: tokenizer %s has %lld tokens, the model only %lld\n", spec,
-                (long long)kiln_tokenizer_vocab_size(tok), (long long)cfg->vocab_size);
+    /* Checked before anything is generated: a larger tokenizer gives ids the model cannot
+     * read, a smaller one cannot decode every id the model may draw. */
+    if (kiln_tokenizer_vocab_size(tok) != cfg->vocab_size) {
+        fprintf(stderr,
+                "kiln sample: tokenizer %s has %lld tokens but the model's vocabulary has %lld: "
+                "%s (use the tokenizer the model's data was made with)\n",
+                spec, (long long)kiln_tokenizer_vocab_size(tok), (long long)cfg->vocab_size,
+                kiln_tokenizer_vocab_size(tok) > cfg->vocab_size
+                    ? "the model cannot read its larger ids"
+                    : "it cannot decode every id the model may draw");
         goto done;
     }
     int32_t eot = kiln_tokenizer_eot(tok);
@@ -102,16 +118,29 @@ int cmd_sample(int argc, char **argv) {
         tool_report("sample", s);
         goto done;
     }
-    int32_t *all = malloc((size_t)(ids.len + count) * sizeof *all);
-    if (!all)
+    /* The model sees at most its context: a longer prompt would lose its start unseen. */
+    if (ids.len > kiln_gpt_max_seq(m)) {
+        fprintf(stderr,
+                "kiln sample: the prompt is %lld tokens, longer than the model's context of %lld "
+                "tokens: shorten it to %lld tokens or fewer\n",
+                (long long)ids.len, (long long)kiln_gpt_max_seq(m),
+                (long long)kiln_gpt_max_seq(m));
         goto done;
+    }
+    int32_t *all = malloc((size_t)(ids.len + count) * sizeof *all);
+    if (!all) {
+        fprintf(stderr, "kiln sample: no memory for %lld tokens\n", (long long)(ids.len + count));
+        goto done;
+    }
     memcpy(all, ids.ids, (size_t)ids.len * sizeof *all);
-    fputs(prompt, stdout);
     pc.tok = tok;
-    s = kiln_generate(m, all, ids.len, count, (float)temperature, top_k, (uint64_t)seed,
-                      print_token, &pc);
+    s = write_out(prompt, strlen(prompt));
+    if (!s)
+        s = kiln_generate(m, all, ids.len, count, (float)temperature, top_k, (uint64_t)seed,
+                          print_token, &pc);
     free(all);
-    printf("\n");
+    if (!s)
+        s = write_out("\n", 1);
     if (s) {
         tool_report("sample", s);
         goto done;

@@ -16,15 +16,21 @@ static const char *usage =
     "usage: kiln train [flags]\n\n"
     "Train a GPT model on token shards made by `kiln prepare`. The model comes from a preset\n"
     "(gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, d4, d6, d12), a JSON file (n_layer, n_head,\n"
-    "n_embd, vocab_size, max_seq_len), or --init weights; --layers/--heads/--embd/--context\n"
-    "override it. The vocabulary comes from the data unless --vocab or --init says otherwise.";
+    "n_embd, max_seq_len, optional vocab_size), or --init weights; --layers/--heads/--embd/\n"
+    "--context override it. The vocabulary is --vocab, else the JSON's vocab_size, else (and\n"
+    "for presets) the data's; one that differs from the data's is an error. With --val-data\n"
+    "the model is evaluated after the last step (and every --eval-every steps). The whole\n"
+    "memory plan is checked against the machine before anything is allocated, and weights\n"
+    "that are not finite (or give a loss that is not) are never saved: the --save file keeps\n"
+    "the last good ones.";
 
 /* Preset or JSON, then the overriding flags. */
 static int resolve_model(kiln_gpt_config *mc, const char *model, int64_t layers, int64_t heads,
                          int64_t embd, int64_t context, int64_t vocab) {
     kiln_status s;
     size_t n = strlen(model);
-    if (n > 5 && !strcmp(model + n - 5, ".json"))
+    int json = n > 5 && !strcmp(model + n - 5, ".json");
+    if (json)
         s = kiln_gpt_config_from_json(mc, model);
     else
         s = kiln_gpt_config_preset(mc, model);
@@ -40,7 +46,12 @@ static int resolve_model(kiln_gpt_config *mc, const char *model, int64_t layers,
         mc->n_embd = embd;
     if (context > 0)
         mc->max_seq_len = context;
-    mc->vocab_size = vocab; /* 0: from the data */
+    /* --vocab, else the JSON's vocab_size (0 when it has none), else the data's; a preset's
+     * GPT-2 vocabulary gives way to the data's. */
+    if (vocab > 0)
+        mc->vocab_size = vocab;
+    else if (!json)
+        mc->vocab_size = 0;
     return 0;
 }
 
@@ -91,16 +102,20 @@ int cmd_train(int argc, char **argv) {
         {"heads", TOOL_FLAG_INT, &heads, "override the number of heads (0: keep)"},
         {"embd", TOOL_FLAG_INT, &embd, "override the channels (0: keep)"},
         {"context", TOOL_FLAG_INT, &context, "override the context length (0: keep)"},
-        {"vocab", TOOL_FLAG_INT, &vocab, "vocabulary size (0: the data's)"},
+        {"vocab", TOOL_FLAG_INT, &vocab,
+         "vocabulary size (0: the model JSON's, else the data's)"},
         {"init", TOOL_FLAG_STRING, &init, "start from these safetensors weights"},
         {"data", TOOL_FLAG_STRING, &data, "training token shards: file, folder or glob"},
-        {"val-data", TOOL_FLAG_STRING, &val, "validation token shards"},
-        {"eval-every", TOOL_FLAG_INT, &eval_every, "evaluate every N steps (0: never)"},
+        {"val-data", TOOL_FLAG_STRING, &val,
+         "validation token shards, evaluated after the last step"},
+        {"eval-every", TOOL_FLAG_INT, &eval_every,
+         "also evaluate every N steps (needs --val-data; 0: after the last step only)"},
         {"eval-batches", TOOL_FLAG_INT, &eval_batches, "validation batches per evaluation (0: all)"},
         {"batch", TOOL_FLAG_INT, &B, "sequences per micro-batch (B)"},
         {"seq", TOOL_FLAG_INT, &T, "tokens per sequence (T)"},
         {"grad-accum", TOOL_FLAG_INT, &accum, "micro-batches per optimizer step"},
-        {"steps", TOOL_FLAG_INT, &steps, "optimizer steps"},
+        {"steps", TOOL_FLAG_INT, &steps,
+         "optimizer steps (0: check the data, model and memory plan; train and save nothing)"},
         {"optimizer", TOOL_FLAG_STRING, &optimizer, "adamw, adam, sgd or rmsprop"},
         {"lr", TOOL_FLAG_FLOAT, &lr, "peak learning rate"},
         {"schedule", TOOL_FLAG_STRING, &schedule, "constant, cosine or linear (after warmup)"},
@@ -147,6 +162,12 @@ int cmd_train(int argc, char **argv) {
                         "and --threads 0..4096\n");
         return 2;
     }
+    if (eval_every > 0 && !(val && val[0])) {
+        fprintf(stderr, "kiln train: --eval-every %lld needs validation data: name it with "
+                        "--val-data\n",
+                (long long)eval_every);
+        return 2;
+    }
     tool_set_threads(threads);
     if (init) { /* the architecture is the file's; --heads only fills a missing head count */
         memset(&cfg.model, 0, sizeof cfg.model);
@@ -168,7 +189,7 @@ int cmd_train(int argc, char **argv) {
     }
     cfg.init_path = init;
     cfg.train_path = data;
-    cfg.val_path = val;
+    cfg.val_path = val && val[0] ? val : NULL;
     cfg.eval_every = eval_every;
     cfg.eval_batches = eval_batches;
     cfg.B = B;
@@ -205,6 +226,9 @@ int cmd_train(int argc, char **argv) {
         tool_report("train", s);
         return 1;
     }
+    if (steps == 0)
+        printf("--steps 0: the data, the model and the memory plan are good; nothing was trained "
+               "and nothing saved\n");
     if (res.steps > 1)
         printf("done: %lld steps, loss %.4f -> %.4f, %.1f ms/step, %.0f tokens/s, MFU %.1f%%, "
                "peak RSS %.0f MiB\n",

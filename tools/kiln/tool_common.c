@@ -1,15 +1,40 @@
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "tool_common.h"
 
 #include <errno.h>
 #include <omp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kiln/checkpoint.h"
 
 void openblas_set_num_threads(int num_threads);
 
+int64_t tool_cores(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}
+
 void tool_set_threads(int64_t n) {
+    /* More threads than cores give the same numbers, much more slowly (every parallel
+     * region waits for threads that wait for a core); a run may still want them, to repeat
+     * a run of another machine bit for bit, so this is said, not refused. */
+    int64_t cores = tool_cores(), asked = n > 0 ? n : omp_get_max_threads();
+    const char *how = n > 0 ? "--threads " : "OMP_NUM_THREADS=";
+    if (asked > cores && (n > 0 || getenv("OMP_NUM_THREADS")))
+        fprintf(stderr,
+                "kiln: warning: %s%lld is more than the %lld cores this process may use: each "
+                "step waits on threads that wait for a core and runs many times slower (the "
+                "numbers are the same); use %s%lld or fewer\n",
+                how, (long long)asked, (long long)cores, how, (long long)cores);
     if (n <= 0)
         return;
     omp_set_num_threads((int)n);

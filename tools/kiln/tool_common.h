@@ -10,8 +10,11 @@
 #include "kiln/status.h"
 #include "kiln/tokenizer.h"
 
-/* Use n threads for kiln's loops and OpenBLAS (n <= 0: leave OpenMP's default). */
+/* Use n threads for kiln's loops and OpenBLAS (n <= 0: leave OpenMP's default), with a
+ * warning on stderr when that is more threads than the cores this process may run on. */
 void tool_set_threads(int64_t n);
+/* The cores this process may run on (its CPU affinity; else the online processors). */
+int64_t tool_cores(void);
 
 /* Load weights from a safetensors file into a new model planned for B x T (T 0: the
  * model's context). heads > 0 overrides the head count for files without kiln metadata. */
