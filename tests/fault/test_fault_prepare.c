@@ -17,23 +17,16 @@ static char dir[256];
 static char self_exe[4096];
 
 static void path_in(char *out, size_t n, const char *name) {
-    snprintf(out, n, "%s/%s", dir, name);
+    test_path(out, n, dir, name);
 }
 
 /* XXH3 of a file's bytes (0 when it cannot be read). */
 static uint64_t file_hash(const char *name) {
     char p[512];
     path_in(p, sizeof p, name);
-    FILE *f = fopen(p, "rb");
-    if (!f)
-        return 0;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    size_t got = fread(b, 1, (size_t)n, f);
-    fclose(f);
-    uint64_t h = XXH3_64bits(b, got);
+    size_t n = 0;
+    char *b = test_slurp(p, &n);
+    uint64_t h = b ? XXH3_64bits(b, n) : 0;
     free(b);
     return h;
 }
@@ -179,16 +172,8 @@ int main(int argc, char **argv) {
         return child(argv[2], argv[3]);
     ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
     self_exe[n > 0 ? n : 0] = '\0';
-    snprintf(dir, sizeof dir, "%s/kiln_fault_prepare_XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    test_tmpdir(dir, sizeof dir, "fault_prepare");
     RUN_TEST(test_killed_and_failed_runs);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    test_rmtree(dir);
     TEST_MAIN_END();
 }

@@ -24,28 +24,11 @@
 static char dir[256];
 
 static void path_in(char *out, size_t n, const char *name) {
-    snprintf(out, n, "%s/%s", dir, name);
-}
-
-static unsigned char *read_file(const char *p, size_t *n) {
-    FILE *f = fopen(p, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    fclose(f);
-    return b;
+    test_path(out, n, dir, name);
 }
 
 static void write_file(const char *p, const unsigned char *b, size_t n) {
-    FILE *f = fopen(p, "wb");
-    if (f) {
-        fwrite(b, 1, n, f);
-        fclose(f);
-    }
+    CHECK_INT_EQ(test_write_file(p, b, n), 0);
 }
 
 static int file_exists(const char *p) {
@@ -100,7 +83,7 @@ static void test_truncated(void) {
     path_in(p, sizeof p, "truncated.bin");
     write_good(good, 1000, 50257, 0);
     size_t n;
-    unsigned char *b = read_file(good, &n);
+    unsigned char *b = test_slurp(good, &n);
     CHECK_INT_EQ(n, 64 + 2000);
     size_t cuts[] = {n - 1, n - 2, n / 2, 65, 64, 63, 8, 0};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
@@ -123,7 +106,7 @@ static void test_flipped_bytes(void) {
     path_in(p, sizeof p, "flipped.bin");
     write_good(good, 1000, 50257, 0);
     size_t n;
-    unsigned char *b = read_file(good, &n);
+    unsigned char *b = test_slurp(good, &n);
     int all_refused = 1;
     for (size_t off = 0; off < 64; off++)
         for (int bit = 0; bit < 8; bit++) {
@@ -165,13 +148,13 @@ static void test_other_version(void) {
     path_in(p, sizeof p, "v2.bin");
     write_good(good, 100, 256, 0);
     size_t n;
-    unsigned char *b = read_file(good, &n);
-    uint32_t v = 2;
+    unsigned char *b = test_slurp(good, &n);
+    uint32_t v = 3;
     memcpy(b + 8, &v, 4);
     uint64_t h = XXH3_64bits(b, 56);
     memcpy(b + 56, &h, 8);
     write_file(p, b, n);
-    expect_refused(p, KILN_ERR_FORMAT, "format version 2, this build reads version 1");
+    expect_refused(p, KILN_ERR_FORMAT, "format version 3, this build reads version 1 to 2");
     kiln_shard_info info;
     CHECK_INT_EQ(kiln_shard_read_info(p, &info), KILN_ERR_FORMAT);
     memcpy(b, "KILNTOKZ", 8);
@@ -187,7 +170,7 @@ static void test_out_of_range_id(void) {
     path_in(p, sizeof p, "range.bin");
     write_good(good, 100, 256, 0);
     size_t n;
-    unsigned char *b = read_file(good, &n);
+    unsigned char *b = test_slurp(good, &n);
     uint16_t bad = 256;
     memcpy(b + 64 + 2 * 37, &bad, 2);
     uint64_t dh = XXH3_64bits(b + 64, n - 64);
@@ -304,41 +287,84 @@ static void test_full_disk(void) {
     CHECK_TRUE(holds_good(p, 100, 50257, 1));
 }
 
+/* The shard at p, opened and read: 1 + j when it holds the ids of write_good(n, 50257,
+ * offsets[j]); 0 when it does not open or holds none of them. */
+static int which_good(const char *p, int64_t n, const int *offsets, int noffsets) {
+    kiln_shard *s = NULL;
+    if (kiln_shard_open(&s, p) != KILN_OK) {
+        fprintf(stderr, "open during the race: %s\n", kiln_error_message());
+        return 0;
+    }
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    int found = -1;
+    if (ids && kiln_shard_get_info(s)->num_tokens == n && kiln_shard_read(s, 0, n, ids) == KILN_OK)
+        for (int k = 0; k < noffsets && found < 0; k++) {
+            int64_t i = 0;
+            while (i < n && ids[i] == (int32_t)((i * 7 + offsets[k]) % 50257))
+                i++;
+            found = i == n ? k : -1;
+        }
+    free(ids);
+    kiln_shard_close(s);
+    if (found < 0)
+        fprintf(stderr, "a shard opened during the race holds none of the writers' ids\n");
+    return 1 + found;
+}
+
 /* Four processes write the same name at once while this one keeps opening it: every open
- * sees a complete shard, and the survivor is one writer's whole file. */
+ * sees a complete shard, one writer's ids or the first file's, and the survivor is one
+ * writer's whole file. The writers start together when this process says so, and the opens
+ * counted are those made while a writer was still running: at least one of them must have
+ * found a writer's file (the race happened, and opens saw its results). */
 static void test_racing_writers(void) {
     char p[512];
     path_in(p, sizeof p, "raced.bin");
     int64_t n = 200000;
     write_good(p, n, 50257, 100);
+    int go[2];
+    CHECK_INT_EQ(pipe(go), 0);
     pid_t kids[4];
     for (int k = 0; k < 4; k++) {
         kids[k] = fork();
         if (kids[k] == 0) {
+            char c;
+            close(go[1]);
+            if (read(go[0], &c, 1) != 1)
+                _exit(1);
             for (int round = 0; round < 3; round++)
                 write_good(p, n, 50257, k);
             _exit(0);
         }
     }
-    int opens_ok = 1, opens = 0;
+    close(go[0]);
+    const int offsets[5] = {100, 0, 1, 2, 3};
+    int opens_ok = 1, opens_racing = 0, saw_writer = 0, done[4] = {0, 0, 0, 0};
+    CHECK_INT_EQ(write(go[1], "gggg", 4), 4);
+    close(go[1]);
     for (;;) {
         int running = 0;
-        for (int k = 0; k < 4; k++)
-            running += kids[k] > 0 && waitpid(kids[k], NULL, WNOHANG) == 0;
-        kiln_shard *s = NULL;
-        opens++;
-        if (kiln_shard_open(&s, p) != KILN_OK) {
-            fprintf(stderr, "open during the race: %s\n", kiln_error_message());
-            opens_ok = 0;
+        for (int k = 0; k < 4; k++) {
+            int status = 0;
+            if (!done[k] && kids[k] > 0 && waitpid(kids[k], &status, WNOHANG) == kids[k]) {
+                done[k] = 1;
+                opens_ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            }
+            running += kids[k] > 0 && !done[k];
         }
-        kiln_shard_close(s);
+        int w = which_good(p, n, offsets, 5);
+        opens_ok &= w > 0;
         if (!running)
             break;
+        opens_racing++;
+        saw_writer |= w > 1; /* a writer's file, not the first one */
     }
-    while (wait(NULL) > 0)
-        ;
+    for (int k = 0; k < 4; k++)
+        if (kids[k] > 0 && !done[k])
+            waitpid(kids[k], NULL, 0);
+    fprintf(stderr, "  %d opens while writers ran\n", opens_racing);
     CHECK_TRUE(opens_ok);
-    CHECK_TRUE(opens > 0);
+    CHECK_TRUE(opens_racing >= 1);
+    CHECK_TRUE(saw_writer);
     int which = 0;
     for (int k = 0; k < 4; k++)
         which += holds_good(p, n, 50257, k);
@@ -355,7 +381,7 @@ static void test_loader_refuses_damage(void) {
     write_good(a, 1000, 50257, 0);
     write_good(b, 1000, 50257, 0);
     size_t n;
-    unsigned char *buf = read_file(b, &n);
+    unsigned char *buf = test_slurp(b, &n);
     buf[700] ^= 4;
     write_file(b, buf, n);
     free(buf);
@@ -367,12 +393,7 @@ static void test_loader_refuses_damage(void) {
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "%s/kiln_fault_shard_XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    test_tmpdir(dir, sizeof dir, "fault_shard");
     RUN_TEST(test_truncated);
     RUN_TEST(test_flipped_bytes);
     RUN_TEST(test_other_version);
@@ -381,9 +402,6 @@ int main(void) {
     RUN_TEST(test_full_disk);
     RUN_TEST(test_racing_writers);
     RUN_TEST(test_loader_refuses_damage);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    test_rmtree(dir);
     TEST_MAIN_END();
 }

@@ -280,6 +280,11 @@ int main(int argc, char **argv) {
     ref_file r;
     if (load(argv[1], &r) != 0)
         return 1;
+    if (r.ncases == 0) {
+        fprintf(stderr, "%s holds no cases: nothing was compared\n", argv[1]);
+        free(r.data);
+        return 1;
+    }
     const kiln_backend *backends[] = {kiln_backend_ref(), kiln_backend_cpu()};
     int bad = 0;
     for (int b = 0; b < 2; b++)

@@ -34,8 +34,14 @@ try:
 except ImportError:
     sys.stderr.write(
         "gpt_ref.py: PyTorch is not importable by %s; the reference tests need it "
-        "(Debian: apt-get install python3-torch)\n" % sys.executable)
-    sys.exit(1)
+        "(Debian: apt-get install python3-torch); skipped\n" % sys.executable)
+    # An earlier run's expected values must not stand in for this one's: the C driver
+    # skips when there is no manifest.
+    if "--out" in sys.argv[:-1]:
+        stale = os.path.join(sys.argv[sys.argv.index("--out") + 1], "manifest.txt")
+        if os.path.exists(stale):
+            os.remove(stale)
+    sys.exit(77)  # CTest's SKIP_RETURN_CODE
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_model import GPT  # noqa: E402

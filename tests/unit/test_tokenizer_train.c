@@ -133,39 +133,31 @@ static void test_train_encodes_by_rank(void) {
     kiln_tokenizer_free(t);
 }
 
+static char dir[256], path_a[512], path_b[512], path_bad[512];
+
 static int read_whole(const char *path, uint8_t **buf, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *buf = malloc(*len + 1);
-    size_t got = fread(*buf, 1, *len, f);
-    fclose(f);
-    return got == *len ? 0 : -1;
+    *buf = test_slurp(path, len);
+    return *buf ? 0 : -1;
 }
 
 static void write_whole(const char *path, const uint8_t *buf, size_t len) {
-    FILE *f = fopen(path, "wb");
-    fwrite(buf, 1, len, f);
-    fclose(f);
+    CHECK_INT_EQ(test_write_file(path, buf, len), 0);
 }
 
 static void test_save_load_and_determinism(void) {
     kiln_tokenizer *t = train(corpus, 257 + 300), *u = train(corpus, 257 + 300), *r = NULL;
     if (!t || !u)
         return;
-    CHECK_OK(kiln_tokenizer_save(t, "tok_train_a.kbpe"));
-    CHECK_OK(kiln_tokenizer_save(u, "tok_train_b.kbpe"));
+    CHECK_OK(kiln_tokenizer_save(t, path_a));
+    CHECK_OK(kiln_tokenizer_save(u, path_b));
     uint8_t *a = NULL, *b = NULL;
     size_t na = 0, nb = 0;
-    CHECK_TRUE(read_whole("tok_train_a.kbpe", &a, &na) == 0);
-    CHECK_TRUE(read_whole("tok_train_b.kbpe", &b, &nb) == 0);
+    CHECK_TRUE(read_whole(path_a, &a, &na) == 0);
+    CHECK_TRUE(read_whole(path_b, &b, &nb) == 0);
     CHECK_TRUE(na == nb && na == 24 + 8 * 300 + 8 && !memcmp(a, b, na));
-    CHECK_OK(kiln_tokenizer_load(&r, "tok_train_a.kbpe"));
+    CHECK_OK(kiln_tokenizer_load(&r, path_a));
     if (r) {
-        CHECK_STR_EQ(kiln_tokenizer_name(r), "tok_train_a.kbpe");
+        CHECK_STR_EQ(kiln_tokenizer_name(r), path_a);
         CHECK_INT_EQ(kiln_tokenizer_vocab_size(r), kiln_tokenizer_vocab_size(t));
         CHECK_INT_EQ(kiln_tokenizer_eot(r), kiln_tokenizer_eot(t));
         kiln_tokens x = {0}, y = {0};
@@ -180,7 +172,7 @@ static void test_save_load_and_determinism(void) {
     kiln_tokenizer_free(r);
     kiln_tokenizer_free(t);
     kiln_tokenizer_free(u);
-    remove("tok_train_b.kbpe");
+    remove(path_b);
 }
 
 /* Damage a copy of tok_train_a.kbpe; reseal recomputes the checksum so that the check
@@ -192,9 +184,9 @@ static void check_damaged(uint8_t *buf, size_t len, int reseal, kiln_status want
         for (int i = 0; i < 8; i++)
             buf[len - 8 + i] = (uint8_t)(h >> (8 * i));
     }
-    write_whole("tok_train_bad.kbpe", buf, len);
+    write_whole(path_bad, buf, len);
     kiln_tokenizer *t = NULL;
-    CHECK_STATUS(kiln_tokenizer_load(&t, "tok_train_bad.kbpe"), want);
+    CHECK_STATUS(kiln_tokenizer_load(&t, path_bad), want);
     CHECK_TRUE(t == NULL);
     if (!strstr(kiln_error_message(), says)) {
         fprintf(stderr, "  message \"%s\" lacks \"%s\"\n", kiln_error_message(), says);
@@ -206,7 +198,7 @@ static void check_damaged(uint8_t *buf, size_t len, int reseal, kiln_status want
 static void test_damaged_files(void) {
     uint8_t *good = NULL, *buf = NULL;
     size_t n = 0;
-    if (read_whole("tok_train_a.kbpe", &good, &n) != 0) {
+    if (read_whole(path_a, &good, &n) != 0) {
         CHECK_TRUE(0);
         return;
     }
@@ -233,14 +225,19 @@ static void test_damaged_files(void) {
     check_damaged(buf, 0, 0, KILN_ERR_FORMAT, "not a kiln tokenizer file");
 #undef FRESH
     kiln_tokenizer *t = NULL;
-    CHECK_STATUS(kiln_tokenizer_load(&t, "tok_train_a.kbpe/nothing"), KILN_ERR_NOT_FOUND);
-    CHECK_OK(kiln_tokenizer_load(&t, "tok_train_a.kbpe"));
+    char nothing[600];
+    test_path(nothing, sizeof nothing, dir, "nothing.kbpe");
+    CHECK_STATUS(kiln_tokenizer_load(&t, nothing), KILN_ERR_NOT_FOUND);
+    snprintf(nothing, sizeof nothing, "%s/nothing", path_a); /* below a file */
+    CHECK_TRUE(kiln_tokenizer_load(&t, nothing) != KILN_OK && t == NULL);
+    CHECK_TRUE(strstr(kiln_error_message(), nothing) != NULL);
+    CHECK_OK(kiln_tokenizer_load(&t, path_a));
     CHECK_STATUS(kiln_tokenizer_save(t, "/nonexistent-dir/x.kbpe"), KILN_ERR_IO);
     kiln_tokenizer_free(t);
     free(buf);
     free(good);
-    remove("tok_train_bad.kbpe");
-    remove("tok_train_a.kbpe");
+    remove(path_bad);
+    remove(path_a);
 }
 
 static void test_small_and_edge_vocabularies(void) {
@@ -279,6 +276,10 @@ static void test_small_and_edge_vocabularies(void) {
 
 int main(void) {
     corpus = make_corpus(300000, 1);
+    test_tmpdir(dir, sizeof dir, "tokenizer_train");
+    test_path(path_a, sizeof path_a, dir, "tok_train_a.kbpe");
+    test_path(path_b, sizeof path_b, dir, "tok_train_b.kbpe");
+    test_path(path_bad, sizeof path_bad, dir, "tok_train_bad.kbpe");
     size_t before = kiln_alloc_current();
     RUN_TEST(test_train_encodes_by_rank);
     RUN_TEST(test_save_load_and_determinism);
@@ -286,5 +287,6 @@ int main(void) {
     RUN_TEST(test_small_and_edge_vocabularies);
     CHECK_INT_EQ(kiln_alloc_current(), before);
     free(corpus);
+    test_rmtree(dir);
     TEST_MAIN_END();
 }

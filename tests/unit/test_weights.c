@@ -11,8 +11,8 @@
 #include "kiln/safetensors.h"
 #include "test.h"
 
-static char dir[64];
-static char path_a[128], path_x[128];
+static char dir[256];
+static char path_a[512], path_x[512];
 
 static kiln_gpt_config small_config(int64_t L, int64_t C) {
     kiln_gpt_config c;
@@ -312,8 +312,8 @@ static void test_failed_save(void) {
     kiln_gpt *a = make_model(1, 16, 1);
     if (!a)
         return;
-    char sub[128];
-    snprintf(sub, sizeof sub, "%s/folder.safetensors", dir);
+    char sub[512];
+    test_path(sub, sizeof sub, dir, "folder.safetensors");
     CHECK_TRUE(mkdir(sub, 0755) == 0);
     CHECK_STATUS(kiln_gpt_save_safetensors(a, sub), KILN_ERR_IO);
     CHECK_TRUE(strstr(kiln_error_message(), "saving model weights") != NULL);
@@ -328,20 +328,14 @@ static void test_failed_save(void) {
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "st_weights_XXXXXX");
-    if (!mkdtemp(dir)) {
-        fprintf(stderr, "cannot create a test folder: %s\n", strerror(errno));
-        return 1;
-    }
-    snprintf(path_a, sizeof path_a, "%s/a.safetensors", dir);
-    snprintf(path_x, sizeof path_x, "%s/x.safetensors", dir);
+    test_tmpdir(dir, sizeof dir, "weights");
+    test_path(path_a, sizeof path_a, dir, "a.safetensors");
+    test_path(path_x, sizeof path_x, dir, "x.safetensors");
     RUN_TEST(test_save_load_bits);
     RUN_TEST(test_mismatched_models);
     RUN_TEST(test_hugging_face_variants);
     RUN_TEST(test_config_metadata_errors);
     RUN_TEST(test_failed_save);
-    remove(path_a);
-    remove(path_x);
-    rmdir(dir);
+    test_rmtree(dir);
     TEST_MAIN_END();
 }
