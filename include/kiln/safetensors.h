@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kiln/dtype.h"
 #include "kiln/status.h"
 
 #ifdef __cplusplus
@@ -102,9 +103,7 @@ const char *kiln_safetensors_metadata(const kiln_safetensors *f, const char *key
 kiln_status kiln_safetensors_read_f32(const kiln_safetensors *f, const kiln_st_tensor *t,
                                       float *out);
 
-/* Element conversions, exact. */
-float kiln_f16_to_f32(uint16_t h);
-float kiln_bf16_to_f32(uint16_t h);
+/* (Element conversions: kiln/dtype.h.) */
 
 /* ---- writing ---- */
 

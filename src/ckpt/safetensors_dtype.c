@@ -35,25 +35,4 @@ kiln_status kiln_st_dtype_parse(const char *name, kiln_st_dtype *out) {
     return KILN_ERR_FORMAT;
 }
 
-static float f32_from_bits(uint32_t bits) {
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
 
-/* IEEE half: 1 sign, 5 exponent (bias 15), 10 mantissa bits. */
-float kiln_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    if (exp == 0x1f) /* infinity or NaN; the NaN payload is kept */
-        return f32_from_bits(sign | 0x7f800000u | (man << 13));
-    if (exp != 0) /* normal: rebias 15 -> 127 */
-        return f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
-    /* zero or subnormal: man x 2^-24, exact in float */
-    float f = (float)man * 0x1p-24f;
-    return sign ? -f : f;
-}
-
-/* bfloat16 is the top half of a float. */
-float kiln_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
