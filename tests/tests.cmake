@@ -7,7 +7,7 @@ foreach(src ${KILN_UNIT_TESTS})
   target_link_libraries(${name} PRIVATE kiln)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   add_test(NAME unit.${name} COMMAND ${name} WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
-  set_tests_properties(unit.${name} PROPERTIES LABELS unit SKIP_RETURN_CODE 77 ENVIRONMENT "KILN_SOURCE_DIR=${CMAKE_SOURCE_DIR};KILN_BIN=${CMAKE_BINARY_DIR}/kiln;KILN_GPT2_DIR=${CMAKE_SOURCE_DIR}/deps/gpt2;OMP_NUM_THREADS=2")
+  set_tests_properties(unit.${name} PROPERTIES LABELS unit SKIP_RETURN_CODE 77 ENVIRONMENT "KILN_SOURCE_DIR=${CMAKE_SOURCE_DIR};KILN_BIN=${CMAKE_BINARY_DIR}/kiln;KILN_GPT2_DIR=${CMAKE_SOURCE_DIR}/deps/gpt2;OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
 endforeach()
 
 # Other suites (reference, fault, fuzz) add themselves from their own cmake files.

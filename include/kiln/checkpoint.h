@@ -16,8 +16,13 @@
 extern "C" {
 #endif
 
-/* Save the parameters (F32; the embedding's V rows, not the padded ones). */
-kiln_status kiln_gpt_save_safetensors(kiln_gpt *m, const char *path);
+/* Save the working weights stored as save_dtype (the embedding's V rows, not the padded
+ * ones). */
+kiln_status kiln_gpt_save_safetensors(kiln_gpt *m, const char *path, kiln_dtype save_dtype);
+/* The same from any slab laid out as the model's (its fp32 master weights, say), of
+ * slab_dtype, in host memory. */
+kiln_status kiln_gpt_save_slab(kiln_gpt *m, const char *path, const void *slab,
+                               kiln_dtype slab_dtype, kiln_dtype save_dtype);
 
 /* Load every parameter tensor. Each must be present with exactly the model's shape; F32,
  * F16 and BF16 are accepted and converted. The padded embedding rows are zeroed. Errors
@@ -27,6 +32,8 @@ kiln_status kiln_gpt_save_safetensors(kiln_gpt *m, const char *path);
  * from wte.weight). The whole file is checked before anything is copied, so a file that
  * does not fit leaves the parameters as they were. */
 kiln_status kiln_gpt_load_safetensors(kiln_gpt *m, const char *path);
+/* The same into any slab laid out as the model's (host memory), converted to slab_dtype. */
+kiln_status kiln_gpt_load_slab(kiln_gpt *m, const char *path, void *slab, kiln_dtype slab_dtype);
 
 /* The configuration a file holds: from kiln's __metadata__ when present (checked against
  * the tensor shapes), else inferred from the shapes, with n_head taken from *cfg as given

@@ -1,7 +1,8 @@
 /* kiln: GPT-2 model: configuration, parameter layout, forward and backward.
  *
  * The model is embedding, blocks 0..L-1 and head. Parameters, gradients and optimizer
- * moments each live in one slab of floats, in one order:
+ * moments each live in one slab, in one order (the working weights in the model's dtype,
+ * gradients and optimizer state in fp32):
  *   wte (Vp,C) | wpe (maxT,C) | block 0 | block 1 | ... | block L-1 | ln_f.weight | ln_f.bias
  * and each block is
  *   ln_1.weight (C) | ln_1.bias (C) | attn.c_attn.weight (C,3C) | attn.c_attn.bias (3C) |
@@ -17,6 +18,7 @@
 #include <stdint.h>
 
 #include "kiln/backend.h"
+#include "kiln/dtype.h"
 #include "kiln/status.h"
 
 #ifdef __cplusplus
@@ -68,49 +70,88 @@ typedef struct kiln_tensor_info {
 
 typedef struct kiln_gpt kiln_gpt; /* opaque */
 
+/* What a model keeps from forward for backward, and what it computes again instead; each
+ * level also drops what the ones before it drop. */
+typedef enum kiln_recompute {
+    KILN_RECOMPUTE_NONE = 0,  /* keep every activation */
+    KILN_RECOMPUTE_GELU,      /* GELU's output: computed again from its input in backward */
+    KILN_RECOMPUTE_ATTENTION, /* also attention's state and output: again from q, k, v */
+    KILN_RECOMPUTE_BLOCK,     /* keep each block's input only: the whole block again */
+} kiln_recompute;
+/* "none", "gelu", "attention", "block" */
+kiln_status kiln_recompute_parse(const char *s, kiln_recompute *out);
+const char *kiln_recompute_name(kiln_recompute r);
+
+/* How a model is built. */
+typedef struct kiln_gpt_options {
+    kiln_dtype dtype;         /* working weights and activations (fp32; bf16, fp16) */
+    kiln_recompute recompute; /* none */
+    int fuse_gelu;            /* bias and GELU in the MLP product's output pass (1) */
+    int fuse_residual_ln;     /* each residual add with the LayerNorm after it (1) */
+    /* Rows of logits the head computes at a time in training: the classifier and the
+     * cross-entropy run chunk by chunk, and the (B,T,V) logits never exist at once (0: all
+     * rows at once, and kiln_gpt_logits holds them). */
+    int64_t classifier_chunk;
+    int inference; /* forward only: no gradients, one block's activations shared by all */
+} kiln_gpt_options;
+/* fp32, no recompute, both fusions on, classifier_chunk 0, training. */
+kiln_gpt_options kiln_gpt_options_default(void);
+
 /* Build a model for batches of at most B sequences of at most T tokens: all memory
  * (parameters, gradients, activations) is planned and taken here, none in the step.
- * `be` NULL means the CPU backend. */
+ * opt NULL: the defaults. be NULL: the CPU backend. Working weights start at zero. */
 kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg, int64_t B, int64_t T,
-                            const kiln_backend *be);
-/* The same for forward only (evaluation, generation): no gradient slab, no backward
- * scratch, and the blocks share one block's activation buffers, which forward alone
- * allows; kiln_gpt_grads is NULL and kiln_gpt_backward fails. */
+                            const kiln_gpt_options *opt, kiln_backend *be);
+/* kiln_gpt_create with the defaults and inference on: no gradient slab, no backward
+ * scratch, the blocks sharing one block's activation buffers, which forward alone allows;
+ * kiln_gpt_grads is NULL and kiln_gpt_backward fails. `dtype` is the working dtype. */
 kiln_status kiln_gpt_create_inference(kiln_gpt **out, const kiln_gpt_config *cfg, int64_t B,
-                                      int64_t T, const kiln_backend *be);
+                                      int64_t T, kiln_dtype dtype, kiln_backend *be);
 void kiln_gpt_free(kiln_gpt *m);
 
 const kiln_gpt_config *kiln_gpt_get_config(const kiln_gpt *m);
-const kiln_backend *kiln_gpt_backend(const kiln_gpt *m);
+const kiln_gpt_options *kiln_gpt_get_options(const kiln_gpt *m);
+kiln_backend *kiln_gpt_backend(const kiln_gpt *m);
+kiln_dtype kiln_gpt_dtype(const kiln_gpt *m);
 int64_t kiln_gpt_max_batch(const kiln_gpt *m);
 int64_t kiln_gpt_max_seq(const kiln_gpt *m);
 
 /* GPT-2's initialisation from a seed: weights N(0, 0.02), the residual projections
- * (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1. */
+ * (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1.
+ * kiln_gpt_init_weights writes the working weights (rounded to their dtype);
+ * kiln_gpt_init_weights_f32 writes the same values unrounded into an fp32 slab laid out as
+ * the model's (an optimizer's master weights), of kiln_gpt_slab_len floats. */
 void kiln_gpt_init_weights(kiln_gpt *m, uint64_t seed);
+void kiln_gpt_init_weights_f32(const kiln_gpt *m, uint64_t seed, float *slab);
 
-/* Slabs: parameters, gradients (same order and length). */
-float *kiln_gpt_params(kiln_gpt *m);
+/* Slabs: the working weights (kiln_gpt_dtype elements) and the fp32 gradients, in the same
+ * order and length. */
+void *kiln_gpt_params(kiln_gpt *m);
 float *kiln_gpt_grads(kiln_gpt *m);
-int64_t kiln_gpt_slab_len(const kiln_gpt *m); /* floats in each slab, padded rows included */
+int64_t kiln_gpt_slab_len(const kiln_gpt *m); /* elements in each slab, padded rows included */
 int kiln_gpt_num_tensors(const kiln_gpt *m);
 const kiln_tensor_info *kiln_gpt_tensor(const kiln_gpt *m, int i);
 /* Index of a tensor by name, or -1. */
 int kiln_gpt_find_tensor(const kiln_gpt *m, const char *name);
 
-/* Bytes of each planned category, and in all. */
+/* Bytes of each planned category, and in all. The activation arena holds what forward saves
+ * for backward (activations) and scratch whose contents do not outlive a phase (workspace:
+ * the attention workspace, the backward's activation gradients, the logits or their chunk,
+ * fused ops' temporaries); buffers whose lifetimes do not overlap share bytes, so the two
+ * add up to the arena's planned size. */
 typedef struct kiln_gpt_memory {
-    size_t params, grads, activations, total;
+    size_t params, grads, activations, workspace, total;
 } kiln_gpt_memory;
 kiln_gpt_memory kiln_gpt_memory_plan(const kiln_gpt *m);
-/* The same figures for a model not built yet: what kiln_gpt_create (inference 0) or
- * kiln_gpt_create_inference (inference 1) would take for cfg at B x T, so that a caller can
+/* The same figures for a model not built yet: what kiln_gpt_create would take for cfg at
+ * B x T with these options (NULL: defaults) on this backend (NULL: CPU), so that a caller can
  * check a whole plan against the machine before taking any of it. Fails, with a message,
  * where creating the model would fail for the configuration or the sizes. */
 kiln_status kiln_gpt_memory_plan_for(const kiln_gpt_config *cfg, int64_t B, int64_t T,
-                                     int inference, kiln_gpt_memory *out);
+                                     const kiln_gpt_options *opt, kiln_backend *be,
+                                     kiln_gpt_memory *out);
 
-/* KILN_OK when every parameter is a finite number; else KILN_ERR_RANGE naming the first
+/* KILN_OK when every working weight is a finite number; else KILN_ERR_RANGE naming the first
  * tensor that holds a NaN or an infinity. One backend sumsq per tensor: a sum of squares
  * taken in double is finite exactly when every element is. */
 kiln_status kiln_gpt_check_finite(const kiln_gpt *m);
@@ -125,16 +166,26 @@ kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *
  * head, which dominates small models, runs on B rows instead of B*T. */
 kiln_status kiln_gpt_forward_last(kiln_gpt *m, const int32_t *inputs, int64_t B, int64_t T);
 
-/* Logits (B,T,Vp) of the last forward, valid until backward, which overwrites them in place
- * with their gradient; the padded columns are not meaningful. */
-const float *kiln_gpt_logits(const kiln_gpt *m);
+/* Logits (rows,Vp) of the last forward in the model's dtype, valid until backward, which
+ * overwrites them in place with their gradient; the padded columns are not meaningful. NULL
+ * after a training forward of a chunked head (classifier_chunk > 0), which keeps none. */
+const void *kiln_gpt_logits(const kiln_gpt *m);
+/* The first `rows` rows of the last forward's logits widened to fp32 into a host buffer
+ * (rows x Vp floats). */
+kiln_status kiln_gpt_logits_f32(const kiln_gpt *m, int64_t rows, float *out);
 /* Per-position losses (B,T) of the last forward with targets. */
 const float *kiln_gpt_losses(const kiln_gpt *m);
 
 /* Backward of the last forward (which must have had targets). Gradients are ADDED to the
  * gradient slab, for gradient accumulation; the loss differentiated is
- * grad_scale x mean loss (grad_scale = 1 / micro-steps averages over micro-batches). */
+ * grad_scale x mean loss (grad_scale = 1 / micro-steps averages over micro-batches; a loss
+ * scale multiplies it too). */
 kiln_status kiln_gpt_backward(kiln_gpt *m, float grad_scale);
+/* Forward with targets and backward in one call: the head's classifier, cross-entropy and
+ * their backward run chunk by chunk together (classifier_chunk), so the logits are
+ * computed once and never held whole. What the trainer calls. */
+kiln_status kiln_gpt_forward_backward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
+                                      int64_t B, int64_t T, float grad_scale, float *loss);
 void kiln_gpt_zero_grad(kiln_gpt *m);
 
 #ifdef __cplusplus

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kiln/backend.h"
+#include "kiln/dtype.h"
 #include "kiln/status.h"
 
 #ifdef __cplusplus
@@ -51,27 +52,72 @@ typedef struct kiln_param_range {
 
 typedef struct kiln_optim kiln_optim; /* opaque */
 
-/* Moment slabs of n floats are allocated here (zero). The ranges are copied; they must lie
- * inside [0, n) and not overlap (gaps are left untouched by the step). nranges == 0 (ranges
- * may be NULL) means one range over the whole slab, with weight decay. The backend must
- * outlive the optimizer. */
-kiln_status kiln_optim_create(kiln_optim **out, const kiln_optim_config *cfg, int64_t n,
-                              const kiln_param_range *ranges, int nranges,
-                              const kiln_backend *be);
+/* The parameter slab an optimizer updates: its length, the range [lo, hi) this optimizer
+ * owns (0, 0: all of it; a ZeRO shard is a smaller range), and the working weights' dtype.
+ * With F32 working weights the step updates them in place. With BF16 or F16 the optimizer
+ * keeps fp32 master weights for its range, updates those, and writes the working weights
+ * rounded from them: to nearest even, or (BF16 with stochastic_seed != 0) stochastically,
+ * with bits drawn from (seed, step, element), the same whatever the threads or ranges. */
+typedef struct kiln_optim_slab {
+    int64_t n;
+    int64_t lo, hi;
+    kiln_dtype work;
+    uint64_t stochastic_seed;
+} kiln_optim_slab;
+
+/* Moment slabs (and master weights) for [lo, hi) are allocated here on the backend (zero).
+ * The ranges, given over the whole slab, are copied and cut to [lo, hi); they must lie inside
+ * [0, n) and not overlap (gaps are left untouched by the step). nranges == 0 (ranges may be
+ * NULL) means one range over [lo, hi), with weight decay. The backend must outlive the
+ * optimizer. Master weights start at zero: fill them (kiln_optim_master) or read them from the
+ * working weights (kiln_optim_read_working) before the first step. */
+kiln_status kiln_optim_create(kiln_optim **out, const kiln_optim_config *cfg,
+                              const kiln_optim_slab *slab, const kiln_param_range *ranges,
+                              int nranges, kiln_backend *be);
 void kiln_optim_free(kiln_optim *o);
-/* One update at learning rate lr; the step counter (for bias correction) advances.
- * lr must be finite and >= 0 (KILN_ERR_CONFIG otherwise, nothing changed). */
-kiln_status kiln_optim_step(kiln_optim *o, float *params, const float *grads, float lr);
+/* One update at learning rate lr of the working weights `params` (the whole slab, in the
+ * slab's working dtype) from the fp32 gradients `grads` (the whole slab); the step counter
+ * (for bias correction) advances. lr must be finite and >= 0 (KILN_ERR_CONFIG otherwise,
+ * nothing changed). */
+kiln_status kiln_optim_step(kiln_optim *o, void *params, const float *grads, float lr);
 int64_t kiln_optim_steps_taken(const kiln_optim *o);
 /* Set the step counter, when resuming with moment slabs restored from a checkpoint. */
 kiln_status kiln_optim_set_steps(kiln_optim *o, int64_t steps);
 /* Moment slabs, for checkpoints: index 0 (m / momentum buffer / square average) and
- * 1 (v / RMSprop momentum buffer); NULL when the optimizer has no such slab. */
+ * 1 (v / RMSprop momentum buffer), hi - lo floats for [lo, hi); NULL when the optimizer has
+ * no such slab. */
 float *kiln_optim_state(kiln_optim *o, int index);
+/* The fp32 master weights of [lo, hi) (hi - lo floats), or NULL with F32 working weights. */
+float *kiln_optim_master(kiln_optim *o);
+/* Working weights [lo, hi) of params = the master weights, rounded (to nearest even). */
+kiln_status kiln_optim_write_working(kiln_optim *o, void *params);
+/* Master weights = the working weights [lo, hi) of params, widened. */
+kiln_status kiln_optim_read_working(kiln_optim *o, const void *params);
+/* Bytes of the moment slabs and master weights, and of the master weights alone. */
 size_t kiln_optim_state_bytes(const kiln_optim *o);
-/* The bytes kiln_optim_create would take for its moment slabs, for a slab of n floats and
- * this configuration: to check a plan before anything is allocated. */
-size_t kiln_optim_state_bytes_for(const kiln_optim_config *cfg, int64_t n);
+size_t kiln_optim_master_bytes(const kiln_optim *o);
+/* The bytes kiln_optim_create would take for a range of n elements with this configuration
+ * and working dtype: to check a plan before anything is allocated. */
+size_t kiln_optim_state_bytes_for(const kiln_optim_config *cfg, int64_t n, kiln_dtype work);
+
+/* ---- dynamic loss scaling (fp16) ----
+ * The loss is multiplied by `scale` before backward, so that small gradients survive fp16;
+ * the optimizer sees them divided back. A step whose gradients are not finite (an overflow)
+ * is skipped and the scale backed off; after `interval` clean steps in a row it grows. */
+typedef struct kiln_loss_scaler {
+    float scale;           /* current scale (2^16) */
+    float growth, backoff; /* x2 after `interval` clean steps; x0.5 after an overflow */
+    int64_t interval;      /* 2000 */
+    float min_scale;       /* below this the run cannot go on (2^-14) */
+    int64_t clean_steps;   /* in a row, since the last change */
+    int64_t skipped;       /* steps skipped in all */
+} kiln_loss_scaler;
+/* PyTorch GradScaler's defaults: 65536, x2, x0.5, every 2000 steps; minimum 2^-14. */
+kiln_loss_scaler kiln_loss_scaler_default(void);
+/* After a step's gradients were checked: finite != 0 keeps the step (and may grow the
+ * scale), 0 skips it and backs off. KILN_ERR_RANGE, with a message, when the scale falls
+ * below min_scale: the gradients overflow whatever the scale, and the run must stop. */
+kiln_status kiln_loss_scaler_update(kiln_loss_scaler *s, int finite);
 
 /* ---- schedules ---- */
 typedef enum kiln_lr_kind {
@@ -101,7 +147,7 @@ float kiln_lr_at(const kiln_lr_schedule *s, int64_t step);
  * max_norm / (norm + 1e-6) < 1, the gradients are scaled by that factor, as
  * torch.nn.utils.clip_grad_norm_ does. Returns the norm before clipping. A norm that is
  * not finite is returned without scaling anything, so the caller can skip the step. */
-float kiln_clip_grad_norm(const kiln_backend *be, float *grads, int64_t n, float max_norm);
+float kiln_clip_grad_norm(kiln_backend *be, float *grads, int64_t n, float max_norm);
 
 #ifdef __cplusplus
 }

@@ -36,6 +36,14 @@ typedef struct kiln_train_config {
                                  run stops and the file keeps the last good weights */
     int64_t save_every;       /* also save every N steps (0: only at the end) */
     double peak_gflops;       /* MFU denominator; <= 0 measures it at start */
+    /* Precision and memory: the model's working dtype, recomputation, fusions and classifier
+     * chunk (kiln_gpt_options; inference is ignored). With bf16 or fp16 the optimizer keeps
+     * fp32 master weights; fp16 scales the loss (loss_scaler). */
+    kiln_gpt_options model_opt;
+    int stochastic_rounding;   /* bf16: round the working weights stochastically */
+    kiln_loss_scaler loss_scaler;
+    kiln_dtype save_dtype;     /* the dtype weights are saved in (fp32) */
+    int64_t inject_nonfinite_step; /* tests: make one gradient infinite at this step (0: never) */
     FILE *log;                /* console lines (NULL: silent) */
 } kiln_train_config;
 
@@ -51,6 +59,8 @@ typedef struct kiln_train_result {
     double mfu;              /* fraction of peak_gflops, over steps after the first */
     double peak_gflops;
     size_t peak_rss;
+    int64_t skipped_steps; /* fp16: steps skipped for overflow */
+    float loss_scale;      /* fp16: the loss scale at the end */
 } kiln_train_result;
 
 /* Run the training. Everything is checked before the first step: the data, the model, and
@@ -58,6 +68,26 @@ typedef struct kiln_train_result {
  * against kiln_memory_available(), before any of it is allocated; a plan that cannot fit is
  * KILN_ERR_NOMEM naming the planned and the available bytes. */
 kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *result);
+
+/* The memory a run takes, by category, planned without allocating anything. */
+typedef struct kiln_train_memory {
+    size_t params;      /* working weights, in the model's dtype */
+    size_t grads;       /* fp32 gradients */
+    size_t master;      /* fp32 master weights (bf16 and fp16 only) */
+    size_t moments;     /* the optimizer's moment slabs */
+    size_t activations; /* what forward saves for backward */
+    size_t workspace;   /* scratch: activation gradients, attention workspace, logits */
+    size_t batches;     /* token ids of a training (and evaluation) batch */
+    size_t total;       /* the sum */
+    size_t headroom;    /* what the process needs besides (code, BLAS buffers, data pages) */
+    size_t available;   /* what the process can still take (SIZE_MAX: unknown) */
+    const char *available_what;
+} kiln_train_memory;
+/* The plan of a run of cfg with the model mc (validated, its vocabulary set). */
+kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_config *mc,
+                                   kiln_train_memory *out);
+/* One line: the plan's categories and the available memory. */
+void kiln_train_memory_print(FILE *f, const kiln_train_memory *p, int64_t B, int64_t T);
 
 struct kiln_loader;
 

@@ -1,7 +1,7 @@
 /* GPT-2 weights as safetensors with Hugging Face's tensor names.
  *
- * Saving writes every tensor of the model's table (model.h) as F32, straight from the
- * parameter slab, with kiln's configuration in __metadata__. Loading first matches every
+ * Saving writes every tensor of the model's table (model.h) in the dtype asked, converted
+ * from the slab as it is written, with kiln's configuration and that dtype in __metadata__. Loading first matches every
  * tensor of the file against the table (name, dtype, shape; nothing missing, nothing
  * unexpected) and only then copies, so a file that does not fit leaves the model as it was. */
 #include <stddef.h>
@@ -32,23 +32,28 @@ static int64_t *config_field(kiln_gpt_config *c, int k) {
     return (int64_t *)((char *)c + meta_keys[k].field);
 }
 
-kiln_status kiln_gpt_save_safetensors(kiln_gpt *m, const char *path) {
-    if (!m || !path)
+kiln_status kiln_gpt_save_slab(kiln_gpt *m, const char *path, const void *slab,
+                               kiln_dtype slab_dtype, kiln_dtype save_dtype) {
+    if (!m || !path || !slab)
         return kiln_error_setf(KILN_ERR_ARG, "save weights: NULL argument");
     kiln_safetensors_writer *w = NULL;
     KILN_CHECK(kiln_safetensors_writer_init(&w));
     kiln_gpt_config cfg = *kiln_gpt_get_config(m);
-    const float *params = kiln_gpt_params(m);
     kiln_status s = kiln_safetensors_writer_set_metadata(w, "format", "pt");
     for (int k = 0; s == KILN_OK && k < N_META_KEYS; k++) {
         char v[32];
         snprintf(v, sizeof v, "%lld", (long long)*config_field(&cfg, k));
         s = kiln_safetensors_writer_set_metadata(w, meta_keys[k].key, v);
     }
+    if (s == KILN_OK)
+        s = kiln_safetensors_writer_declare_dtype(w, save_dtype);
+    /* converted as they are written, a chunk at a time: no copy of the model */
+    size_t es = kiln_dtype_size(slab_dtype);
     for (int i = 0; s == KILN_OK && i < kiln_gpt_num_tensors(m); i++) {
         const kiln_tensor_info *t = kiln_gpt_tensor(m, i);
-        s = kiln_safetensors_writer_add(w, t->name, KILN_ST_DTYPE_F32, t->ndim, t->shape,
-                                        params + t->offset);
+        s = kiln_safetensors_writer_add_as(w, t->name, save_dtype,
+                                           t->ndim, t->shape, slab_dtype,
+                                           (const char *)slab + (size_t)t->offset * es);
     }
     if (s == KILN_OK)
         s = kiln_safetensors_writer_write(w, path);
@@ -56,6 +61,12 @@ kiln_status kiln_gpt_save_safetensors(kiln_gpt *m, const char *path) {
     if (s != KILN_OK)
         return kiln_error_wrapf(s, "saving model weights");
     return KILN_OK;
+}
+
+kiln_status kiln_gpt_save_safetensors(kiln_gpt *m, const char *path, kiln_dtype save_dtype) {
+    if (!m)
+        return kiln_error_setf(KILN_ERR_ARG, "save weights: NULL model");
+    return kiln_gpt_save_slab(m, path, kiln_gpt_params(m), kiln_gpt_dtype(m), save_dtype);
 }
 
 /* The name without Hugging Face's "transformer." prefix. */
@@ -190,8 +201,8 @@ static kiln_status match_tensors(const kiln_gpt *m, const kiln_safetensors *f,
     return KILN_OK;
 }
 
-kiln_status kiln_gpt_load_safetensors(kiln_gpt *m, const char *path) {
-    if (!m || !path)
+kiln_status kiln_gpt_load_slab(kiln_gpt *m, const char *path, void *slab, kiln_dtype slab_dtype) {
+    if (!m || !path || !slab)
         return kiln_error_setf(KILN_ERR_ARG, "load weights: NULL argument");
     kiln_safetensors *f = NULL;
     KILN_CHECK(kiln_safetensors_open(&f, path));
@@ -202,21 +213,34 @@ kiln_status kiln_gpt_load_safetensors(kiln_gpt *m, const char *path) {
         s = kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory to match tensors", path);
         goto done;
     }
+    /* Everything is checked before anything is copied: the dtypes agree with the file's
+     * declared dtype, every tensor is there with its shape, every value fits slab_dtype. */
+    KILN_CHECK_GOTO(s, kiln_safetensors_check_dtype(f, NULL, NULL), done);
     KILN_CHECK_GOTO(s, match_tensors(m, f, src), done);
-    float *params = kiln_gpt_params(m);
     for (int i = 0; i < n; i++)
-        KILN_CHECK_GOTO(
-            s, kiln_safetensors_read_f32(f, src[i], params + kiln_gpt_tensor(m, i)->offset), done);
+        KILN_CHECK_GOTO(s, kiln_safetensors_check_fits(f, src[i], slab_dtype), done);
+    size_t es = kiln_dtype_size(slab_dtype);
+    for (int i = 0; i < n; i++)
+        KILN_CHECK_GOTO(s,
+                        kiln_safetensors_read_as(f, src[i], slab_dtype,
+                                                 (char *)slab + kiln_gpt_tensor(m, i)->offset * es),
+                        done);
     /* The padded rows of the embedding (V..Vp-1) hold nothing and must be zero. */
     const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
     const kiln_tensor_info *wte = kiln_gpt_tensor(m, kiln_gpt_find_tensor(m, "wte.weight"));
     int64_t pad = (cfg->padded_vocab_size - cfg->vocab_size) * cfg->n_embd;
     if (pad > 0)
-        memset(params + wte->offset + wte->numel, 0, (size_t)pad * sizeof(float));
+        memset((char *)slab + (wte->offset + wte->numel) * (int64_t)es, 0, (size_t)pad * es);
 done:
     free(src);
     kiln_safetensors_close(f);
     return s;
+}
+
+kiln_status kiln_gpt_load_safetensors(kiln_gpt *m, const char *path) {
+    if (!m)
+        return kiln_error_setf(KILN_ERR_ARG, "load weights: NULL model");
+    return kiln_gpt_load_slab(m, path, kiln_gpt_params(m), kiln_gpt_dtype(m));
 }
 
 /* ---- configuration ---- */

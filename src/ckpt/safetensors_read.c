@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/safetensors_internal.h"
 #include "core/error.h"
 #include "kiln/core.h"
 #include "kiln/safetensors.h"
@@ -462,34 +463,89 @@ const char *kiln_safetensors_metadata(const kiln_safetensors *f, const char *key
     return NULL;
 }
 
-kiln_status kiln_safetensors_read_f32(const kiln_safetensors *f, const kiln_st_tensor *t,
-                                      float *out) {
-    const unsigned char *p = t->data;
-    int64_t n = t->numel;
-    switch (t->dtype) {
-    case KILN_ST_DTYPE_F32: memcpy(out, p, t->nbytes); return KILN_OK;
-    case KILN_ST_DTYPE_F16:
-    case KILN_ST_DTYPE_BF16: {
-        float (*conv)(uint16_t) =
-            t->dtype == KILN_ST_DTYPE_F16 ? kiln_f16_to_f32 : kiln_bf16_to_f32;
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            out[i] = conv(h);
-        }
+/* The tensor's kiln dtype in *st, when it has one and dst_type is a kiln dtype. */
+static kiln_status convertible(const kiln_safetensors *f, const kiln_st_tensor *t,
+                               kiln_dtype dst_type, kiln_dtype *st) {
+    if (!f || !t)
+        return kiln_error_setf(KILN_ERR_ARG, "safetensors read: NULL argument");
+    if (kiln_dtype_size(dst_type) == 0)
+        return kiln_error_setf(KILN_ERR_ARG, "%s: tensor \"%.*s\": no such kiln dtype %d", f->path,
+                               NAME_MAX_SHOWN, t->name, (int)dst_type);
+    if (kiln_st_dtype_to_kiln(t->dtype, st) != KILN_OK)
+        return kiln_error_setf(KILN_ERR_DTYPE,
+                               "%s: tensor \"%.*s\" is %s; kiln reads F32, BF16 and F16 as %s",
+                               f->path, NAME_MAX_SHOWN, t->name, kiln_st_dtype_name(t->dtype),
+                               kiln_dtype_name(dst_type));
+    return KILN_OK;
+}
+
+/* Convert t (stored as st) a chunk at a time into out as dt; with out NULL, into scratch only,
+ * to find a value that does not fit. */
+static kiln_status convert_tensor(const kiln_safetensors *f, const kiln_st_tensor *t, kiln_dtype st,
+                                  kiln_dtype dt, unsigned char *out) {
+    size_t ssize = kiln_dtype_size(st), dsize = kiln_dtype_size(dt);
+    unsigned char *buf = NULL; /* kiln__st_convert_chunk's scratch, then a chunk when !out */
+    if (!out || !kiln__st_aligned(t->data, st) || !kiln__st_aligned(out, dt)) {
+        buf = malloc(KILN__ST_SCRATCH_BYTES + (out ? 0 : (size_t)KILN__ST_CHUNK * dsize));
+        if (!buf)
+            return kiln_error_setf(KILN_ERR_NOMEM, "%s: tensor \"%.*s\": no memory to convert",
+                                   f->path, NAME_MAX_SHOWN, t->name);
+    }
+    const unsigned char *src = t->data;
+    kiln_status s = KILN_OK;
+    for (int64_t at = 0; at < t->numel && s == KILN_OK; at += KILN__ST_CHUNK) {
+        int64_t n = t->numel - at < KILN__ST_CHUNK ? t->numel - at : KILN__ST_CHUNK;
+        const void *from = src + (size_t)at * ssize;
+        void *to = out ? out + (size_t)at * dsize : buf + KILN__ST_SCRATCH_BYTES;
+        int64_t bad = kiln__st_convert_chunk(to, dt, from, st, n, buf);
+        if (bad >= 0)
+            s = kiln__st_overflow_error(f->path, t->name, at + bad, kiln__st_value(from, st, bad));
+    }
+    free(buf);
+    return s;
+}
+
+kiln_status kiln_safetensors_read_as(const kiln_safetensors *f, const kiln_st_tensor *t,
+                                     kiln_dtype dst_type, void *out) {
+    if (!out && t && t->numel)
+        return kiln_error_setf(KILN_ERR_ARG, "safetensors read: NULL argument");
+    kiln_dtype st;
+    KILN_CHECK(convertible(f, t, dst_type, &st));
+    if (st == dst_type) { /* the bytes as they are (memcpy: the source may be unaligned) */
+        if (t->nbytes)
+            memcpy(out, t->data, t->nbytes);
         return KILN_OK;
     }
-    case KILN_ST_DTYPE_F64:
-        for (int64_t i = 0; i < n; i++) {
+    return t->numel ? convert_tensor(f, t, st, dst_type, out) : KILN_OK;
+}
+
+kiln_status kiln_safetensors_check_fits(const kiln_safetensors *f, const kiln_st_tensor *t,
+                                        kiln_dtype dst_type) {
+    kiln_dtype st;
+    KILN_CHECK(convertible(f, t, dst_type, &st));
+    /* only F16 has a smaller range than the others */
+    if (dst_type != KILN_DTYPE_F16 || st == KILN_DTYPE_F16 || t->numel == 0)
+        return KILN_OK;
+    return convert_tensor(f, t, st, dst_type, NULL);
+}
+
+kiln_status kiln_safetensors_read_f32(const kiln_safetensors *f, const kiln_st_tensor *t,
+                                      float *out) {
+    if (t && t->dtype == KILN_ST_DTYPE_F64) {
+        const unsigned char *p = t->data;
+        for (int64_t i = 0; i < t->numel; i++) {
             double d;
             memcpy(&d, p + 8 * i, 8);
             out[i] = (float)d;
         }
         return KILN_OK;
-    default:
+    }
+    kiln_dtype st;
+    if (f && t && kiln_st_dtype_to_kiln(t->dtype, &st) != KILN_OK)
         return kiln_error_setf(
             KILN_ERR_DTYPE,
             "%s: tensor \"%.*s\" is %s; kiln reads F32, F16, BF16 and F64 as floats", f->path,
             NAME_MAX_SHOWN, t->name, kiln_st_dtype_name(t->dtype));
-    }
+    /* F16 and BF16 widen to F32 exactly: this cannot overflow */
+    return kiln_safetensors_read_as(f, t, KILN_DTYPE_F32, out);
 }

@@ -1,11 +1,14 @@
 /* safetensors writer: collect tensors and metadata, then write atomically (core/fs.h): the
- * target is either the old file, byte for byte, or the complete new one. */
+ * target is either the old file, byte for byte, or the complete new one. A tensor added in
+ * one kiln dtype to be stored in another is converted as it is written, a chunk at a time
+ * (safetensors_internal.h), so no copy of the whole tensor is ever made. */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/safetensors_internal.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "kiln/safetensors.h"
@@ -15,8 +18,10 @@ typedef struct writer_entry {
     kiln_st_dtype dtype;
     int ndim;
     int64_t shape[KILN_ST_MAX_DIMS];
-    size_t nbytes;
+    size_t nbytes;    /* as stored */
     const void *data; /* borrowed */
+    int convert;      /* 1: data holds numel elements of src_type, stored as stored_type */
+    kiln_dtype src_type, stored_type;
 } writer_entry;
 
 struct kiln_safetensors_writer {
@@ -47,9 +52,9 @@ void kiln_safetensors_writer_free(kiln_safetensors_writer *w) {
     free(w);
 }
 
-kiln_status kiln_safetensors_writer_add(kiln_safetensors_writer *w, const char *name,
-                                        kiln_st_dtype dtype, int ndim, const int64_t *shape,
-                                        const void *data) {
+/* The checks and bookkeeping of both add functions; *out is the new entry. */
+static kiln_status add_entry(kiln_safetensors_writer *w, const char *name, kiln_st_dtype dtype,
+                             int ndim, const int64_t *shape, const void *data, writer_entry **out) {
     if (!w || !name || (ndim > 0 && !shape))
         return kiln_error_setf(KILN_ERR_ARG, "safetensors writer: NULL argument");
     if (!name[0] || strcmp(name, "__metadata__") == 0)
@@ -90,6 +95,29 @@ kiln_status kiln_safetensors_writer_add(kiln_safetensors_writer *w, const char *
     e->nbytes = (size_t)nbytes;
     e->data = data;
     w->n++;
+    *out = e;
+    return KILN_OK;
+}
+
+kiln_status kiln_safetensors_writer_add(kiln_safetensors_writer *w, const char *name,
+                                        kiln_st_dtype dtype, int ndim, const int64_t *shape,
+                                        const void *data) {
+    writer_entry *e = NULL;
+    return add_entry(w, name, dtype, ndim, shape, data, &e);
+}
+
+kiln_status kiln_safetensors_writer_add_as(kiln_safetensors_writer *w, const char *name,
+                                           kiln_dtype stored_type, int ndim, const int64_t *shape,
+                                           kiln_dtype src_type, const void *src) {
+    if (kiln_dtype_size(stored_type) == 0 || kiln_dtype_size(src_type) == 0)
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "safetensors writer: tensor \"%s\": no such kiln dtype (%d, %d)",
+                               name ? name : "?", (int)stored_type, (int)src_type);
+    writer_entry *e = NULL;
+    KILN_CHECK(add_entry(w, name, kiln_st_dtype_from_kiln(stored_type), ndim, shape, src, &e));
+    e->convert = stored_type != src_type;
+    e->src_type = src_type;
+    e->stored_type = stored_type;
     return KILN_OK;
 }
 
@@ -125,6 +153,37 @@ kiln_status kiln_safetensors_writer_set_metadata(kiln_safetensors_writer *w, con
     w->meta[2 * w->n_meta] = k;
     w->meta[2 * w->n_meta + 1] = v;
     w->n_meta++;
+    return KILN_OK;
+}
+
+kiln_status kiln_safetensors_writer_declare_dtype(kiln_safetensors_writer *w, kiln_dtype t) {
+    if (kiln_dtype_size(t) == 0)
+        return kiln_error_setf(KILN_ERR_ARG, "safetensors writer: no such kiln dtype %d", (int)t);
+    return kiln_safetensors_writer_set_metadata(w, KILN_ST_META_DTYPE, kiln_dtype_name(t));
+}
+
+/* A declared dtype (KILN_ST_META_DTYPE) must name a kiln dtype and be every tensor's: kiln
+ * never writes a file that kiln_safetensors_check_dtype would refuse. */
+static kiln_status check_declared(const kiln_safetensors_writer *w) {
+    const char *v = NULL;
+    for (int i = 0; i < w->n_meta && !v; i++)
+        if (strcmp(w->meta[2 * i], KILN_ST_META_DTYPE) == 0)
+            v = w->meta[2 * i + 1];
+    if (!v)
+        return KILN_OK;
+    kiln_dtype t;
+    if (kiln_dtype_parse(v, &t) != KILN_OK)
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "safetensors writer: metadata \"" KILN_ST_META_DTYPE
+                               "\" is \"%.32s\", not fp32, bf16 or fp16",
+                               v);
+    for (int i = 0; i < w->n; i++)
+        if (w->e[i].dtype != kiln_st_dtype_from_kiln(t))
+            return kiln_error_setf(KILN_ERR_ARG,
+                                   "safetensors writer: the file is declared %s but tensor \"%s\" "
+                                   "would be stored as %s",
+                                   kiln_dtype_name(t), w->e[i].name,
+                                   kiln_st_dtype_name(w->e[i].dtype));
     return KILN_OK;
 }
 
@@ -182,6 +241,7 @@ static int add_tensor_json(cJSON *root, const writer_entry *e, uint64_t begin) {
 static kiln_status build_header(const kiln_safetensors_writer *w, char **out, size_t *len,
                                 size_t *data_size) {
     KILN_CHECK(check_unique(w));
+    KILN_CHECK(check_declared(w));
     cJSON *root = cJSON_CreateObject();
     int ok = root != NULL;
     if (ok && w->n_meta) {
@@ -218,6 +278,52 @@ static void put_le64(unsigned char *p, uint64_t v) {
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
+/* Buffers for converting tensors as they are written: `out` takes a chunk in the stored dtype,
+ * `scratch` is kiln__st_convert_chunk's. Allocated only when some tensor converts. */
+typedef struct convert_buffers {
+    unsigned char *out, *scratch;
+} convert_buffers;
+
+static kiln_status buffers_init(convert_buffers *b, const kiln_safetensors_writer *w) {
+    b->out = b->scratch = NULL;
+    int any = 0;
+    for (int i = 0; i < w->n; i++)
+        any |= w->e[i].convert;
+    if (!any)
+        return KILN_OK;
+    b->out = malloc((size_t)KILN__ST_CHUNK * 4);
+    b->scratch = malloc(KILN__ST_SCRATCH_BYTES);
+    if (!b->out || !b->scratch) {
+        free(b->out);
+        free(b->scratch);
+        b->out = b->scratch = NULL;
+        return kiln_error_setf(KILN_ERR_NOMEM, "safetensors writer: no memory to convert tensors");
+    }
+    return KILN_OK;
+}
+
+static void buffers_free(convert_buffers *b) {
+    free(b->out);
+    free(b->scratch);
+}
+
+/* Elements [at, at + n) of a converting entry, in its stored dtype, into dst (n at most a
+ * chunk; dst may be unaligned). An element that does not fit the stored dtype fails, naming
+ * the tensor and the value; `where` (the file) begins the message. */
+static kiln_status convert_range(const char *where, const writer_entry *e, int64_t at, int64_t n,
+                                 void *dst, void *scratch) {
+    const void *src = (const unsigned char *)e->data + (size_t)at * kiln_dtype_size(e->src_type);
+    int64_t bad = kiln__st_convert_chunk(dst, e->stored_type, src, e->src_type, n, scratch);
+    if (bad >= 0)
+        return kiln__st_overflow_error(where, e->name, at + bad,
+                                       kiln__st_value(src, e->src_type, bad));
+    return KILN_OK;
+}
+
+static int64_t entry_numel(const writer_entry *e) {
+    return (int64_t)(e->nbytes / kiln_st_dtype_size(e->dtype));
+}
+
 kiln_status kiln_safetensors_writer_to_memory(const kiln_safetensors_writer *w, void **out,
                                               size_t *size) {
     if (!w || !out || !size)
@@ -233,15 +339,29 @@ kiln_status kiln_safetensors_writer_to_memory(const kiln_safetensors_writer *w, 
         return kiln_error_setf(KILN_ERR_NOMEM, "safetensors writer: no memory for %zu bytes",
                                dsize);
     }
+    convert_buffers cb;
+    kiln_status s = buffers_init(&cb, w);
     put_le64(buf, hlen);
     memcpy(buf + 8, header, hlen);
     size_t at = 8 + hlen;
-    for (int i = 0; i < w->n; i++) {
-        if (w->e[i].nbytes)
-            memcpy(buf + at, w->e[i].data, w->e[i].nbytes);
-        at += w->e[i].nbytes;
+    for (int i = 0; i < w->n && s == KILN_OK; i++) {
+        const writer_entry *e = &w->e[i];
+        if (!e->convert && e->nbytes)
+            memcpy(buf + at, e->data, e->nbytes);
+        size_t esize = kiln_st_dtype_size(e->dtype);
+        for (int64_t k = 0; e->convert && k < entry_numel(e) && s == KILN_OK; k += KILN__ST_CHUNK) {
+            int64_t n = entry_numel(e) - k < KILN__ST_CHUNK ? entry_numel(e) - k : KILN__ST_CHUNK;
+            s = convert_range("safetensors writer", e, k, n, buf + at + (size_t)k * esize,
+                              cb.scratch);
+        }
+        at += e->nbytes;
     }
+    buffers_free(&cb);
     free(header);
+    if (s != KILN_OK) {
+        free(buf);
+        return s;
+    }
     *out = buf;
     *size = at;
     return KILN_OK;
@@ -254,17 +374,32 @@ kiln_status kiln_safetensors_writer_write(const kiln_safetensors_writer *w, cons
     size_t hlen, dsize;
     KILN_CHECK(build_header(w, &header, &hlen, &dsize));
     kiln__atomic_file f = KILN__ATOMIC_FILE_INIT;
+    convert_buffers cb;
     kiln_status s;
+    KILN_CHECK_GOTO(s, buffers_init(&cb, w), fail_header);
     KILN_CHECK_GOTO(s, kiln__atomic_open(&f, path), fail);
     unsigned char len8[8];
     put_le64(len8, hlen);
     KILN_CHECK_GOTO(s, kiln__atomic_write(&f, len8, 8), fail);
     KILN_CHECK_GOTO(s, kiln__atomic_write(&f, header, hlen), fail);
-    for (int i = 0; i < w->n; i++)
-        KILN_CHECK_GOTO(s, kiln__atomic_write(&f, w->e[i].data, w->e[i].nbytes), fail);
+    for (int i = 0; i < w->n; i++) {
+        const writer_entry *e = &w->e[i];
+        if (!e->convert) {
+            KILN_CHECK_GOTO(s, kiln__atomic_write(&f, e->data, e->nbytes), fail);
+            continue;
+        }
+        size_t esize = kiln_st_dtype_size(e->dtype);
+        for (int64_t k = 0; k < entry_numel(e); k += KILN__ST_CHUNK) {
+            int64_t n = entry_numel(e) - k < KILN__ST_CHUNK ? entry_numel(e) - k : KILN__ST_CHUNK;
+            KILN_CHECK_GOTO(s, convert_range(path, e, k, n, cb.out, cb.scratch), fail);
+            KILN_CHECK_GOTO(s, kiln__atomic_write(&f, cb.out, (size_t)n * esize), fail);
+        }
+    }
     s = kiln__atomic_commit(&f);
 fail:
     kiln__atomic_abort(&f);
+    buffers_free(&cb);
+fail_header:
     free(header);
     return s;
 }

@@ -1,10 +1,16 @@
 /* GPT-2 forward and backward, written once against the backend's ops.
- * The model is embedding, blocks 0..L-1 and head, each with its own forward and backward. */
+ * The model is embedding, blocks 0..L-1 and head, each with its own forward and backward.
+ * Activations are in the model's dtype (m->dt); the ops keep what precision needs in fp32. */
 #include <math.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "model/gpt_internal.h"
+
+/* Row r of a (rows, cols) activation buffer of dtype dt. */
+static void *row(void *p, int64_t r, int64_t cols, kiln_dtype dt) {
+    return (char *)p + r * cols * (int64_t)kiln_dtype_size(dt);
+}
 
 static kiln_status check_ids(const int32_t *ids, int64_t n, int64_t T, int64_t V,
                              const char *what) {
@@ -21,159 +27,327 @@ static kiln_status check_ids(const int32_t *ids, int64_t n, int64_t T, int64_t V
 /* ---- embedding ---- */
 
 static void embed_forward(kiln_gpt *m, int64_t B, int64_t T) {
-    m->be->encoder_forward(m->encoded, m->inputs, m->p.wte, m->p.wpe, B, T, m->cfg.n_embd);
+    m->be->encoder_forward(m->be, m->dt, m->encoded, m->inputs, m->p.wte, m->p.wpe, B, T,
+                           m->cfg.n_embd);
 }
 
 static void embed_backward(kiln_gpt *m, int64_t B, int64_t T) {
-    m->be->encoder_backward(m->g.wte, m->g.wpe, m->d.dres, m->inputs, B, T, m->cfg.n_embd);
+    m->be->encoder_backward(m->be, m->dt, m->g.wte, m->g.wpe, m->d.dres, m->inputs, B, T,
+                            m->cfg.n_embd);
 }
 
 /* ---- blocks ---- */
 
-static const float *block_input(const kiln_gpt *m, int64_t l) {
+static void *block_input(const kiln_gpt *m, int64_t l) {
     return l == 0 ? m->encoded : m->blocks[l - 1].res3;
 }
 
-static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T) {
-    const kiln_backend *be = m->be;
+/* How a block's forward runs. */
+enum {
+    BLOCK_TAIL = 1,      /* with fused residual-LayerNorm: compute the next LayerNorm (the next
+                          * block's first, or ln_f after the last block) with the residual add */
+    BLOCK_RECOMPUTE = 2, /* again in backward: compute the first LayerNorm here (the previous
+                          * block's tail did it in forward), stop before the last product */
+};
+
+static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how) {
+    kiln_backend *be = m->be;
+    kiln_dtype dt = m->dt;
     const gpt_block_params *w = &m->p.block[l];
     gpt_block_acts *a = &m->blocks[l];
-    int64_t C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
-    const float *x = block_input(m, l);
+    int64_t C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T, L = m->cfg.n_layer;
+    const void *x = block_input(m, l);
+    int fused = m->opt.fuse_residual_ln;
 
-    be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, BT, C);
-    be->matmul_forward(a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * C, 0);
-    be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
-    be->matmul_forward(a->res2, a->atty, w->attprojw, w->attprojb, BT, C, C, 0);
-    be->residual_forward(a->res2, a->res2, x, BT * C);
-
-    be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, BT, C);
-    be->matmul_forward(a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, 0);
-    be->gelu_forward(a->fch_gelu, a->fch, BT * 4 * C);
-    be->matmul_forward(a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C, C, 0);
-    be->residual_forward(a->res3, a->res3, a->res2, BT * C);
+    if (l == 0 || !fused || (how & BLOCK_RECOMPUTE))
+        be->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, BT,
+                              C);
+    be->matmul_forward(be, dt, a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * C, 0, NULL);
+    be->attention_forward(be, dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, C, NH);
+    if (fused) {
+        be->matmul_forward(be, dt, a->tmp, a->atty, w->attprojw, w->attprojb, BT, C, C, 0, NULL);
+        be->residual_layernorm_forward(be, dt, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->tmp,
+                                       x, w->ln2w, w->ln2b, BT, C);
+    } else {
+        be->matmul_forward(be, dt, a->res2, a->atty, w->attprojw, w->attprojb, BT, C, C, 0, NULL);
+        be->residual_forward(be, dt, a->res2, a->res2, x, BT * C);
+        be->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w,
+                              w->ln2b, BT, C);
+    }
+    if (m->opt.fuse_gelu) {
+        be->matmul_forward(be, dt, a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, 0, a->fch_gelu);
+    } else {
+        be->matmul_forward(be, dt, a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, 0, NULL);
+        be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * 4 * C);
+    }
+    if (how & BLOCK_RECOMPUTE)
+        return; /* backward needs nothing the last product makes */
+    if (fused && (how & BLOCK_TAIL)) {
+        int last = l + 1 == L;
+        gpt_block_acts *next = last ? NULL : &m->blocks[l + 1];
+        be->matmul_forward(be, dt, a->tmp, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C, C, 0,
+                           NULL);
+        be->residual_layernorm_forward(
+            be, dt, a->res3, last ? m->lnf : next->ln1, last ? m->lnf_mean : next->ln1_mean,
+            last ? m->lnf_rstd : next->ln1_rstd, a->tmp, a->res2,
+            last ? m->p.lnfw : m->p.block[l + 1].ln1w, last ? m->p.lnfb : m->p.block[l + 1].ln1b,
+            BT, C);
+    } else {
+        be->matmul_forward(be, dt, a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C, C, 0,
+                           NULL);
+        be->residual_forward(be, dt, a->res3, a->res3, a->res2, BT * C);
+    }
 }
 
-/* On entry d.dres holds the gradient of the block's output; on exit, of its input. */
+/* On entry d.dres holds the gradient of the block's output; on exit, of its input. What
+ * forward did not keep (opt.recompute) is computed again first. */
 static void block_backward(kiln_gpt *m, int64_t l, int64_t B, int64_t T) {
-    const kiln_backend *be = m->be;
+    kiln_backend *be = m->be;
+    kiln_dtype dt = m->dt;
     const gpt_block_params *w = &m->p.block[l];
-    gpt_block_params *g = &m->g.block[l];
-    const gpt_block_acts *a = &m->blocks[l];
+    gpt_block_grads *g = &m->g.block[l];
+    gpt_block_acts *a = &m->blocks[l];
     gpt_grad_scratch *d = &m->d;
     int64_t C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
-    const float *x = block_input(m, l);
+    const void *x = block_input(m, l);
 
-    be->matmul_backward(d->dfch_gelu, g->fcprojw, g->fcprojb, d->dres, a->fch_gelu, w->fcprojw,
-                        BT, 4 * C, C, 0);
-    be->gelu_backward(d->dfch, a->fch, d->dfch_gelu, BT * 4 * C);
-    be->matmul_backward(d->dln, g->fcw, g->fcb, d->dfch, a->ln2, w->fcw, BT, C, 4 * C, 0);
-    be->layernorm_backward(d->dres, g->ln2w, g->ln2b, d->dln, a->res2, w->ln2w, a->ln2_mean,
-                           a->ln2_rstd, BT, C);
+    switch (m->opt.recompute) {
+    case KILN_RECOMPUTE_BLOCK: block_forward(m, l, B, T, BLOCK_RECOMPUTE); break;
+    case KILN_RECOMPUTE_ATTENTION:
+        be->attention_forward(be, dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, C, NH);
+        be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * 4 * C);
+        break;
+    case KILN_RECOMPUTE_GELU: be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * 4 * C); break;
+    case KILN_RECOMPUTE_NONE: break;
+    }
+    be->matmul_backward(be, dt, d->dfch_gelu, g->fcprojw, g->fcprojb, d->dres, a->fch_gelu,
+                        w->fcprojw, BT, 4 * C, C, 0);
+    be->gelu_backward(be, dt, d->dfch, a->fch, d->dfch_gelu, BT * 4 * C);
+    be->matmul_backward(be, dt, d->dln, g->fcw, g->fcb, d->dfch, a->ln2, w->fcw, BT, C, 4 * C, 0);
+    be->layernorm_backward(be, dt, d->dres, g->ln2w, g->ln2b, d->dln, a->res2, w->ln2w,
+                           a->ln2_mean, a->ln2_rstd, BT, C);
 
-    be->matmul_backward(d->datty, g->attprojw, g->attprojb, d->dres, a->atty, w->attprojw, BT,
-                        C, C, 0);
-    be->attention_backward(d->dqkv, d->datt, d->datty, a->qkv, a->att, B, T, C, NH);
-    be->matmul_backward(d->dln, g->qkvw, g->qkvb, d->dqkv, a->ln1, w->qkvw, BT, C, 3 * C, 0);
-    be->layernorm_backward(d->dres, g->ln1w, g->ln1b, d->dln, x, w->ln1w, a->ln1_mean,
+    be->matmul_backward(be, dt, d->datty, g->attprojw, g->attprojb, d->dres, a->atty,
+                        w->attprojw, BT, C, C, 0);
+    be->attention_backward(be, dt, d->dqkv, m->att_scratch, d->datty, a->qkv, a->att, B, T, C,
+                           NH);
+    be->matmul_backward(be, dt, d->dln, g->qkvw, g->qkvb, d->dqkv, a->ln1, w->qkvw, BT, C, 3 * C,
+                        0);
+    be->layernorm_backward(be, dt, d->dres, g->ln1w, g->ln1b, d->dln, x, w->ln1w, a->ln1_mean,
                            a->ln1_rstd, BT, C);
 }
 
 /* ---- head: final LayerNorm, tied output projection, cross-entropy ---- */
 
-static void head_forward(kiln_gpt *m, int64_t B, int64_t T) {
-    int64_t C = m->cfg.n_embd, BT = B * T;
-    const float *x = block_input(m, m->cfg.n_layer);
-    m->be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnfw, m->p.lnfb, BT, C);
-    m->be->matmul_forward(m->logits, m->lnf, m->p.wte, NULL, BT, C, m->cfg.padded_vocab_size, 1);
+/* The final LayerNorm, unless the last block's fused tail computed it. */
+static void head_layernorm(kiln_gpt *m, int64_t BT) {
+    if (m->opt.fuse_residual_ln)
+        return;
+    int64_t C = m->cfg.n_embd;
+    m->be->layernorm_forward(m->be, m->dt, m->lnf, m->lnf_mean, m->lnf_rstd,
+                             block_input(m, m->cfg.n_layer), m->p.lnfw, m->p.lnfb, BT, C);
 }
 
-/* Leaves the gradient of the last block's output in d.dres. */
-static void head_backward(kiln_gpt *m, int64_t B, int64_t T, float grad_scale) {
-    const kiln_backend *be = m->be;
-    int64_t C = m->cfg.n_embd, BT = B * T, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
-    const float *x = block_input(m, m->cfg.n_layer);
-    /* Softmax is recomputed here, in place over the logits, rather than kept from forward:
-     * one pass over (BT,Vp) costs less than a second buffer of that size. */
-    be->crossentropy_forward_backward(m->losses, m->logits, m->logits, m->targets,
-                                      grad_scale / (float)BT, BT, V, Vp);
-    be->matmul_backward(m->d.dln, m->g.wte, NULL, m->logits, m->lnf, m->p.wte, BT, C, Vp, 1);
-    be->zero(m->d.dres, BT * C);
-    be->layernorm_backward(m->d.dres, m->g.lnfw, m->g.lnfb, m->d.dln, x, m->p.lnfw, m->lnf_mean,
-                           m->lnf_rstd, BT, C);
+/* Rows [r0, r0+n) of the classifier: logits, then the losses, and with dloss != 0 the
+ * logits' gradient in place and its backward: dlnf rows (d.dln) and dwte +=. */
+static void head_rows(kiln_gpt *m, int64_t r0, int64_t n, float dloss, int grad) {
+    kiln_backend *be = m->be;
+    kiln_dtype dt = m->dt;
+    int64_t C = m->cfg.n_embd, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
+    void *lnf = row(m->lnf, r0, C, dt);
+    be->matmul_forward(be, dt, m->logits, lnf, m->p.wte, NULL, n, C, Vp, 1, NULL);
+    be->crossentropy_forward_backward(be, dt, m->losses + r0, grad ? m->logits : NULL, m->logits,
+                                      m->targets + r0, dloss, n, V, Vp);
+    if (grad)
+        be->matmul_backward(be, dt, row(m->d.dln, r0, C, dt), m->g.wte, NULL, m->logits, lnf,
+                            m->p.wte, n, C, Vp, 1);
 }
 
-/* Checks the batch and runs the embedding and every block. */
+/* After d.dln holds the gradient of ln_f's output: ln_f's backward into d.dres, the
+ * gradient of the last block's output. */
+static void head_layernorm_backward(kiln_gpt *m, int64_t BT) {
+    kiln_backend *be = m->be;
+    int64_t C = m->cfg.n_embd;
+    be->zero(be, m->d.dres, (size_t)(BT * C) * kiln_dtype_size(m->dt));
+    be->layernorm_backward(be, m->dt, m->d.dres, m->g.lnfw, m->g.lnfb, m->d.dln,
+                           block_input(m, m->cfg.n_layer), m->p.lnfw, m->lnf_mean, m->lnf_rstd,
+                           BT, C);
+}
+
+/* The loss over the batch (in fixed order: the same bits on every run). */
+static float mean_loss(kiln_gpt *m, int64_t BT) {
+    return (float)(m->be->sum(m->be, m->losses, BT) / (double)BT);
+}
+
+/* Checks the batch and runs the embedding and every block; with_lnf: the last block's fused
+ * tail computes ln_f over every row (generation computes it for the last rows only). */
 static kiln_status body_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
-                                int64_t B, int64_t T) {
+                                int64_t B, int64_t T, int with_lnf) {
     if (B < 1 || B > m->maxB || T < 1 || T > m->maxT)
         return kiln_error_setf(KILN_ERR_ARG,
                                "batch %lld x %lld does not fit the model's plan of %lld x %lld",
                                (long long)B, (long long)T, (long long)m->maxB, (long long)m->maxT);
     int64_t BT = B * T, V = m->cfg.vocab_size;
     m->have_targets = 0;
+    m->logits_valid = 0;
     KILN_CHECK(check_ids(inputs, BT, T, V, "input"));
-    if (targets)
+    if (targets) {
         KILN_CHECK(check_ids(targets, BT, T, V, "target"));
+        memcpy(m->targets, targets, (size_t)BT * sizeof *targets);
+    }
     memcpy(m->inputs, inputs, (size_t)BT * sizeof *inputs);
     m->B = B;
     m->T = T;
     embed_forward(m, B, T);
     for (int64_t l = 0; l < m->cfg.n_layer; l++)
-        block_forward(m, l, B, T);
+        block_forward(m, l, B, T, l + 1 < m->cfg.n_layer || with_lnf ? BLOCK_TAIL : 0);
     return KILN_OK;
 }
 
 kiln_status kiln_gpt_forward_last(kiln_gpt *m, const int32_t *inputs, int64_t B, int64_t T) {
-    KILN_CHECK(body_forward(m, inputs, NULL, B, T));
+    KILN_CHECK(body_forward(m, inputs, NULL, B, T, 0));
+    kiln_backend *be = m->be;
     int64_t C = m->cfg.n_embd;
-    const float *x = block_input(m, m->cfg.n_layer);
+    const void *x = block_input(m, m->cfg.n_layer);
     for (int64_t b = 0; b < B; b++)
-        m->be->layernorm_forward(m->lnf + b * C, m->lnf_mean + b, m->lnf_rstd + b,
-                                 x + (b * T + T - 1) * C, m->p.lnfw, m->p.lnfb, 1, C);
-    m->be->matmul_forward(m->logits, m->lnf, m->p.wte, NULL, B, C, m->cfg.padded_vocab_size, 1);
+        be->layernorm_forward(be, m->dt, row(m->lnf, b, C, m->dt), m->lnf_mean + b,
+                              m->lnf_rstd + b, row((void *)x, b * T + T - 1, C, m->dt),
+                              m->p.lnfw, m->p.lnfb, 1, C);
+    be->matmul_forward(be, m->dt, m->logits, m->lnf, m->p.wte, NULL, B, C,
+                       m->cfg.padded_vocab_size, 1, NULL);
+    KILN_CHECK(be->synchronize(be));
+    m->logits_valid = 1;
     return KILN_OK;
 }
 
 kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
                              int64_t B, int64_t T, float *loss) {
-    KILN_CHECK(body_forward(m, inputs, targets, B, T));
-    int64_t BT = B * T, V = m->cfg.vocab_size;
-    head_forward(m, B, T);
-
+    KILN_CHECK(body_forward(m, inputs, targets, B, T, 1));
+    int64_t BT = B * T, C = m->cfg.n_embd, Vp = m->cfg.padded_vocab_size;
+    head_layernorm(m, BT);
     if (targets) {
-        memcpy(m->targets, targets, (size_t)BT * sizeof *targets);
-        m->be->crossentropy_forward_backward(m->losses, NULL, m->logits, m->targets, 0.0f, BT, V,
-                                             m->cfg.padded_vocab_size);
-        double sum = 0.0; /* fixed order: the same bits on every run */
-        for (int64_t i = 0; i < BT; i++)
-            sum += m->losses[i];
+        /* the losses chunk by chunk; the logits stay only when one chunk holds them all */
+        for (int64_t r0 = 0; r0 < BT; r0 += m->logit_rows) {
+            int64_t n = BT - r0 < m->logit_rows ? BT - r0 : m->logit_rows;
+            head_rows(m, r0, n, 0.0f, 0);
+        }
+        m->logits_valid = m->logit_rows >= BT;
+        float l = mean_loss(m, BT);
         if (loss)
-            *loss = (float)(sum / (double)BT);
+            *loss = l;
         m->have_targets = 1;
+    } else if (m->logit_rows >= BT) {
+        m->be->matmul_forward(m->be, m->dt, m->logits, m->lnf, m->p.wte, NULL, BT, C, Vp, 1, NULL);
+        m->logits_valid = 1;
+    } else {
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "logits of %lld rows do not fit this model's classifier chunk of "
+                               "%lld rows: give targets, or build it with classifier_chunk 0",
+                               (long long)BT, (long long)m->logit_rows);
     }
+    return m->be->synchronize(m->be);
+}
+
+/* Blocks and embedding backward, after the head's. */
+static kiln_status body_backward(kiln_gpt *m, int64_t B, int64_t T) {
+    for (int64_t l = m->cfg.n_layer - 1; l >= 0; l--)
+        block_backward(m, l, B, T);
+    embed_backward(m, B, T);
+    m->have_targets = 0;
+    m->logits_valid = 0; /* they now hold their gradient, or nothing */
+    return m->be->synchronize(m->be);
+}
+
+static kiln_status check_trainable(const kiln_gpt *m) {
+    if (m->opt.inference)
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "this model was built for inference: no backward");
     return KILN_OK;
 }
 
 kiln_status kiln_gpt_backward(kiln_gpt *m, float grad_scale) {
-    if (m->inference)
-        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
-                               "this model was built for inference: no backward");
+    KILN_CHECK(check_trainable(m));
     if (!m->have_targets)
         return kiln_error_setf(KILN_ERR_ARG, "backward needs a forward with targets before it");
-    int64_t B = m->B, T = m->T;
-    head_backward(m, B, T, grad_scale);
-    for (int64_t l = m->cfg.n_layer - 1; l >= 0; l--)
-        block_backward(m, l, B, T);
-    embed_backward(m, B, T);
-    m->have_targets = 0; /* the logits now hold their gradient */
-    return KILN_OK;
+    int64_t B = m->B, T = m->T, BT = B * T;
+    float dloss = grad_scale / (float)BT;
+    if (m->logits_valid) {
+        /* Softmax is recomputed here, in place over the kept logits, rather than kept from
+         * forward: one pass over (BT,Vp) costs less than a second buffer of that size. */
+        kiln_backend *be = m->be;
+        int64_t C = m->cfg.n_embd, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
+        be->crossentropy_forward_backward(be, m->dt, m->losses, m->logits, m->logits, m->targets,
+                                          dloss, BT, V, Vp);
+        be->matmul_backward(be, m->dt, m->d.dln, m->g.wte, NULL, m->logits, m->lnf, m->p.wte, BT,
+                            C, Vp, 1);
+    } else {
+        for (int64_t r0 = 0; r0 < BT; r0 += m->logit_rows) /* the chunks again */
+            head_rows(m, r0, BT - r0 < m->logit_rows ? BT - r0 : m->logit_rows, dloss, 1);
+    }
+    head_layernorm_backward(m, BT);
+    return body_backward(m, B, T);
+}
+
+kiln_status kiln_gpt_forward_backward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
+                                      int64_t B, int64_t T, float grad_scale, float *loss) {
+    KILN_CHECK(check_trainable(m));
+    if (!targets)
+        return kiln_error_setf(KILN_ERR_ARG, "forward_backward needs targets");
+    KILN_CHECK(body_forward(m, inputs, targets, B, T, 1));
+    int64_t BT = B * T;
+    head_layernorm(m, BT);
+    float dloss = grad_scale / (float)BT;
+    for (int64_t r0 = 0; r0 < BT; r0 += m->logit_rows)
+        head_rows(m, r0, BT - r0 < m->logit_rows ? BT - r0 : m->logit_rows, dloss, 1);
+    float l = mean_loss(m, BT);
+    if (loss)
+        *loss = l;
+    head_layernorm_backward(m, BT);
+    return body_backward(m, B, T);
 }
 
 void kiln_gpt_zero_grad(kiln_gpt *m) {
     if (m->grads)
-        m->be->zero(m->grads, m->slab_len);
+        m->be->zero(m->be, m->grads, (size_t)m->slab_len * sizeof(float));
 }
 
-const float *kiln_gpt_logits(const kiln_gpt *m) { return m->logits; }
+const void *kiln_gpt_logits(const kiln_gpt *m) { return m->logits_valid ? m->logits : NULL; }
+
+kiln_status kiln_gpt_logits_f32(const kiln_gpt *m, int64_t rows, float *out) {
+    if (!m->logits_valid)
+        return kiln_error_setf(KILN_ERR_ARG, "the model holds no logits (a chunked head keeps "
+                                             "none, and backward turns them into gradients)");
+    int64_t n = rows * m->cfg.padded_vocab_size;
+    if (m->dt == KILN_DTYPE_F32) {
+        m->be->copy(m->be, out, m->logits, (size_t)n * sizeof(float), KILN_COPY_TO_HOST);
+    } else {
+        /* widen on the device into the tail of out's bytes is not possible in general: copy
+         * the narrow values to the host first, then widen there, back to front */
+        m->be->copy(m->be, out, m->logits, (size_t)n * kiln_dtype_size(m->dt), KILN_COPY_TO_HOST);
+        const uint16_t *h = (const uint16_t *)out;
+        for (int64_t i = n - 1; i >= 0; i--) {
+            uint16_t v = h[i];
+            out[i] = m->dt == KILN_DTYPE_BF16 ? kiln_bf16_to_f32(v) : kiln_f16_to_f32(v);
+        }
+    }
+    return m->be->synchronize(m->be);
+}
+
 const float *kiln_gpt_losses(const kiln_gpt *m) { return m->losses; }
+
+static const char *const recompute_names[] = {"none", "gelu", "attention", "block"};
+
+kiln_status kiln_recompute_parse(const char *s, kiln_recompute *out) {
+    for (int i = 0; s && i < 4; i++)
+        if (!strcmp(s, recompute_names[i])) {
+            *out = (kiln_recompute)i;
+            return KILN_OK;
+        }
+    return kiln_error_setf(KILN_ERR_ARG,
+                           "unknown recompute \"%s\" (expected none, gelu, attention or block)",
+                           s ? s : "(null)");
+}
+
+const char *kiln_recompute_name(kiln_recompute r) {
+    return (unsigned)r < 4 ? recompute_names[r] : "?";
+}

@@ -1,76 +1,106 @@
 /* Internal layout of the GPT model: named views into the parameter, gradient and
- * activation slabs. */
+ * activation memory, and the activation plan. */
 #ifndef KILN_MODEL_GPT_INTERNAL_H
 #define KILN_MODEL_GPT_INTERNAL_H
 
 #include "kiln/model.h"
 
-/* One block's parameters (or gradients): views into a slab. */
+/* One block's working weights (in the model's dtype): views into the parameter slab. */
 typedef struct gpt_block_params {
-    float *ln1w, *ln1b;         /* (C) */
-    float *qkvw, *qkvb;         /* (C,3C), (3C) */
-    float *attprojw, *attprojb; /* (C,C), (C) */
-    float *ln2w, *ln2b;         /* (C) */
-    float *fcw, *fcb;           /* (C,4C), (4C) */
-    float *fcprojw, *fcprojb;   /* (4C,C), (C) */
+    void *ln1w, *ln1b;         /* (C) */
+    void *qkvw, *qkvb;         /* (C,3C), (3C) */
+    void *attprojw, *attprojb; /* (C,C), (C) */
+    void *ln2w, *ln2b;         /* (C) */
+    void *fcw, *fcb;           /* (C,4C), (4C) */
+    void *fcprojw, *fcprojb;   /* (4C,C), (C) */
 } gpt_block_params;
 
 typedef struct gpt_params {
-    float *wte;              /* (Vp,C); rows V..Vp-1 are padding, always 0 */
-    float *wpe;              /* (maxT,C) */
+    void *wte;               /* (Vp,C); rows V..Vp-1 are padding, always 0 */
+    void *wpe;               /* (maxT,C) */
     gpt_block_params *block; /* [L] */
-    float *lnfw, *lnfb;      /* (C) */
+    void *lnfw, *lnfb;       /* (C) */
 } gpt_params;
 
-/* One block's saved activations, sized for the planned maximum B and T; a smaller batch
- * uses the leading part of each buffer. */
+/* The same for the fp32 gradient slab. */
+typedef struct gpt_block_grads {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} gpt_block_grads;
+
+typedef struct gpt_grads {
+    float *wte, *wpe;
+    gpt_block_grads *block;
+    float *lnfw, *lnfb;
+} gpt_grads;
+
+/* One block's activations, sized for the planned maximum B and T (a smaller batch uses the
+ * leading part of each buffer), in the model's dtype unless marked fp32. Which of them a
+ * block owns and which are shared with other blocks is the plan's business (gpt_plan.c):
+ * what recomputation drops, and everything in inference, is shared by lifetime. */
 typedef struct gpt_block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C), (B,T), (B,T) */
-    float *qkv;                       /* (B,T,3C) */
-    float *atty;                      /* (B,T,C) heads' outputs */
-    float *att;                       /* (B,NH,T,T) attention probabilities */
-    float *res2;                      /* (B,T,C) residual after attention */
-    float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C), (B,T), (B,T) */
-    float *fch;                       /* (B,T,4C) before GELU */
-    float *fch_gelu;                  /* (B,T,4C) */
-    float *res3;                      /* (B,T,C) block output */
+    void *ln1;                     /* (B,T,C) */
+    float *ln1_mean, *ln1_rstd;    /* (B,T), (B,T) fp32 */
+    void *qkv;                     /* (B,T,3C) */
+    void *att;                     /* the backend's attention state (attention_saved_bytes) */
+    void *atty;                    /* (B,T,C) heads' outputs */
+    void *res2;                    /* (B,T,C) residual after attention */
+    void *ln2;                     /* (B,T,C) */
+    float *ln2_mean, *ln2_rstd;    /* (B,T), (B,T) fp32 */
+    void *fch;                     /* (B,T,4C) before GELU */
+    void *fch_gelu;                /* (B,T,4C) */
+    void *res3;                    /* (B,T,C) block output: the next block's input */
+    void *tmp;                     /* (B,T,C) a product's output before a fused residual add */
 } gpt_block_acts;
 
 /* Gradients of activations, reused by every block in backward. */
 typedef struct gpt_grad_scratch {
-    float *dres;      /* (B,T,C) gradient of the residual stream */
-    float *dln;       /* (B,T,C) gradient of a LayerNorm output */
-    float *datty;     /* (B,T,C) */
-    float *dqkv;      /* (B,T,3C) */
-    float *dfch;      /* (B,T,4C) */
-    float *dfch_gelu; /* (B,T,4C) */
-    float *datt;      /* (B,NH,T,T) */
+    void *dres;      /* (B,T,C) gradient of the residual stream */
+    void *dln;       /* (B,T,C) gradient of a LayerNorm output */
+    void *datty;     /* (B,T,C) */
+    void *dqkv;      /* (B,T,3C) */
+    void *dfch;      /* (B,T,4C) */
+    void *dfch_gelu; /* (B,T,4C) */
 } gpt_grad_scratch;
 
 struct kiln_gpt {
     kiln_gpt_config cfg;
-    const kiln_backend *be;
+    kiln_gpt_options opt;
+    kiln_dtype dt; /* opt.dtype */
+    kiln_backend *be;
     int64_t maxB, maxT;
 
-    float *params, *grads; /* slabs of slab_len floats */
+    void *params; /* working weights, slab_len elements of dt */
+    float *grads; /* slab_len floats */
     int64_t slab_len;
     kiln_tensor_info *tensors;
     int ntensors;
-    gpt_params p, g; /* views into params and grads */
+    gpt_params p; /* views into params */
+    gpt_grads g;  /* views into grads */
 
-    float *acts; /* one slab for every activation and scratch buffer */
-    size_t acts_bytes;
-    float *encoded; /* (B,T,C) */
+    void *acts; /* the activation arena: every activation and scratch buffer */
+    size_t acts_bytes, workspace_bytes;
+    void *encoded; /* (B,T,C) */
     gpt_block_acts *blocks;
-    float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
-    float *logits;                    /* (B,T,Vp); holds dlogits after backward */
-    float *losses;                    /* (B,T) */
+    void *lnf;                  /* (B,T,C) */
+    float *lnf_mean, *lnf_rstd; /* (B,T) fp32 */
+    void *logits;               /* (logit_rows,Vp); holds dlogits after backward */
+    int64_t logit_rows;         /* B*T, or the classifier chunk (at least maxB) */
+    float *losses;              /* (B,T) fp32 */
+    void *att_scratch;          /* the backend's attention workspace */
     gpt_grad_scratch d;
-    int32_t *inputs, *targets; /* the last forward's batch (B,T) */
+    int32_t *inputs, *targets; /* the last forward's batch (B,T), host memory */
 
-    int64_t B, T;     /* sizes of the last forward */
-    int have_targets; /* the last forward had targets and backward may run */
-    int inference;    /* forward only: no gradients, one block's activations shared by all */
+    int64_t B, T;      /* sizes of the last forward */
+    int have_targets;  /* the last forward had targets and backward may run */
+    int logits_valid;  /* kiln_gpt_logits holds the last forward's logits */
 };
+
+/* gpt_plan.c: lay out every activation and scratch buffer of m (sizes from m->cfg, m->opt,
+ * m->maxB, m->maxT and the backend) in one arena, buffers whose lifetimes in a step do not
+ * overlap sharing bytes. With base NULL it only measures; returns the arena's bytes (0 when
+ * the plan cannot be made), and the bytes of scratch buffers in *workspace (may be NULL).
+ * With base, it points m's views into it. */
+size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace);
 
 #endif

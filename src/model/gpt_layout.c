@@ -9,6 +9,11 @@
 #include "kiln/core.h"
 #include "model/gpt_internal.h"
 
+/* Element k of a slab of dtype dt. */
+static inline void *slab_at(void *slab, int64_t k, kiln_dtype dt) {
+    return (char *)slab + k * (int64_t)kiln_dtype_size(dt);
+}
+
 typedef struct layout_builder {
     kiln_tensor_info *t;
     int n;
@@ -64,79 +69,40 @@ static int64_t build_layout(kiln_gpt *m) {
     return lb.offset;
 }
 
-/* Point views at a slab, following the tensor table's order. */
-static void bind_views(const kiln_gpt *m, gpt_params *v, float *slab) {
+/* Point views at the slabs, following the tensor table's order. */
+static void bind_params(const kiln_gpt *m, gpt_params *v, void *slab) {
+    const kiln_tensor_info *t = m->tensors;
+    kiln_dtype dt = m->dt;
+    v->wte = slab_at(slab, t[0].offset, dt);
+    v->wpe = slab_at(slab, t[1].offset, dt);
+    for (int64_t l = 0; l < m->cfg.n_layer; l++) {
+        const kiln_tensor_info *b = &t[2 + 12 * l];
+        gpt_block_params *bp = &v->block[l];
+        void **fields[12] = {&bp->ln1w,     &bp->ln1b,     &bp->qkvw,    &bp->qkvb,
+                             &bp->attprojw, &bp->attprojb, &bp->ln2w,    &bp->ln2b,
+                             &bp->fcw,      &bp->fcb,      &bp->fcprojw, &bp->fcprojb};
+        for (int k = 0; k < 12; k++)
+            *fields[k] = slab_at(slab, b[k].offset, dt);
+    }
+    v->lnfw = slab_at(slab, t[m->ntensors - 2].offset, dt);
+    v->lnfb = slab_at(slab, t[m->ntensors - 1].offset, dt);
+}
+
+static void bind_grads(const kiln_gpt *m, gpt_grads *v, float *slab) {
     const kiln_tensor_info *t = m->tensors;
     v->wte = slab + t[0].offset;
     v->wpe = slab + t[1].offset;
     for (int64_t l = 0; l < m->cfg.n_layer; l++) {
         const kiln_tensor_info *b = &t[2 + 12 * l];
-        gpt_block_params *bp = &v->block[l];
-        float **fields[12] = {&bp->ln1w,     &bp->ln1b,     &bp->qkvw, &bp->qkvb,
-                              &bp->attprojw, &bp->attprojb, &bp->ln2w, &bp->ln2b,
-                              &bp->fcw,      &bp->fcb,      &bp->fcprojw, &bp->fcprojb};
+        gpt_block_grads *bg = &v->block[l];
+        float **fields[12] = {&bg->ln1w,     &bg->ln1b,     &bg->qkvw,    &bg->qkvb,
+                              &bg->attprojw, &bg->attprojb, &bg->ln2w,    &bg->ln2b,
+                              &bg->fcw,      &bg->fcb,      &bg->fcprojw, &bg->fcprojb};
         for (int k = 0; k < 12; k++)
             *fields[k] = slab + b[k].offset;
     }
     v->lnfw = slab + t[m->ntensors - 2].offset;
     v->lnfb = slab + t[m->ntensors - 1].offset;
-}
-
-/* Carve the activation slab. With base == NULL it only counts, writing no view (so a model
- * that holds only its config, sizes and inference flag can be counted); returns the floats
- * needed. */
-static int64_t carve_acts(kiln_gpt *m, float *base) {
-    int64_t B = m->maxB, T = m->maxT, C = m->cfg.n_embd, NH = m->cfg.n_head;
-    int64_t BT = B * T, Vp = m->cfg.padded_vocab_size;
-    int64_t off = 0;
-    gpt_block_acts unused;
-    /* Each buffer starts on a 64-byte boundary for aligned vector loads. */
-#define CARVE(ptr, n)                                 \
-    do {                                              \
-        if (base)                                     \
-            (ptr) = base + off;                       \
-        off += ((int64_t)(n) + 15) / 16 * 16;         \
-    } while (0)
-    CARVE(m->encoded, BT * C);
-    /* Forward alone reads a block's activations only while that block runs (its output
-     * is written after its input's last read), so in inference every block uses block 0's. */
-    int64_t carved = m->inference ? 1 : m->cfg.n_layer;
-    for (int64_t l = 0; l < carved; l++) {
-        gpt_block_acts *a = base ? &m->blocks[l] : &unused;
-        CARVE(a->ln1, BT * C);
-        CARVE(a->ln1_mean, BT);
-        CARVE(a->ln1_rstd, BT);
-        CARVE(a->qkv, BT * 3 * C);
-        CARVE(a->atty, BT * C);
-        CARVE(a->att, B * NH * T * T);
-        CARVE(a->res2, BT * C);
-        CARVE(a->ln2, BT * C);
-        CARVE(a->ln2_mean, BT);
-        CARVE(a->ln2_rstd, BT);
-        CARVE(a->fch, BT * 4 * C);
-        CARVE(a->fch_gelu, BT * 4 * C);
-        CARVE(a->res3, BT * C);
-    }
-    if (base)
-        for (int64_t l = carved; l < m->cfg.n_layer; l++)
-            m->blocks[l] = m->blocks[0];
-    gpt_grad_scratch *d = &m->d;
-    CARVE(m->lnf, BT * C);
-    CARVE(m->lnf_mean, BT);
-    CARVE(m->lnf_rstd, BT);
-    CARVE(m->logits, BT * Vp);
-    CARVE(m->losses, BT);
-    if (!m->inference) {
-        CARVE(d->dres, BT * C);
-        CARVE(d->dln, BT * C);
-        CARVE(d->datty, BT * C);
-        CARVE(d->dqkv, BT * 3 * C);
-        CARVE(d->dfch, BT * 4 * C);
-        CARVE(d->dfch_gelu, BT * 4 * C);
-        CARVE(d->datt, B * NH * T * T);
-    }
-#undef CARVE
-    return off;
 }
 
 /* Sizes a model of cfg (validated here into *cfg) can be planned for. */
@@ -155,30 +121,70 @@ static kiln_status check_sizes(kiln_gpt_config *cfg, int64_t B, int64_t T) {
     return KILN_OK;
 }
 
+kiln_gpt_options kiln_gpt_options_default(void) {
+    kiln_gpt_options o;
+    memset(&o, 0, sizeof o);
+    o.dtype = KILN_DTYPE_F32;
+    o.recompute = KILN_RECOMPUTE_NONE;
+    o.fuse_gelu = 1;
+    o.fuse_residual_ln = 1;
+    o.classifier_chunk = 0;
+    return o;
+}
+
+static kiln_status check_options(const kiln_gpt_options *o) {
+    if ((unsigned)o->dtype >= KILN_DTYPE_COUNT)
+        return kiln_error_setf(KILN_ERR_ARG, "model dtype %d is not one of fp32, bf16, fp16",
+                               (int)o->dtype);
+    if ((unsigned)o->recompute > KILN_RECOMPUTE_BLOCK)
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "recompute %d is not one of none, gelu, attention, block",
+                               (int)o->recompute);
+    if (o->classifier_chunk < 0)
+        return kiln_error_setf(KILN_ERR_ARG, "classifier chunk %lld must be >= 0",
+                               (long long)o->classifier_chunk);
+    return KILN_OK;
+}
+
 kiln_status kiln_gpt_memory_plan_for(const kiln_gpt_config *cfg_in, int64_t B, int64_t T,
-                                     int inference, kiln_gpt_memory *out) {
+                                     const kiln_gpt_options *opt, kiln_backend *be,
+                                     kiln_gpt_memory *out) {
     if (!cfg_in || !out)
         return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_memory_plan_for: NULL argument");
     memset(out, 0, sizeof *out);
     kiln_gpt m;
     memset(&m, 0, sizeof m);
     m.cfg = *cfg_in;
+    m.opt = opt ? *opt : kiln_gpt_options_default();
+    KILN_CHECK(check_options(&m.opt));
     KILN_CHECK(check_sizes(&m.cfg, B, T));
+    m.dt = m.opt.dtype;
+    m.be = be ? be : kiln_backend_cpu();
     m.maxB = B;
     m.maxT = T;
-    m.inference = inference != 0;
     /* The slab: every parameter and the padded embedding rows (see build_layout). */
     int64_t slab = kiln_gpt_config_num_params(&m.cfg) +
                    (m.cfg.padded_vocab_size - m.cfg.vocab_size) * m.cfg.n_embd;
-    out->params = (size_t)slab * sizeof(float);
-    out->grads = inference ? 0 : out->params;
-    out->activations = (size_t)carve_acts(&m, NULL) * sizeof(float);
-    out->total = out->params + out->grads + out->activations;
+    out->params = (size_t)slab * kiln_dtype_size(m.dt);
+    out->grads = m.opt.inference ? 0 : (size_t)slab * sizeof(float);
+    size_t arena = kiln__gpt_plan_acts(&m, NULL, &out->workspace);
+    if (arena == 0)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot plan the activations");
+    out->activations = arena - out->workspace;
+    out->total = out->params + out->grads + arena;
     return KILN_OK;
 }
 
 /* The model's own memory must fit what the process can still take: one message with the
  * whole plan, before any of it is taken. */
+static kiln_status device_alloc(kiln_gpt *m, void **out, size_t bytes, const char *what) {
+    *out = m->be->alloc(m->be, bytes);
+    if (!*out)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %.1f MiB of %s on the %s backend",
+                               (double)bytes / (1024.0 * 1024.0), what, m->be->name);
+    return KILN_OK;
+}
+
 static kiln_status check_fits(const kiln_gpt_memory *mem) {
     const char *what = NULL;
     size_t avail = kiln_memory_available(&what);
@@ -187,32 +193,35 @@ static kiln_status check_fits(const kiln_gpt_memory *mem) {
     double mib = 1024.0 * 1024.0;
     return kiln_error_setf(KILN_ERR_NOMEM,
                            "the model needs %.1f MiB (parameters %.1f MiB, gradients %.1f MiB, "
-                           "activations %.1f MiB) but %.1f MiB is available (%s): use a smaller "
-                           "batch or sequence length, or a smaller model",
+                           "activations and workspace %.1f MiB) but %.1f MiB is available (%s): "
+                           "use a smaller batch or sequence length, or a smaller model",
                            (double)mem->total / mib, (double)mem->params / mib,
-                           (double)mem->grads / mib, (double)mem->activations / mib,
+                           (double)mem->grads / mib,
+                           (double)(mem->activations + mem->workspace) / mib,
                            (double)avail / mib, what);
 }
 
-static kiln_status gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64_t B,
-                              int64_t T, const kiln_backend *be, int inference) {
+kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64_t B, int64_t T,
+                            const kiln_gpt_options *opt, kiln_backend *be) {
     *out = NULL;
     kiln_gpt_config cfg = *cfg_in;
-    kiln_gpt_memory plan;
-    KILN_CHECK(kiln_gpt_memory_plan_for(&cfg, B, T, inference, &plan));
-    KILN_CHECK(check_fits(&plan));
-    KILN_CHECK(kiln_gpt_config_validate(&cfg));
+    kiln_gpt_options o = opt ? *opt : kiln_gpt_options_default();
     if (!be)
         be = kiln_backend_cpu();
+    kiln_gpt_memory plan;
+    KILN_CHECK(kiln_gpt_memory_plan_for(&cfg, B, T, &o, be, &plan));
+    KILN_CHECK(check_fits(&plan));
+    KILN_CHECK(kiln_gpt_config_validate(&cfg));
     if (be->prepare)
-        KILN_CHECK(be->prepare());
+        KILN_CHECK(be->prepare(be));
     kiln_status s = KILN_ERR_NOMEM;
     kiln_gpt *m = calloc(1, sizeof *m);
     if (!m)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the model");
     m->cfg = cfg;
+    m->opt = o;
+    m->dt = o.dtype;
     m->be = be;
-    m->inference = inference;
     m->maxB = B;
     m->maxT = T;
     int64_t L = cfg.n_layer;
@@ -227,16 +236,19 @@ static kiln_status gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int
         goto fail;
     }
     m->slab_len = build_layout(m);
-    size_t slab_bytes = (size_t)m->slab_len * sizeof(float);
-    KILN_CHECK_GOTO(s, kiln_alloc_checked((void **)&m->params, slab_bytes, "parameters"), fail);
-    bind_views(m, &m->p, m->params);
-    if (!inference) {
-        KILN_CHECK_GOTO(s, kiln_alloc_checked((void **)&m->grads, slab_bytes, "gradients"), fail);
-        bind_views(m, &m->g, m->grads);
+    KILN_CHECK_GOTO(s, device_alloc(m, &m->params, (size_t)m->slab_len * kiln_dtype_size(m->dt),
+                                    "parameters"),
+                    fail);
+    bind_params(m, &m->p, m->params);
+    if (!o.inference) {
+        KILN_CHECK_GOTO(s, device_alloc(m, (void **)&m->grads,
+                                        (size_t)m->slab_len * sizeof(float), "gradients"),
+                        fail);
+        bind_grads(m, &m->g, m->grads);
     }
-    m->acts_bytes = (size_t)carve_acts(m, NULL) * sizeof(float);
-    KILN_CHECK_GOTO(s, kiln_alloc_checked((void **)&m->acts, m->acts_bytes, "activations"), fail);
-    carve_acts(m, m->acts);
+    m->acts_bytes = kiln__gpt_plan_acts(m, NULL, &m->workspace_bytes);
+    KILN_CHECK_GOTO(s, device_alloc(m, &m->acts, m->acts_bytes, "activations"), fail);
+    kiln__gpt_plan_acts(m, m->acts, NULL);
     *out = m;
     return KILN_OK;
 fail:
@@ -244,22 +256,22 @@ fail:
     return s;
 }
 
-kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg, int64_t B, int64_t T,
-                            const kiln_backend *be) {
-    return gpt_create(out, cfg, B, T, be, 0);
-}
-
 kiln_status kiln_gpt_create_inference(kiln_gpt **out, const kiln_gpt_config *cfg, int64_t B,
-                                      int64_t T, const kiln_backend *be) {
-    return gpt_create(out, cfg, B, T, be, 1);
+                                      int64_t T, kiln_dtype dtype, kiln_backend *be) {
+    kiln_gpt_options o = kiln_gpt_options_default();
+    o.inference = 1;
+    o.dtype = dtype;
+    return kiln_gpt_create(out, cfg, B, T, &o, be);
 }
 
 void kiln_gpt_free(kiln_gpt *m) {
     if (!m)
         return;
-    kiln_free(m->acts);
-    kiln_free(m->grads);
-    kiln_free(m->params);
+    if (m->be) {
+        m->be->free(m->be, m->acts);
+        m->be->free(m->be, m->grads);
+        m->be->free(m->be, m->params);
+    }
     free(m->targets);
     free(m->inputs);
     free(m->blocks);
@@ -269,32 +281,68 @@ void kiln_gpt_free(kiln_gpt *m) {
     free(m);
 }
 
-void kiln_gpt_init_weights(kiln_gpt *m, uint64_t seed) {
+/* GPT-2's initial values in slab order, handed out in runs of at most 256 floats to
+ * put(ctx, offset, values, n); the padded rows and biases are zeros. One generator for the
+ * working weights (rounded) and for an fp32 master slab, so both hold the same values. */
+static void init_values(const kiln_gpt *m, uint64_t seed,
+                        void (*put)(void *ctx, int64_t off, const float *x, int64_t n),
+                        void *ctx) {
     kiln_rng rng;
     kiln_rng_seed(&rng, seed);
     float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
-    memset(m->params, 0, (size_t)m->slab_len * sizeof(float));
-    for (int i = 0; i < m->ntensors; i++) {
-        const kiln_tensor_info *t = &m->tensors[i];
-        float *x = m->params + t->offset;
-        int is_ln = strstr(t->name, "ln_") != NULL;
-        if (is_ln && strstr(t->name, ".weight")) {
-            for (int64_t k = 0; k < t->numel; k++)
-                x[k] = 1.0f;
-        } else if (t->ndim == 2) {
-            int resid = strstr(t->name, "c_proj.weight") != NULL;
-            float std = resid ? resid_std : 0.02f;
-            for (int64_t k = 0; k < t->numel; k++)
-                x[k] = std * kiln_rng_normal(&rng);
-        } /* biases stay 0 */
+    float buf[256];
+    int64_t at = 0; /* slab elements handed out so far */
+    for (int i = 0; i <= m->ntensors; i++) {
+        const kiln_tensor_info *t = i < m->ntensors ? &m->tensors[i] : NULL;
+        int64_t gap_end = t ? t->offset : m->slab_len;
+        memset(buf, 0, sizeof buf);
+        for (; at < gap_end; at += 256) /* what no tensor covers: zeros */
+            put(ctx, at, buf, gap_end - at < 256 ? gap_end - at : 256);
+        at = gap_end;
+        if (!t)
+            break;
+        int ln_weight = strstr(t->name, "ln_") != NULL && strstr(t->name, ".weight") != NULL;
+        int resid = strstr(t->name, "c_proj.weight") != NULL;
+        float std = resid ? resid_std : 0.02f;
+        for (int64_t k = 0; k < t->numel; k += 256) {
+            int64_t n = t->numel - k < 256 ? t->numel - k : 256;
+            for (int64_t j = 0; j < n; j++)
+                buf[j] = ln_weight ? 1.0f : t->ndim == 2 ? std * kiln_rng_normal(&rng) : 0.0f;
+            put(ctx, t->offset + k, buf, n);
+        }
+        at = t->offset + t->numel;
     }
 }
 
+static void put_f32(void *ctx, int64_t off, const float *x, int64_t n) {
+    memcpy((float *)ctx + off, x, (size_t)n * sizeof(float));
+}
+
+static void put_work(void *ctx, int64_t off, const float *x, int64_t n) {
+    kiln_gpt *m = ctx;
+    uint16_t half[256];
+    const void *src = x;
+    if (m->dt != KILN_DTYPE_F32) {
+        kiln_convert(half, m->dt, x, KILN_DTYPE_F32, n);
+        src = half;
+    }
+    m->be->copy(m->be, slab_at(m->params, off, m->dt), src, (size_t)n * kiln_dtype_size(m->dt),
+                KILN_COPY_TO_DEVICE);
+}
+
+void kiln_gpt_init_weights(kiln_gpt *m, uint64_t seed) { init_values(m, seed, put_work, m); }
+
+void kiln_gpt_init_weights_f32(const kiln_gpt *m, uint64_t seed, float *slab) {
+    init_values(m, seed, put_f32, slab);
+}
+
 const kiln_gpt_config *kiln_gpt_get_config(const kiln_gpt *m) { return &m->cfg; }
-const kiln_backend *kiln_gpt_backend(const kiln_gpt *m) { return m->be; }
+const kiln_gpt_options *kiln_gpt_get_options(const kiln_gpt *m) { return &m->opt; }
+kiln_backend *kiln_gpt_backend(const kiln_gpt *m) { return m->be; }
+kiln_dtype kiln_gpt_dtype(const kiln_gpt *m) { return m->dt; }
 int64_t kiln_gpt_max_batch(const kiln_gpt *m) { return m->maxB; }
 int64_t kiln_gpt_max_seq(const kiln_gpt *m) { return m->maxT; }
-float *kiln_gpt_params(kiln_gpt *m) { return m->params; }
+void *kiln_gpt_params(kiln_gpt *m) { return m->params; }
 float *kiln_gpt_grads(kiln_gpt *m) { return m->grads; }
 int64_t kiln_gpt_slab_len(const kiln_gpt *m) { return m->slab_len; }
 int kiln_gpt_num_tensors(const kiln_gpt *m) { return m->ntensors; }
@@ -312,17 +360,19 @@ int kiln_gpt_find_tensor(const kiln_gpt *m, const char *name) {
 
 kiln_gpt_memory kiln_gpt_memory_plan(const kiln_gpt *m) {
     kiln_gpt_memory mem;
-    mem.params = (size_t)m->slab_len * sizeof(float);
-    mem.grads = m->grads ? mem.params : 0;
-    mem.activations = m->acts_bytes;
-    mem.total = mem.params + mem.grads + mem.activations;
+    mem.params = (size_t)m->slab_len * kiln_dtype_size(m->dt);
+    mem.grads = m->grads ? (size_t)m->slab_len * sizeof(float) : 0;
+    mem.workspace = m->workspace_bytes;
+    mem.activations = m->acts_bytes - m->workspace_bytes;
+    mem.total = mem.params + mem.grads + m->acts_bytes;
     return mem;
 }
 
 kiln_status kiln_gpt_check_finite(const kiln_gpt *m) {
     for (int i = 0; i < m->ntensors; i++) {
         const kiln_tensor_info *t = &m->tensors[i];
-        if (!isfinite(m->be->sumsq(m->params + t->offset, t->numel)))
+        if (!isfinite(m->be->sumsq(m->be, m->dt, slab_at(m->params, t->offset, m->dt),
+                                   t->numel)))
             return kiln_error_setf(KILN_ERR_RANGE, "tensor %s holds NaN or infinite values",
                                    t->name);
     }

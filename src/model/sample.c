@@ -92,9 +92,12 @@ kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, f
                                "the prompt is %lld tokens, more than the %lld the model was "
                                "planned for (its context)",
                                (long long)n, (long long)maxT);
-    float *scratch = malloc((size_t)(2 * V) * sizeof *scratch);
+    int64_t Vp = cfg->padded_vocab_size;
+    /* the last logits widened to fp32 (Vp), then the sampler's scratch (2V) */
+    float *scratch = malloc((size_t)(Vp + 2 * V) * sizeof *scratch);
     if (!scratch)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate sampling scratch");
+    float *last = scratch + 2 * V;
     kiln_rng rng;
     kiln_rng_seed(&rng, seed);
     kiln_status s = KILN_OK;
@@ -103,7 +106,8 @@ kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, f
         s = kiln_gpt_forward_last(m, ids + len - T, 1, T);
         if (s)
             break;
-        const float *last = kiln_gpt_logits(m);
+        if ((s = kiln_gpt_logits_f32(m, 1, last)) != KILN_OK)
+            break;
         int finite = 1;
         for (int64_t k = 0; k < V; k++)
             finite &= isfinite(last[k]);

@@ -14,11 +14,13 @@
 
 struct kiln_optim {
     kiln_optim_config cfg;
-    const kiln_backend *be;
-    int64_t n;                /* slab length in floats */
-    kiln_param_range *ranges; /* sorted by offset, disjoint, adjacent same-decay ranges merged */
+    kiln_backend *be;
+    kiln_optim_slab slab;     /* lo, hi set (hi > 0 unless the slab is empty) */
+    int64_t n;                /* hi - lo: elements this optimizer owns */
+    kiln_param_range *ranges; /* inside [lo, hi), sorted, disjoint, same-decay neighbours merged */
     int nranges;
-    float *state[2]; /* (n) each; see kiln_optim_state for what they hold */
+    float *state[2]; /* (n) each, element 0 at slab offset lo; see kiln_optim_state */
+    float *master;   /* (n) fp32 master weights when the working weights are narrower */
     int64_t steps;   /* updates applied so far */
 };
 
@@ -110,7 +112,7 @@ kiln_status kiln_optim_config_check(const kiln_optim_config *c) {
 }
 
 /* The kernels a kind calls must be present. */
-static kiln_status check_backend(const kiln_backend *be, kiln_optim_kind kind) {
+static kiln_status check_backend(kiln_backend *be, kiln_optim_kind kind) {
     if (!be)
         return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_create: NULL backend");
     const char *missing = NULL;
@@ -142,12 +144,13 @@ static int cmp_range(const void *a, const void *b) {
 /* Validates the caller's ranges and stores them sorted, with empty ones dropped and
  * adjacent ranges of equal decay merged (fewer, longer kernel calls; same result). */
 static kiln_status copy_ranges(kiln_optim *o, const kiln_param_range *ranges, int nranges) {
+    int64_t lo = o->slab.lo, hi = o->slab.hi, total = o->slab.n;
     if (nranges == 0) {
         o->ranges = malloc(sizeof *o->ranges);
         if (!o->ranges)
             return kiln_error_setf(KILN_ERR_NOMEM, "kiln_optim_create: range list");
-        o->ranges[0] = (kiln_param_range){.offset = 0, .numel = o->n, .decay = 1};
-        o->nranges = o->n > 0;
+        o->ranges[0] = (kiln_param_range){.offset = lo, .numel = hi - lo, .decay = 1};
+        o->nranges = hi > lo;
         return KILN_OK;
     }
     if (nranges < 0 || !ranges)
@@ -161,14 +164,17 @@ static kiln_status copy_ranges(kiln_optim *o, const kiln_param_range *ranges, in
     }
     for (int i = 0; i < nranges; i++) {
         const kiln_param_range *r = &ranges[i];
-        if (r->offset < 0 || r->numel < 0 || r->offset > o->n - r->numel) {
+        if (r->offset < 0 || r->numel < 0 || r->offset > total - r->numel) {
             free(tmp);
             return kiln_error_setf(KILN_ERR_ARG,
                                    "kiln_optim_create: range %d [%lld, +%lld) is outside the slab "
-                                   "of %lld floats",
-                                   i, (long long)r->offset, (long long)r->numel, (long long)o->n);
+                                   "of %lld elements",
+                                   i, (long long)r->offset, (long long)r->numel, (long long)total);
         }
-        tmp[i] = (indexed_range){.r = *r, .index = i};
+        /* the part of it this optimizer owns */
+        int64_t b = r->offset > lo ? r->offset : lo, e = r->offset + r->numel;
+        e = e < hi ? e : hi;
+        tmp[i] = (indexed_range){.r = {b, e > b ? e - b : 0, r->decay}, .index = i};
     }
     qsort(tmp, (size_t)nranges, sizeof *tmp, cmp_range);
     int k = 0;
@@ -200,6 +206,14 @@ static kiln_status copy_ranges(kiln_optim *o, const kiln_param_range *ranges, in
     return KILN_OK;
 }
 
+static kiln_status alloc_slab(kiln_optim *o, float **out, const char *what) {
+    *out = o->be->alloc(o->be, (size_t)(o->n > 0 ? o->n : 1) * sizeof(float));
+    if (!*out)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %.1f MiB of %s",
+                               (double)o->n * sizeof(float) / (1024.0 * 1024.0), what);
+    return KILN_OK;
+}
+
 /* Which moment slabs a config needs: Adam(W) m and v; SGD a momentum buffer when
  * momentum > 0; RMSprop the square average and, when momentum > 0, a momentum buffer. */
 static void slabs_needed(const kiln_optim_config *c, int need[2]) {
@@ -220,16 +234,24 @@ static void slabs_needed(const kiln_optim_config *c, int need[2]) {
     }
 }
 
-kiln_status kiln_optim_create(kiln_optim **out, const kiln_optim_config *cfg, int64_t n,
-                              const kiln_param_range *ranges, int nranges, const kiln_backend *be) {
-    if (!out)
-        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_create: NULL output");
+kiln_status kiln_optim_create(kiln_optim **out, const kiln_optim_config *cfg,
+                              const kiln_optim_slab *slab, const kiln_param_range *ranges,
+                              int nranges, kiln_backend *be) {
+    if (!out || !slab)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_create: NULL output or slab");
     *out = NULL;
     KILN_CHECK(kiln_optim_config_check(cfg));
     KILN_CHECK(check_backend(be, cfg->kind));
-    if (n < 0 || (uint64_t)n > SIZE_MAX / sizeof(float))
-        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_create: slab of %lld floats",
-                               (long long)n);
+    kiln_optim_slab sl = *slab;
+    if (sl.lo == 0 && sl.hi == 0)
+        sl.hi = sl.n;
+    if (sl.n < 0 || (uint64_t)sl.n > SIZE_MAX / sizeof(float) || sl.lo < 0 || sl.hi < sl.lo ||
+        sl.hi > sl.n)
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "kiln_optim_create: range [%lld, %lld) of a slab of %lld elements",
+                               (long long)sl.lo, (long long)sl.hi, (long long)sl.n);
+    if ((unsigned)sl.work >= KILN_DTYPE_COUNT)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_create: working dtype %d", (int)sl.work);
 
     kiln_status st = KILN_OK;
     kiln_optim *o = calloc(1, sizeof *o);
@@ -237,7 +259,8 @@ kiln_status kiln_optim_create(kiln_optim **out, const kiln_optim_config *cfg, in
         return kiln_error_setf(KILN_ERR_NOMEM, "kiln_optim_create: optimizer struct");
     o->cfg = *cfg;
     o->be = be;
-    o->n = n;
+    o->slab = sl;
+    o->n = sl.hi - sl.lo;
     KILN_CHECK_GOTO(st, copy_ranges(o, ranges, nranges), fail);
 
     int need[2];
@@ -245,10 +268,10 @@ kiln_status kiln_optim_create(kiln_optim **out, const kiln_optim_config *cfg, in
     static const char *const what[2] = {"optimizer moment slab 0", "optimizer moment slab 1"};
     for (int i = 0; i < 2; i++) {
         if (need[i])
-            KILN_CHECK_GOTO(
-                st, kiln_alloc_checked((void **)&o->state[i], (size_t)n * sizeof(float), what[i]),
-                fail);
+            KILN_CHECK_GOTO(st, alloc_slab(o, &o->state[i], what[i]), fail);
     }
+    if (sl.work != KILN_DTYPE_F32)
+        KILN_CHECK_GOTO(st, alloc_slab(o, &o->master, "fp32 master weights"), fail);
     *out = o;
     return KILN_OK;
 fail:
@@ -259,40 +282,58 @@ fail:
 void kiln_optim_free(kiln_optim *o) {
     if (!o)
         return;
-    kiln_free(o->state[1]);
-    kiln_free(o->state[0]);
+    o->be->free(o->be, o->master);
+    o->be->free(o->be, o->state[1]);
+    o->be->free(o->be, o->state[0]);
     free(o->ranges);
     free(o);
 }
 
 /* One kernel call over range r; t is the 1-based step number. */
-static void update_range(kiln_optim *o, const kiln_param_range *r, float *params,
+static void update_range(kiln_optim *o, const kiln_param_range *r, void *params,
                          const float *grads, float lr, float bc1, float bc2, int64_t t) {
     const kiln_optim_config *c = &o->cfg;
-    const kiln_backend *be = o->be;
-    int64_t off = r->offset, cnt = r->numel;
+    kiln_backend *be = o->be;
+    int64_t off = r->offset, cnt = r->numel, k = off - o->slab.lo; /* k: index in my arrays */
     float wd = r->decay ? c->weight_decay : 0.0f;
-    float *p = params + off;
     const float *g = grads + off;
-    float *s0 = o->state[0] ? o->state[0] + off : NULL;
-    float *s1 = o->state[1] ? o->state[1] + off : NULL;
+    float *s0 = o->state[0] ? o->state[0] + k : NULL;
+    float *s1 = o->state[1] ? o->state[1] + k : NULL;
+    kiln_work_out work = {0}, *w = NULL;
+    float *p;
+    if (o->master) {
+        p = o->master + k;
+        work.p = (char *)params + off * (int64_t)kiln_dtype_size(o->slab.work);
+        work.dtype = o->slab.work;
+        /* a different, nonzero seed each step: the same element rounds independently */
+        work.round_seed = o->slab.stochastic_seed
+                              ? (o->slab.stochastic_seed ^ ((uint64_t)t * 0x9e3779b97f4a7c15ull)) | 1
+                              : 0;
+        work.index0 = off;
+        w = &work;
+    } else {
+        p = (float *)params + off;
+    }
     switch (c->kind) {
     case KILN_OPTIM_ADAMW:
-        be->adam_update(p, g, s0, s1, cnt, lr, c->beta1, c->beta2, bc1, bc2, c->eps, wd, 0.0f);
+        be->adam_update(be, p, w, g, s0, s1, cnt, lr, c->beta1, c->beta2, bc1, bc2, c->eps, wd,
+                        0.0f);
         break;
     case KILN_OPTIM_ADAM:
-        be->adam_update(p, g, s0, s1, cnt, lr, c->beta1, c->beta2, bc1, bc2, c->eps, 0.0f, wd);
+        be->adam_update(be, p, w, g, s0, s1, cnt, lr, c->beta1, c->beta2, bc1, bc2, c->eps, 0.0f,
+                        wd);
         break;
     case KILN_OPTIM_SGD:
-        be->sgd_update(p, g, s0, cnt, lr, c->momentum, c->dampening, c->nesterov != 0, wd, t == 1);
+        be->sgd_update(be, p, w, g, s0, cnt, lr, c->momentum, c->dampening, c->nesterov != 0, wd,
+                       t == 1);
         break;
     case KILN_OPTIM_RMSPROP:
-        be->rmsprop_update(p, g, s0, s1, cnt, lr, c->alpha, c->eps, wd, c->momentum);
+        be->rmsprop_update(be, p, w, g, s0, s1, cnt, lr, c->alpha, c->eps, wd, c->momentum);
         break;
     }
 }
 
-kiln_status kiln_optim_step(kiln_optim *o, float *params, const float *grads, float lr) {
+kiln_status kiln_optim_step(kiln_optim *o, void *params, const float *grads, float lr) {
     if (!o || ((!params || !grads) && o->nranges > 0))
         return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_step: NULL optimizer, parameters or "
                                              "gradients");
@@ -308,7 +349,28 @@ kiln_status kiln_optim_step(kiln_optim *o, float *params, const float *grads, fl
     for (int i = 0; i < o->nranges; i++)
         update_range(o, &o->ranges[i], params, grads, lr, bc1, bc2, t);
     o->steps = t;
-    return KILN_OK;
+    return o->be->synchronize(o->be);
+}
+
+float *kiln_optim_master(kiln_optim *o) { return o ? o->master : NULL; }
+
+kiln_status kiln_optim_write_working(kiln_optim *o, void *params) {
+    if (!o || !params)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_write_working: NULL argument");
+    if (o->master)
+        o->be->convert(o->be, (char *)params + o->slab.lo * (int64_t)kiln_dtype_size(o->slab.work),
+                       o->slab.work, o->master, KILN_DTYPE_F32, o->n);
+    return o->be->synchronize(o->be);
+}
+
+kiln_status kiln_optim_read_working(kiln_optim *o, const void *params) {
+    if (!o || !params)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_read_working: NULL argument");
+    if (o->master)
+        o->be->convert(o->be, o->master, KILN_DTYPE_F32,
+                       (const char *)params + o->slab.lo * (int64_t)kiln_dtype_size(o->slab.work),
+                       o->slab.work, o->n);
+    return o->be->synchronize(o->be);
 }
 
 int64_t kiln_optim_steps_taken(const kiln_optim *o) { return o ? o->steps : 0; }
@@ -330,14 +392,18 @@ float *kiln_optim_state(kiln_optim *o, int index) {
 size_t kiln_optim_state_bytes(const kiln_optim *o) {
     if (!o)
         return 0;
-    size_t slabs = (o->state[0] != NULL) + (o->state[1] != NULL);
+    size_t slabs = (o->state[0] != NULL) + (o->state[1] != NULL) + (o->master != NULL);
     return slabs * (size_t)o->n * sizeof(float);
 }
 
-size_t kiln_optim_state_bytes_for(const kiln_optim_config *cfg, int64_t n) {
+size_t kiln_optim_master_bytes(const kiln_optim *o) {
+    return o && o->master ? (size_t)o->n * sizeof(float) : 0;
+}
+
+size_t kiln_optim_state_bytes_for(const kiln_optim_config *cfg, int64_t n, kiln_dtype work) {
     if (!cfg || n <= 0)
         return 0;
     int need[2];
     slabs_needed(cfg, need);
-    return (size_t)(need[0] + need[1]) * (size_t)n * sizeof(float);
+    return (size_t)(need[0] + need[1] + (work != KILN_DTYPE_F32)) * (size_t)n * sizeof(float);
 }

@@ -72,17 +72,44 @@ float kiln_lr_at(const kiln_lr_schedule *s, int64_t step) {
     return (float)(min_lr + coef * (lr - min_lr));
 }
 
-float kiln_clip_grad_norm(const kiln_backend *be, float *grads, int64_t n, float max_norm) {
+float kiln_clip_grad_norm(kiln_backend *be, float *grads, int64_t n, float max_norm) {
     if (!be || !be->sumsq || !grads || n <= 0)
         return n <= 0 ? 0.0f : NAN;
-    double norm = sqrt(be->sumsq(grads, n));
+    double norm = sqrt(be->sumsq(be, KILN_DTYPE_F32, grads, n));
     if (!isfinite(norm))
         return (float)norm;
     /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when < 1. */
     if (max_norm > 0.0f && be->scale) {
         double coef = (double)max_norm / (norm + 1e-6);
         if (coef < 1.0)
-            be->scale(grads, (float)coef, n);
+            be->scale(be, grads, (float)coef, n);
     }
     return (float)norm;
+}
+
+kiln_loss_scaler kiln_loss_scaler_default(void) {
+    kiln_loss_scaler s = {65536.0f, 2.0f, 0.5f, 2000, 0x1p-14f, 0, 0};
+    return s;
+}
+
+kiln_status kiln_loss_scaler_update(kiln_loss_scaler *s, int finite) {
+    if (finite) {
+        if (++s->clean_steps >= s->interval) {
+            float grown = s->scale * s->growth;
+            if (isfinite(grown))
+                s->scale = grown;
+            s->clean_steps = 0;
+        }
+        return KILN_OK;
+    }
+    s->skipped++;
+    s->clean_steps = 0;
+    s->scale *= s->backoff;
+    if (s->scale < s->min_scale)
+        return kiln_error_setf(KILN_ERR_RANGE,
+                               "the loss scale fell to %g, below its minimum %g: the gradients "
+                               "overflow fp16 whatever the scale (%lld steps skipped); train in "
+                               "bf16 or fp32, or lower the learning rate",
+                               (double)s->scale, (double)s->min_scale, (long long)s->skipped);
+    return KILN_OK;
 }

@@ -2,18 +2,32 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
 
+/* A JSON number, or null for NaN and infinities (JSON has no such numbers). */
+static const char *num(char *buf, size_t cap, const char *fmt, double v) {
+    if (!isfinite(v))
+        return "null";
+    snprintf(buf, cap, fmt, v);
+    return buf;
+}
+
 kiln_status kiln__train_metrics_write(FILE *f, const char *path, const train_step_metrics *s) {
+    char a[32], b[32];
     int n = fprintf(f,
-                    "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, "
+                    "{\"step\": %lld, \"loss\": %s, \"lr\": %.6g, \"grad_norm\": %s, "
                     "\"ms\": %.3f, \"tokens_per_s\": %.2f, \"mfu\": %.5f, \"peak_rss_mb\": %.1f",
-                    (long long)s->step, s->loss, s->lr, s->grad_norm, s->ms, s->tokens_per_s,
-                    s->mfu, (double)s->rss / (1024.0 * 1024.0));
+                    (long long)s->step, num(a, sizeof a, "%.6f", s->loss), s->lr,
+                    num(b, sizeof b, "%.6f", s->grad_norm), s->ms, s->tokens_per_s, s->mfu,
+                    (double)s->rss / (1024.0 * 1024.0));
     if (n > 0 && !isnan(s->val_loss))
         n = fprintf(f, ", \"val_loss\": %.6f", s->val_loss);
+    if (n > 0 && s->loss_scale > 0)
+        n = fprintf(f, ", \"loss_scale\": %.9g, \"skipped\": %d, \"skipped_total\": %lld",
+                    s->loss_scale, s->skipped, (long long)s->skipped_total);
     if (n > 0)
         n = fprintf(f, "}\n");
     if (n < 0 || fflush(f) != 0) {
@@ -33,6 +47,8 @@ void kiln__train_metrics_console(FILE *log, const train_step_metrics *s) {
             s->tokens_per_s, 100.0 * s->mfu);
     if (!isnan(s->val_loss))
         fprintf(log, " | val %.4f", s->val_loss);
+    if (s->loss_scale > 0)
+        fprintf(log, " | scale %g%s", s->loss_scale, s->skipped ? " (overflow: step skipped)" : "");
     fprintf(log, "\n");
     fflush(log);
 }

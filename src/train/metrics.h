@@ -12,6 +12,9 @@ typedef struct train_step_metrics {
     float loss, lr, grad_norm;
     double ms, tokens_per_s, mfu;
     float val_loss; /* NaN when this step did not evaluate */
+    float loss_scale; /* fp16's loss scale after the step (0: no loss scaling) */
+    int skipped;      /* this step's update was skipped (an fp16 overflow) */
+    int64_t skipped_total;
     size_t rss;     /* peak resident bytes so far */
 } train_step_metrics;
 

@@ -29,6 +29,9 @@ kiln_train_config kiln_train_config_default(void) {
     c.lr.warmup_steps = 10;
     c.grad_clip = 1.0f;
     c.seed = 1337;
+    c.model_opt = kiln_gpt_options_default();
+    c.save_dtype = KILN_DTYPE_F32;
+    c.loss_scaler = kiln_loss_scaler_default();
     return c;
 }
 
@@ -74,17 +77,6 @@ done:
     return s;
 }
 
-/* Every byte the run takes, planned before any of it is: the model's slabs, the
- * optimizer's moments and the batches. */
-typedef struct train_plan {
-    kiln_gpt_memory model; /* parameters, gradients, activations (with backward scratch) */
-    size_t optim;          /* moment slabs */
-    size_t batches;        /* token ids of a training batch, and of an evaluation batch */
-    size_t total;
-    size_t available; /* what the process could still take when the plan was made */
-    const char *available_what;
-} train_plan;
-
 typedef struct trainer {
     const kiln_train_config *cfg;
     kiln_loader *train, *val;
@@ -94,7 +86,8 @@ typedef struct trainer {
     FILE *metrics;
     double flops_per_step;
     double peak;
-    train_plan plan;
+    kiln_train_memory plan;
+    kiln_loss_scaler scaler; /* fp16 only */
     int save_existed;   /* the --save file existed before this run */
     int64_t saved_step; /* the step whose weights were last saved in this run (-1: none) */
 } trainer;
@@ -121,7 +114,10 @@ static kiln_status build_optimizer(trainer *t) {
         r[i].numel = ti->numel;
         r[i].decay = ti->decay;
     }
-    kiln_status s = kiln_optim_create(&t->opt, &t->cfg->optim, kiln_gpt_slab_len(t->model), r, n,
+    kiln_optim_slab slab = {.n = kiln_gpt_slab_len(t->model),
+                            .work = kiln_gpt_dtype(t->model),
+                            .stochastic_seed = t->cfg->stochastic_rounding ? t->cfg->seed * 2 + 1 : 0};
+    kiln_status s = kiln_optim_create(&t->opt, &t->cfg->optim, &slab, r, n,
                                       kiln_gpt_backend(t->model));
     free(r);
     return s;
@@ -134,22 +130,16 @@ static void print_plan(const trainer *t) {
     if (!log)
         return;
     const kiln_gpt_config *c = kiln_gpt_get_config(t->model);
-    const train_plan *p = &t->plan;
+    const kiln_gpt_options *o = kiln_gpt_get_options(t->model);
     fprintf(log,
             "model: %lld layers, %lld heads, %lld channels, vocabulary %lld (padded %lld), "
-            "context %lld: %.2fM parameters\n",
+            "context %lld: %.2fM parameters; %s, recompute %s\n",
             (long long)c->n_layer, (long long)c->n_head, (long long)c->n_embd,
             (long long)c->vocab_size, (long long)c->padded_vocab_size, (long long)c->max_seq_len,
-            (double)kiln_gpt_config_num_params(c) / 1e6);
-    fprintf(log,
-            "memory plan: parameters %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, "
-            "activations %.1f MiB, batches %.1f MiB (B=%lld, T=%lld): %.1f MiB in all",
-            (double)p->model.params / MIB, (double)p->model.grads / MIB, (double)p->optim / MIB,
-            (double)p->model.activations / MIB, (double)p->batches / MIB, (long long)t->cfg->B,
-            (long long)t->cfg->T, (double)p->total / MIB);
-    if (p->available != SIZE_MAX)
-        fprintf(log, " of %.1f MiB available", (double)p->available / MIB);
-    fprintf(log, "\ncompute: %.2f GFLOP per step; MFU against %.1f GFLOP/s\n",
+            (double)kiln_gpt_config_num_params(c) / 1e6, kiln_dtype_name(o->dtype),
+            kiln_recompute_name(o->recompute));
+    kiln_train_memory_print(log, &t->plan, t->cfg->B, t->cfg->T);
+    fprintf(log, "compute: %.2f GFLOP per step; MFU against %.1f GFLOP/s\n",
             t->flops_per_step / 1e9, t->peak);
 }
 
@@ -168,34 +158,65 @@ static size_text size_str(size_t bytes) {
     return t;
 }
 
+kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_config *mc,
+                                  kiln_train_memory *p) {
+    memset(p, 0, sizeof *p);
+    kiln_gpt_memory model;
+    KILN_CHECK(kiln_gpt_memory_plan_for(mc, cfg->B, cfg->T, &cfg->model_opt, NULL, &model));
+    kiln_dtype dt = cfg->model_opt.dtype;
+    int64_t slab = (int64_t)(model.params / kiln_dtype_size(dt));
+    size_t state = kiln_optim_state_bytes_for(&cfg->optim, slab, dt);
+    p->params = model.params;
+    p->grads = model.grads;
+    p->master = dt == KILN_DTYPE_F32 ? 0 : (size_t)slab * sizeof(float);
+    p->moments = state - p->master;
+    p->activations = model.activations;
+    p->workspace = model.workspace;
+    p->batches = (size_t)(cfg->B * cfg->T) * 2 * sizeof(int32_t) * (cfg->val_path ? 2 : 1);
+    p->total = model.total + state + p->batches;
+    /* The process takes more than its slabs: its code, OpenBLAS's work buffers, the pages
+     * of the data. A plan that leaves less than this beside it is refused rather than left
+     * to the kernel's out-of-memory killer. */
+    p->headroom = ((size_t)256 << 20) + p->total / 20;
+    p->available = kiln_memory_available(&p->available_what);
+    return KILN_OK;
+}
+
+void kiln_train_memory_print(FILE *log, const kiln_train_memory *p, int64_t B, int64_t T) {
+    fprintf(log,
+            "memory plan: parameters %s, gradients %s, master weights %s, optimizer moments %s, "
+            "activations %s, workspace %s, batches %s (B=%lld, T=%lld): %s in all",
+            size_str(p->params).s, size_str(p->grads).s, size_str(p->master).s,
+            size_str(p->moments).s, size_str(p->activations).s, size_str(p->workspace).s,
+            size_str(p->batches).s, (long long)B, (long long)T, size_str(p->total).s);
+    if (p->available != SIZE_MAX)
+        fprintf(log, " of %s available", size_str(p->available).s);
+    fprintf(log, "\n");
+}
+
 /* The whole plan against what the machine can give, before any of it is taken (and before
  * OpenBLAS's buffers or the peak measurement): a plan that cannot fit fails now with both
  * figures, not minutes later in an allocation. */
 static kiln_status check_plan(trainer *t, const kiln_gpt_config *mc) {
     const kiln_train_config *cfg = t->cfg;
-    train_plan *p = &t->plan;
-    KILN_CHECK(kiln_gpt_memory_plan_for(mc, cfg->B, cfg->T, 0, &p->model));
-    p->optim = kiln_optim_state_bytes_for(&cfg->optim, (int64_t)(p->model.params / sizeof(float)));
-    p->batches = (size_t)(cfg->B * cfg->T) * 2 * sizeof(int32_t) * (cfg->val_path ? 2 : 1);
-    p->total = p->model.total + p->optim + p->batches;
-    p->available = kiln_memory_available(&p->available_what);
-    /* The process takes more than its slabs: its code, OpenBLAS's work buffers, the pages
-     * of the data. A plan that leaves less than this beside it is refused rather than left
-     * to the kernel's out-of-memory killer. */
-    size_t headroom = ((size_t)256 << 20) + p->total / 20;
-    if (p->total <= p->available && headroom <= p->available - p->total)
+    kiln_train_memory *p = &t->plan;
+    KILN_CHECK(kiln_train_memory_plan(cfg, mc, p));
+    if (p->total <= p->available && p->headroom <= p->available - p->total)
         return KILN_OK;
+    size_t need = p->total + p->headroom;
     return kiln_error_setf(KILN_ERR_NOMEM,
-                           "the run is planned to take %s (parameters %s, gradients %s, "
-                           "optimizer moments %s, activations and scratch %s, batches %s at "
-                           "B=%lld, T=%lld) and about %s more for the process itself, but %s is "
-                           "available (%s): use a smaller batch (--batch) or sequence length "
-                           "(--seq), or a smaller model",
-                           size_str(p->total).s, size_str(p->model.params).s,
-                           size_str(p->model.grads).s, size_str(p->optim).s,
-                           size_str(p->model.activations).s, size_str(p->batches).s,
-                           (long long)cfg->B, (long long)cfg->T, size_str(headroom).s,
-                           size_str(p->available).s, p->available_what);
+                           "the run is planned to take %s (parameters %s, gradients %s, master "
+                           "weights %s, optimizer moments %s, activations %s, workspace %s, "
+                           "batches %s at B=%lld, T=%lld) and about %s more for the process "
+                           "itself, but %s is available (%s): %s short; use a smaller batch "
+                           "(--batch) or sequence length (--seq), recomputation (--recompute), "
+                           "a narrower precision (--precision bf16), or a smaller model",
+                           size_str(p->total).s, size_str(p->params).s, size_str(p->grads).s,
+                           size_str(p->master).s, size_str(p->moments).s,
+                           size_str(p->activations).s, size_str(p->workspace).s,
+                           size_str(p->batches).s, (long long)cfg->B, (long long)cfg->T,
+                           size_str(p->headroom).s, size_str(p->available).s, p->available_what,
+                           size_str(need > p->available ? need - p->available : 0).s);
 }
 
 /* Metrics may go to a regular file, a device (/dev/stdout) or a FIFO that a process reads;
@@ -277,12 +298,23 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
     KILN_CHECK(check_plan(t, &mc));
     struct stat st;
     t->save_existed = cfg->save_path && stat(cfg->save_path, &st) == 0;
-    KILN_CHECK(kiln_gpt_create(&t->model, &mc, cfg->B, cfg->T, NULL));
-    if (cfg->init_path)
-        KILN_CHECK(kiln_gpt_load_safetensors(t->model, cfg->init_path));
-    else
-        kiln_gpt_init_weights(t->model, cfg->seed);
+    KILN_CHECK(kiln_gpt_create(&t->model, &mc, cfg->B, cfg->T, &cfg->model_opt, NULL));
     KILN_CHECK(build_optimizer(t));
+    /* The starting weights in fp32: into the optimizer's master copy when the working weights
+     * are narrower (then rounded into them), else into the working weights themselves. */
+    float *master = kiln_optim_master(t->opt);
+    if (master) {
+        if (cfg->init_path)
+            KILN_CHECK(kiln_gpt_load_slab(t->model, cfg->init_path, master, KILN_DTYPE_F32));
+        else
+            kiln_gpt_init_weights_f32(t->model, cfg->seed, master);
+        KILN_CHECK(kiln_optim_write_working(t->opt, kiln_gpt_params(t->model)));
+    } else if (cfg->init_path) {
+        KILN_CHECK(kiln_gpt_load_safetensors(t->model, cfg->init_path));
+    } else {
+        kiln_gpt_init_weights(t->model, cfg->seed);
+    }
+    t->scaler = cfg->loss_scaler;
     t->inputs = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->inputs);
     t->targets = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->targets);
     if (!t->inputs || !t->targets)
@@ -296,33 +328,59 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
     return KILN_OK;
 }
 
-/* One optimizer step over grad_accum micro-batches; returns the mean loss. */
-static kiln_status train_step(trainer *t, int64_t step, float *loss, float *norm, float *lr) {
+/* One optimizer step over grad_accum micro-batches; returns the mean loss. With fp16
+ * working weights the loss is scaled for backward (kiln_loss_scaler) and a step whose
+ * gradients overflow is skipped (*skipped = 1, weights unchanged). */
+static kiln_status train_step(trainer *t, int64_t step, float *loss, float *norm, float *lr,
+                              int *skipped) {
     const kiln_train_config *cfg = t->cfg;
+    kiln_backend *be = kiln_gpt_backend(t->model);
+    float *grads = kiln_gpt_grads(t->model);
+    int64_t n = kiln_gpt_slab_len(t->model);
+    int scaled = kiln_gpt_dtype(t->model) == KILN_DTYPE_F16;
+    float S = scaled ? t->scaler.scale : 1.0f;
+    *skipped = 0;
     kiln_gpt_zero_grad(t->model);
     double sum = 0.0;
     for (int64_t micro = 0; micro < cfg->grad_accum; micro++) {
         float l = 0.0f;
         KILN_CHECK(kiln_loader_next(t->train, t->inputs, t->targets));
-        KILN_CHECK(kiln_gpt_forward(t->model, t->inputs, t->targets, cfg->B, cfg->T, &l));
-        KILN_CHECK(kiln_gpt_backward(t->model, 1.0f / (float)cfg->grad_accum));
+        KILN_CHECK(kiln_gpt_forward_backward(t->model, t->inputs, t->targets, cfg->B, cfg->T,
+                                             S / (float)cfg->grad_accum, &l));
         sum += l;
     }
     *loss = (float)(sum / (double)cfg->grad_accum);
+    if (cfg->inject_nonfinite_step == step + 1) { /* a fault on purpose, for tests */
+        float inf = INFINITY;
+        be->copy(be, grads, &inf, sizeof inf, KILN_COPY_TO_DEVICE);
+    }
     if (!isfinite(*loss))
         return kiln_error_setf(KILN_ERR_RANGE, "loss is %f at step %lld; weights unchanged", *loss,
-                               (long long)step + 1);
-    *norm = kiln_clip_grad_norm(kiln_gpt_backend(t->model), kiln_gpt_grads(t->model),
-                                kiln_gpt_slab_len(t->model), cfg->grad_clip);
-    if (!isfinite(*norm)) /* never let a non-finite gradient reach the weights */
-        return kiln_error_setf(KILN_ERR_RANGE,
-                               "gradient norm is %f at step %lld; weights unchanged", *norm,
                                (long long)step + 1);
     kiln_lr_schedule sched = cfg->lr;
     if (sched.total_steps <= 0)
         sched.total_steps = cfg->steps;
     *lr = kiln_lr_at(&sched, step);
-    return kiln_optim_step(t->opt, kiln_gpt_params(t->model), kiln_gpt_grads(t->model), *lr);
+    /* The norm of the gradients as the loss scale left them; then one pass divides the scale
+     * out and clips (torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6) when < 1). */
+    double norm_scaled = sqrt(be->sumsq(be, KILN_DTYPE_F32, grads, n));
+    *norm = (float)(norm_scaled / S);
+    if (!isfinite(norm_scaled)) {
+        if (!scaled) /* never let a non-finite gradient reach the weights */
+            return kiln_error_setf(KILN_ERR_RANGE,
+                                   "gradient norm is %f at step %lld; weights unchanged", *norm,
+                                   (long long)step + 1);
+        *skipped = 1; /* an fp16 overflow: skip, and back the scale off */
+        return kiln_loss_scaler_update(&t->scaler, 0);
+    }
+    double coef = 1.0 / S;
+    if (cfg->grad_clip > 0.0f && (double)cfg->grad_clip / (*norm + 1e-6) < 1.0)
+        coef *= (double)cfg->grad_clip / (*norm + 1e-6);
+    if (coef != 1.0)
+        be->scale(be, grads, (float)coef, n);
+    if (scaled)
+        KILN_CHECK(kiln_loss_scaler_update(&t->scaler, 1));
+    return kiln_optim_step(t->opt, kiln_gpt_params(t->model), grads, *lr);
 }
 
 /* Weights are saved only when they can be used: every parameter finite, and a finite loss
@@ -361,7 +419,13 @@ static kiln_status maybe_save(trainer *t, int64_t step) {
                                (long long)step, why, kept);
     }
     KILN_CHECK(s);
-    KILN_CHECK(kiln_gpt_save_safetensors(t->model, cfg->save_path));
+    /* from the fp32 master weights when there are some: the exact values, in any dtype */
+    float *master = kiln_optim_master(t->opt);
+    if (master)
+        KILN_CHECK(kiln_gpt_save_slab(t->model, cfg->save_path, master, KILN_DTYPE_F32,
+                                      cfg->save_dtype));
+    else
+        KILN_CHECK(kiln_gpt_save_safetensors(t->model, cfg->save_path, cfg->save_dtype));
     t->saved_step = step;
     if (cfg->log)
         fprintf(cfg->log, "saved weights to %s (step %lld)\n", cfg->save_path, (long long)step);
@@ -383,7 +447,13 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *res) {
     for (int64_t step = 0; step < cfg->steps; step++) {
         train_step_metrics mt = {.step = step + 1, .steps = cfg->steps, .val_loss = NAN};
         double t0 = kiln_time_ms();
-        KILN_CHECK_GOTO(s, train_step(&t, step, &mt.loss, &mt.grad_norm, &mt.lr), done);
+        int skipped = 0;
+        KILN_CHECK_GOTO(s, train_step(&t, step, &mt.loss, &mt.grad_norm, &mt.lr, &skipped), done);
+        if (kiln_gpt_dtype(t.model) == KILN_DTYPE_F16) {
+            mt.loss_scale = t.scaler.scale;
+            mt.skipped = skipped;
+            mt.skipped_total = t.scaler.skipped;
+        }
         mt.ms = kiln_time_ms() - t0;
         mt.tokens_per_s = (double)(cfg->B * cfg->T * cfg->grad_accum) / (mt.ms / 1e3);
         mt.mfu = t.flops_per_step / (mt.ms / 1e3) / (t.peak * 1e9);
@@ -414,6 +484,8 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *res) {
         res->mfu = t.flops_per_step / (res->mean_ms / 1e3) / (t.peak * 1e9);
     }
     res->peak_rss = kiln_peak_rss();
+    res->skipped_steps = t.scaler.skipped;
+    res->loss_scale = t.scaler.scale;
 done:
     trainer_free(&t);
     return s;

@@ -2,8 +2,13 @@
  *
  * For any input: opening either fails with a message naming the file, or yields tensors
  * whose bytes all lie inside the input, tile the data buffer, convert to floats when they
- * are floats, and survive a write and re-read unchanged. Any broken promise traps. */
+ * are floats, read as each kiln dtype (F16 failing only on a value past 65504, with the
+ * tensor named), and survive a write and re-read unchanged, or, converted to each kiln
+ * dtype, read back as kiln_convert gives. The writer refuses the file exactly when
+ * kiln_safetensors_check_dtype does. Any broken promise traps. */
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,8 +33,9 @@ static int is_float(kiln_st_dtype d) {
            d == KILN_ST_DTYPE_F64;
 }
 
-/* Write every tensor and metadata entry back out and read the result: the same listing. */
-static void round_trip(const kiln_safetensors *f) {
+/* Write every tensor and metadata entry back out and read the result: the same listing.
+ * `consistent`: the file passes kiln_safetensors_check_dtype, so the writer must take it. */
+static void round_trip(const kiln_safetensors *f, int consistent) {
     kiln_safetensors_writer *w = NULL;
     REQUIRE(kiln_safetensors_writer_init(&w) == KILN_OK);
     int n = kiln_safetensors_num_tensors(f);
@@ -49,7 +55,9 @@ static void round_trip(const kiln_safetensors *f) {
     kiln_safetensors_writer_free(w);
     if (s == KILN_ERR_NOMEM)
         return;
-    REQUIRE(s == KILN_OK);
+    REQUIRE(s == (consistent ? KILN_OK : KILN_ERR_ARG));
+    if (s != KILN_OK)
+        return;
     kiln_safetensors *g = NULL;
     REQUIRE(kiln_safetensors_open_memory(&g, mem, size, "rewritten") == KILN_OK);
     REQUIRE(kiln_safetensors_num_tensors(g) == n);
@@ -70,6 +78,87 @@ static void round_trip(const kiln_safetensors *f) {
     }
     kiln_safetensors_close(g);
     free(mem);
+}
+
+/* The message names the tensor (messages cut long names to their first 120 bytes). */
+static int names(const char *name) {
+    char head[101];
+    snprintf(head, sizeof head, "%s", name);
+    return strstr(kiln_error_message(), head) != NULL;
+}
+
+static int f16_overflows(float x) {
+    return isfinite(x) && isinf(kiln_f16_to_f32(kiln_f32_to_f16(x)));
+}
+
+/* Re-store `out` (t->numel elements of d) in t's own dtype st with the converting writer: when
+ * d is st or F32, which hold every value of st, the stored bytes are t's (NaNs aside). */
+static void restore(const kiln_st_tensor *t, kiln_dtype st, kiln_dtype d, const void *out,
+                    const float *wide) {
+    kiln_safetensors_writer *w = NULL;
+    void *mem = NULL;
+    size_t size = 0;
+    REQUIRE(kiln_safetensors_writer_init(&w) == KILN_OK);
+    REQUIRE(kiln_safetensors_writer_add_as(w, t->name, st, t->ndim, t->shape, d, out) == KILN_OK);
+    kiln_status s = kiln_safetensors_writer_to_memory(w, &mem, &size);
+    kiln_safetensors_writer_free(w);
+    int lossless = d == st || d == KILN_DTYPE_F32;
+    REQUIRE(s == KILN_OK || s == KILN_ERR_NOMEM ||
+            (!lossless && s == KILN_ERR_RANGE && names(t->name)));
+    if (s != KILN_OK)
+        return;
+    kiln_safetensors *g = NULL;
+    REQUIRE(kiln_safetensors_open_memory(&g, mem, size, "restored") == KILN_OK);
+    const kiln_st_tensor *u = kiln_safetensors_tensor(g, 0);
+    REQUIRE(u && u->dtype == t->dtype && u->nbytes == t->nbytes);
+    size_t z = kiln_dtype_size(st);
+    for (int64_t i = 0; lossless && i < t->numel; i++)
+        REQUIRE(isnan(wide[i]) || memcmp((const char *)u->data + (size_t)i * z,
+                                         (const char *)t->data + (size_t)i * z, z) == 0);
+    kiln_safetensors_close(g);
+    free(mem);
+}
+
+/* A float tensor read as each kiln dtype: the bits of kiln_convert from its exact F32 values
+ * (NaN payloads aside), and to F16 a failure naming the tensor exactly when a finite value
+ * rounds past 65504, which kiln_safetensors_check_fits predicts. Other dtypes are refused. */
+static void read_as_each(const kiln_safetensors *f, const kiln_st_tensor *t) {
+    kiln_dtype st;
+    if (kiln_st_dtype_to_kiln(t->dtype, &st) != KILN_OK) {
+        float x;
+        REQUIRE(kiln_safetensors_read_as(f, t, KILN_DTYPE_F32, &x) == KILN_ERR_DTYPE);
+        REQUIRE(kiln_safetensors_check_fits(f, t, KILN_DTYPE_BF16) == KILN_ERR_DTYPE);
+        REQUIRE(strstr(kiln_error_message(), "fuzz-input"));
+        return;
+    }
+    size_t bytes = (size_t)t->numel * 4 + 4;
+    float *wide = malloc(bytes);
+    void *out = malloc(bytes), *want = malloc(bytes);
+    REQUIRE(wide && out && want);
+    REQUIRE(kiln_safetensors_read_as(f, t, KILN_DTYPE_F32, wide) == KILN_OK);
+    int overflow = 0;
+    for (int64_t i = 0; i < t->numel; i++)
+        overflow |= f16_overflows(wide[i]);
+    for (int k = 0; k < KILN_DTYPE_COUNT; k++) {
+        kiln_dtype d = (kiln_dtype)k;
+        kiln_status fits = kiln_safetensors_check_fits(f, t, d);
+        kiln_status s = kiln_safetensors_read_as(f, t, d, out);
+        REQUIRE(fits == s);
+        if (d == KILN_DTYPE_F16 && st != KILN_DTYPE_F16 && overflow) {
+            REQUIRE(s == KILN_ERR_RANGE && names(t->name));
+            continue;
+        }
+        REQUIRE(s == KILN_OK);
+        kiln_convert(want, d, wide, KILN_DTYPE_F32, t->numel);
+        size_t z = kiln_dtype_size(d);
+        for (int64_t i = 0; i < t->numel; i++)
+            REQUIRE(isnan(wide[i]) ||
+                    memcmp((char *)out + (size_t)i * z, (char *)want + (size_t)i * z, z) == 0);
+        restore(t, st, d, out, wide);
+    }
+    free(wide);
+    free(out);
+    free(want);
 }
 
 /* Keeps the reads of every byte from being optimised away. */
@@ -103,6 +192,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (int64_t k = 0; k < t->numel; k++)
                 sink += out[k] == out[k];
             free(out);
+            read_as_each(f, t);
         }
     }
     REQUIRE(8 + expect <= size);
@@ -112,7 +202,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         REQUIRE(k && v && kiln_safetensors_metadata(f, k) != NULL);
     }
     fuzz_sink = sink;
-    round_trip(f);
+    int declared = 0;
+    kiln_dtype dt;
+    s = kiln_safetensors_check_dtype(f, &declared, &dt);
+    REQUIRE(s == KILN_OK || s == KILN_ERR_DTYPE || s == KILN_ERR_FORMAT);
+    REQUIRE(s == KILN_OK || strstr(kiln_error_message(), "fuzz-input"));
+    round_trip(f, s == KILN_OK);
     kiln_safetensors_close(f);
     return 0;
 }

@@ -93,6 +93,27 @@ static int valid_seeds(void) {
     kiln_safetensors_writer_set_metadata(w, "escaped \"key\"", "line\nbreak \\ \u00e9");
     rc |= save_writer("valid_gpt_like", w);
 
+    /* mixed precision: a declared dtype kept, values past F16's range, an unaligned F32
+     * tensor after an odd-length BF16 one; and a declared dtype a tensor breaks */
+    static float big[4] = {1.0f, 65519.0f, 65520.0f, -1e5f}, fits[3] = {1.0f, 65519.0f, -2.0f};
+    int64_t four[1] = {4}, three[1] = {3};
+    kiln_safetensors_writer_init(&w);
+    kiln_safetensors_writer_add_as(w, "h.0.mlp.c_fc.weight", KILN_DTYPE_BF16, 1, four,
+                                   KILN_DTYPE_F32, big);
+    kiln_safetensors_writer_add_as(w, "odd", KILN_DTYPE_BF16, 1, three, KILN_DTYPE_F32, big);
+    kiln_safetensors_writer_declare_dtype(w, KILN_DTYPE_BF16);
+    rc |= save_writer("valid_declared_bf16", w);
+    kiln_safetensors_writer_init(&w);
+    kiln_safetensors_writer_add_as(w, "odd", KILN_DTYPE_F16, 1, three, KILN_DTYPE_F32, fits);
+    kiln_safetensors_writer_add(w, "wide", KILN_ST_DTYPE_F32, 1, four, big);
+    rc |= save_writer("valid_unaligned_overflow", w);
+    rc |= save_raw("valid_declared_mismatch",
+                   "{\"__metadata__\":{\"kiln.dtype\":\"fp16\"},"
+                   "\"a\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[0,2]},"
+                   "\"h.3.mlp.c_fc.weight\":{\"dtype\":\"F32\",\"shape\":[1],"
+                   "\"data_offsets\":[2,6]}}",
+                   6);
+
     /* hand-written valid headers: unsorted data, unpadded header, odd alignment */
     rc |= save_raw("valid_unsorted",
                    "{\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[4,7]},"

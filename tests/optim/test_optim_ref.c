@@ -201,7 +201,7 @@ static void diff(float *out, const float *a, const float *b, int64_t n) {
         out[i] = a[i] - b[i];
 }
 
-static int run_case(const ref_file *r, const ref_case *c, const kiln_backend *be) {
+static int run_case(const ref_file *r, const ref_case *c, kiln_backend *be) {
     int bad = 0;
     double worst_p = 0, worst_s = 0, worst_d = 0;
     float *p = malloc((size_t)r->n * sizeof(float));
@@ -214,7 +214,8 @@ static int run_case(const ref_file *r, const ref_case *c, const kiln_backend *be
         bad = 1;
         goto done;
     }
-    kiln_status st = kiln_optim_create(&o, &c->cfg, r->n, r->ranges, r->ntensors, be);
+    kiln_optim_slab slab = {.n = r->n, .work = KILN_DTYPE_F32};
+    kiln_status st = kiln_optim_create(&o, &c->cfg, &slab, r->ranges, r->ntensors, be);
     if (st != KILN_OK) {
         fprintf(stderr, "FAIL %s/%s: create: %s: %s\n", be->name, c->name, kiln_status_str(st),
                 kiln_error_message());
@@ -285,7 +286,7 @@ int main(int argc, char **argv) {
         free(r.data);
         return 1;
     }
-    const kiln_backend *backends[] = {kiln_backend_ref(), kiln_backend_cpu()};
+    kiln_backend *backends[] = {kiln_backend_ref(), kiln_backend_cpu()};
     int bad = 0;
     for (int b = 0; b < 2; b++)
         for (int i = 0; i < r.ncases; i++)

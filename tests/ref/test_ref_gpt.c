@@ -224,10 +224,10 @@ static void check_config(ref_case *rc) {
     CHECK_INT_EQ(from_st.padded_vocab_size, rc->cfg.padded_vocab_size);
 }
 
-static kiln_status build(const ref_case *rc, const kiln_backend *be, kiln_gpt **m) {
+static kiln_status build(const ref_case *rc, kiln_backend *be, kiln_gpt **m) {
     char path[512];
     snprintf(path, sizeof path, "%s/model.safetensors", rc->dir);
-    kiln_status s = kiln_gpt_create(m, &rc->cfg, rc->B, rc->T, be);
+    kiln_status s = kiln_gpt_create(m, &rc->cfg, rc->B, rc->T, NULL, be);
     if (s != KILN_OK)
         return s;
     return kiln_gpt_load_safetensors(*m, path);
@@ -279,7 +279,7 @@ static void check_padded_rows(kiln_gpt *m) {
 }
 
 /* Forward and backward on batch 0; then once more, which must give the same bits. */
-static void check_forward_backward(const ref_case *rc, const kiln_backend *be) {
+static void check_forward_backward(const ref_case *rc, kiln_backend *be) {
     kiln_gpt *m = NULL;
     float *g1 = NULL;
     const kiln_gpt_config *cfg = &rc->cfg;
@@ -320,7 +320,7 @@ done:
 }
 
 /* `steps` AdamW steps, batch k for step k; loss k is measured before update k. */
-static void check_adamw(const ref_case *rc, const kiln_backend *be) {
+static void check_adamw(const ref_case *rc, kiln_backend *be) {
     kiln_gpt *m = NULL;
     kiln_optim *o = NULL;
     kiln_param_range *ranges = NULL;
@@ -344,7 +344,8 @@ static void check_adamw(const ref_case *rc, const kiln_backend *be) {
     oc.beta2 = (float)rc->beta2;
     oc.eps = (float)rc->eps;
     oc.weight_decay = (float)rc->weight_decay;
-    TRY(kiln_optim_create(&o, &oc, kiln_gpt_slab_len(m), ranges, n, be));
+    kiln_optim_slab slab = {.n = kiln_gpt_slab_len(m), .work = KILN_DTYPE_F32};
+    TRY(kiln_optim_create(&o, &oc, &slab, ranges, n, be));
 
     double worst = 0;
     int64_t worst_step = 0, BT = rc->B * rc->T;
@@ -401,7 +402,7 @@ static int run_case(const char *dir) {
             scalar_text(&rc, "torch32_logits_rel"), scalar_text(&rc, "torch32_grad_worst_rel"),
             scalar_text(&rc, "torch32_adamw_worst_rel"),
             scalar_text(&rc, "torch32_adamw_param_worst_rel"));
-    const kiln_backend *backends[2] = {kiln_backend_ref(), kiln_backend_cpu()};
+    kiln_backend *backends[2] = {kiln_backend_ref(), kiln_backend_cpu()};
     for (int b = 0; b < 2; b++) {
         int before = test_failures;
         fprintf(stderr, "backend %s\n", backends[b]->name);
@@ -483,7 +484,7 @@ static double fd_tensor(kiln_gpt *m, const kiln_tensor_info *t, const float *g, 
     return worst;
 }
 
-static void check_finite_differences(const kiln_backend *be) {
+static void check_finite_differences(kiln_backend *be) {
     kiln_gpt_config cfg = {
         .max_seq_len = 8, .vocab_size = 13, .n_layer = 2, .n_head = 2, .n_embd = 16};
     enum { B = 2, T = 4 };
@@ -497,7 +498,7 @@ static void check_finite_differences(const kiln_backend *be) {
         y[i] = (int32_t)kiln_rng_below(&r, (uint64_t)cfg.vocab_size);
     }
     TRY(kiln_gpt_config_validate(&cfg));
-    TRY(kiln_gpt_create(&m, &cfg, B, T, be));
+    TRY(kiln_gpt_create(&m, &cfg, B, T, NULL, be));
     fd_weights(m, 5);
     kiln_gpt_zero_grad(m);
     TRY(kiln_gpt_forward(m, x, y, B, T, &loss));
@@ -539,7 +540,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (strcmp(argv[1], "--fd") == 0) {
-        const kiln_backend *backends[2] = {kiln_backend_ref(), kiln_backend_cpu()};
+        kiln_backend *backends[2] = {kiln_backend_ref(), kiln_backend_cpu()};
         for (int b = 0; b < 2; b++) {
             int before = test_failures;
             fprintf(stderr, "finite differences, backend %s\n", backends[b]->name);

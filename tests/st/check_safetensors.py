@@ -2,7 +2,11 @@
 
 Files kiln writes are parsed here by hand and must hold the names, shapes, dtypes and
 values kiln meant; files written here (in the layout Hugging Face uses for GPT-2) must
-read and load into kiln with the values torch gives, bit for bit.
+read and load into kiln with the values torch gives, bit for bit. In mixed precision: kiln's
+converting writer stores tensors held in fp32, bf16 or fp16 as F32, BF16 or F16 with torch's
+rounding, declaring the dtype in its metadata; kiln reads torch's F32, BF16 and F16 tensors
+as each of the three with torch's rounding, refuses a value past fp16's range and a file whose
+tensors disagree with its declared dtype, naming the tensor.
 
 usage: check_safetensors.py ST_TOOL WORK_DIR
 
@@ -86,6 +90,13 @@ def run_tool(tool, *args):
     return r.stdout
 
 
+def run_tool_failing(tool, *args):
+    """The tool's stderr; it must fail."""
+    r = subprocess.run([tool, *args], capture_output=True, text=True)
+    check(r.returncode != 0, f"{' '.join(args)} should fail")
+    return r.stderr
+
+
 def parse_dump(text):
     """{name: (dtype, shape, offset, float32 tensor or None)} and {meta key: value}."""
     tensors, meta, config = {}, {}, None
@@ -162,6 +173,137 @@ def python_to_kiln(tool, work):
         check(vals is not None and same_bits(vals, t.float()), f"{name}: values differ from torch")
 
 
+KILN_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+
+
+def same_bits_as(a, b):
+    """Tensors of one dtype equal bit for bit, any NaN matching any NaN."""
+    a, b = a.reshape(-1), b.reshape(-1)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    nan = torch.isnan(a.float()) & torch.isnan(b.float())
+    return bool(torch.all(nan | (a.view(INT_VIEW[a.dtype]) == b.view(INT_VIEW[b.dtype]))))
+
+
+def parse_dump_as(text, dtype):
+    """{name: (file dtype, shape, tensor of dtype)} and the declared dtype ("-": none)."""
+    out, declared = {}, None
+    width = 8 if dtype == torch.float32 else 4
+    for line in text.splitlines():
+        if line.startswith("@declared "):
+            declared = line.split()[1]
+            continue
+        name, fdtype, shape, _, hexv = line.split(" ")
+        shape = [] if shape == "-" else [int(x) for x in shape.split(",")]
+        words = [] if hexv == "-" else [int(hexv[i:i + width], 16)
+                                        for i in range(0, len(hexv), width)]
+        w = torch.tensor(words, dtype=torch.int64)
+        if width == 8:
+            t = w.to(torch.int32).view(torch.float32)
+        else:
+            t = torch.where(w >= 32768, w - 65536, w).to(torch.int16).view(dtype)
+        out[name] = (fdtype, shape, t.reshape(shape))
+    return out, declared
+
+
+def mixed_values():
+    """Random values at many scales, and the cases rounding must get right: ties of BF16 and
+    F16 (to even, both ways), F16 subnormals and underflow, F32 subnormals, signed zeros,
+    infinities and NaN. All within F16's range after rounding to BF16 (below 65280)."""
+    g = torch.Generator().manual_seed(5)
+    edge = torch.tensor([1.0, -2.0, 0.0, -0.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -11,
+                         1 + 3 * 2 ** -11, 2 ** -24, 2 ** -25, 1.5 * 2 ** -25, 2 ** -130,
+                         65280.0, -60000.0, float("inf"), float("-inf"), float("nan")],
+                        dtype=torch.float32)
+    scale = torch.pow(2.0, torch.randint(-30, 15, (983,), generator=g).float())
+    rand = (torch.rand(983, generator=g) + 1) * scale * torch.sign(torch.randn(983, generator=g))
+    return torch.cat([edge, rand]).reshape(25, 40)
+
+
+def kiln_writes_mixed(tool, work):
+    """kiln's converting writer: each held dtype to each stored dtype, against torch."""
+    src = os.path.join(work, "mixed_src.safetensors")
+    v = mixed_values()
+    write_st(src, [("h.0.mlp.c_fc.weight", v), ("ln_f.bias", v[0, :7].clone())])
+    for held, ht in KILN_DTYPES.items():
+        for stored, st in KILN_DTYPES.items():
+            out = os.path.join(work, f"mixed_{held}_{stored}.safetensors")
+            run_tool(tool, "write-as", src, out, held, stored)
+            _, meta, t = read_st(out)
+            check(meta.get("kiln.dtype") == stored, f"{held}->{stored}: metadata {meta}")
+            for name, want in (("h.0.mlp.c_fc.weight", v), ("ln_f.bias", v[0, :7])):
+                dtype, shape, _, got = t[name]
+                check(dtype == NAMES[st] and shape == list(want.shape),
+                      f"{held}->{stored} {name}: {dtype} {shape}")
+                check(same_bits_as(got, want.to(ht).to(st)),
+                      f"{held}->{stored} {name}: values differ from torch's rounding")
+    # a value past fp16's range: the save fails naming the tensor and the value, no file
+    big = v.clone()
+    big[3, 4] = 70000.0
+    src_big = os.path.join(work, "mixed_big.safetensors")
+    write_st(src_big, [("h.1.attn.c_proj.weight", big)])
+    out = os.path.join(work, "mixed_big_fp16.safetensors")
+    err = run_tool_failing(tool, "write-as", src_big, out, "fp32", "fp16")
+    check("h.1.attn.c_proj.weight" in err and "70000" in err and "element 124" in err,
+          f"overflow message: {err}")
+    check(not os.path.exists(out), "no file left by a failed save")
+
+
+def kiln_reads_mixed(tool, work):
+    """Files torch's tensors were written to, in F32, BF16 and F16 (with no kiln.dtype, as
+    Hugging Face writes them), read by kiln as fp32, bf16 and fp16, against torch."""
+    v = mixed_values()
+    all16 = torch.arange(65536, dtype=torch.int32).to(torch.int16)
+    f16_all, bf16_all = all16.view(torch.float16), all16.view(torch.bfloat16)
+    bf16_fits = bf16_all[~(bf16_all.float().abs() >= 65520) | ~torch.isfinite(bf16_all.float())]
+    files = {
+        "F32": [("w", v)],
+        "BF16": [("w", v.bfloat16()), ("all", bf16_fits)],
+        "F16": [("w", v.half()), ("all", f16_all)],
+    }
+    for fdtype, tensors in files.items():
+        path = os.path.join(work, f"torch_{fdtype}.safetensors")
+        write_st(path, tensors, metadata={"format": "pt"})
+        for kd, kt in KILN_DTYPES.items():
+            got, declared = parse_dump_as(run_tool(tool, "dump-as", path, kd), kt)
+            check(declared == "-", f"{fdtype}: declared {declared}")
+            for name, t in tensors:
+                check(name in got and got[name][0] == fdtype, f"{fdtype} {name}: {got.get(name)}")
+                check(name in got and same_bits_as(got[name][2], t.to(kt)),
+                      f"{fdtype} {name} read as {kd}: values differ from torch's")
+    # BF16 and F32 values past fp16's range: refused as fp16, naming tensor and value
+    for fdtype, t in (("F32", v.clone()), ("BF16", bf16_all.clone())):
+        if fdtype == "F32":
+            t[20, 30] = -1e6
+        path = os.path.join(work, f"torch_{fdtype}_big.safetensors")
+        write_st(path, [("h.2.mlp.c_proj.weight", t)])
+        err = run_tool_failing(tool, "dump-as", path, "fp16")
+        want = "-1000000" if fdtype == "F32" else "65536"
+        check("h.2.mlp.c_proj.weight" in err and want in err and "65504" in err,
+              f"{fdtype} overflow message: {err}")
+        run_tool(tool, "dump-as", path, "bf16")
+
+
+def declared_dtype(tool, work):
+    """kiln.dtype in the metadata: a tensor that disagrees is refused, naming it."""
+    v = mixed_values()
+    path = os.path.join(work, "declared_bad.safetensors")
+    write_st(path, [("h.3.ln_1.weight", v[0].bfloat16()), ("h.3.mlp.c_fc.weight", v)],
+             metadata={"format": "pt", "kiln.dtype": "bf16"})
+    err = run_tool_failing(tool, "dump-as", path, "fp32")
+    check("h.3.mlp.c_fc.weight" in err and "F32" in err and "BF16" in err,
+          f"mismatch message: {err}")
+    path = os.path.join(work, "declared_f32_as_bf16.safetensors")
+    write_st(path, [("wte.weight", v)], metadata={"kiln.dtype": "bf16"})
+    err = run_tool_failing(tool, "dump-as", path, "bf16")
+    check("wte.weight" in err, f"mismatch message: {err}")
+    path = os.path.join(work, "declared_good.safetensors")
+    write_st(path, [("a", v.half()), ("b", v[1].half())], metadata={"kiln.dtype": "fp16"})
+    got, declared = parse_dump_as(run_tool(tool, "dump-as", path, "fp16"), torch.float16)
+    check(declared == "fp16" and same_bits_as(got["a"][2], v.half()), "declared fp16 file")
+
+
 GPT_BLOCK = [("ln_1.weight", "C"), ("ln_1.bias", "C"), ("attn.c_attn.weight", "C,3C"),
              ("attn.c_attn.bias", "3C"), ("attn.c_proj.weight", "C,C"), ("attn.c_proj.bias", "C"),
              ("ln_2.weight", "C"), ("ln_2.bias", "C"), ("mlp.c_fc.weight", "C,4C"),
@@ -180,6 +322,7 @@ def gpt_kiln_to_python(tool, work):
     path = os.path.join(work, "gpt_kiln.safetensors")
     model, _, _ = parse_dump(run_tool(tool, "gpt-save", path))
     _, meta, t = read_st(path)
+    check(meta.pop("kiln.dtype", "fp32") == "fp32", "declared fp32 or undeclared")
     check(meta == {"format": "pt", "kiln.n_layer": "2", "kiln.n_head": "2", "kiln.n_embd": "16",
                    "kiln.vocab_size": "100", "kiln.max_seq_len": "8"}, f"metadata {meta}")
     want = gpt2_shapes(2, 16, 100, 8)
@@ -219,7 +362,12 @@ def gpt_python_to_kiln(tool, work):
 def main():
     tool, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
-    for step in (kiln_to_python, python_to_kiln, gpt_kiln_to_python, gpt_python_to_kiln):
+    steps = [kiln_to_python, python_to_kiln, kiln_writes_mixed, kiln_reads_mixed, declared_dtype,
+             gpt_kiln_to_python, gpt_python_to_kiln]
+    only = sys.argv[3:]  # step names, for running a part by hand
+    for step in steps:
+        if only and step.__name__ not in only:
+            continue
         before = failures
         step(tool, work)
         print(("ok   " if failures == before else "FAIL ") + step.__name__)

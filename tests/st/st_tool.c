@@ -4,9 +4,14 @@
  *   st_tool dump PATH            print every tensor as kiln reads it
  *   st_tool gpt-save PATH        save a small GPT-2 model, print its parameters from memory
  *   st_tool gpt-load PATH NHEAD  load a GPT-2 file into a model, print its parameters
+ *   st_tool dump-as PATH DTYPE   hold the file to its declared dtype, then print every tensor
+ *                                read as DTYPE (fp32, bf16, fp16)
+ *   st_tool write-as IN OUT HELD STORED   read every tensor of IN as HELD, then write them to
+ *                                OUT stored as STORED (converted while writing), declared so
  *
  * Printed lines: "name dtype d0,d1,.. offset hex-bits-of-each-float32-value" (values only
- * for float dtypes; "-" when there are none). */
+ * for float dtypes; "-" when there are none); dump-as prints each value's bits in DTYPE
+ * (8 or 4 hex digits) and first "@declared DTYPE" or "@declared -". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +36,83 @@ static void print_line(const char *name, const char *dtype, int ndim, const int6
         printf("%08x", b);
     }
     printf("%s\n", n ? "" : "-");
+}
+
+static int dump_as(const char *path, const char *type) {
+    kiln_dtype d;
+    kiln_status s = kiln_dtype_parse(type, &d);
+    if (s)
+        return fail(type, s);
+    kiln_safetensors *f = NULL;
+    s = kiln_safetensors_open(&f, path);
+    if (s)
+        return fail(path, s);
+    int declared = 0;
+    kiln_dtype dt = KILN_DTYPE_F32;
+    s = kiln_safetensors_check_dtype(f, &declared, &dt);
+    if (!s)
+        printf("@declared %s\n", declared ? kiln_dtype_name(dt) : "-");
+    size_t z = kiln_dtype_size(d);
+    for (int i = 0; !s && i < kiln_safetensors_num_tensors(f); i++) {
+        const kiln_st_tensor *t = kiln_safetensors_tensor(f, i);
+        unsigned char *v = malloc((size_t)t->numel * z + 4);
+        s = v ? kiln_safetensors_read_as(f, t, d, v) : KILN_ERR_NOMEM;
+        if (!s) {
+            printf("%s %s ", t->name, kiln_st_dtype_name(t->dtype));
+            for (int k = 0; k < t->ndim; k++)
+                printf("%s%lld", k ? "," : "", (long long)t->shape[k]);
+            printf("%s %lld ", t->ndim ? "" : "-", (long long)t->offset);
+            for (int64_t k = 0; k < t->numel; k++) {
+                uint32_t b = 0;
+                uint16_t h = 0;
+                if (z == 4)
+                    memcpy(&b, v + 4 * k, 4);
+                else
+                    memcpy(&h, v + 2 * k, 2), b = h;
+                printf(z == 4 ? "%08x" : "%04x", b);
+            }
+            printf("%s\n", t->numel ? "" : "-");
+        }
+        free(v);
+    }
+    kiln_safetensors_close(f);
+    return s ? fail(path, s) : 0;
+}
+
+static int write_as(const char *in, const char *out, const char *held, const char *stored) {
+    kiln_dtype h, st;
+    kiln_status s = kiln_dtype_parse(held, &h);
+    if (!s)
+        s = kiln_dtype_parse(stored, &st);
+    if (s)
+        return fail("dtype", s);
+    kiln_safetensors *f = NULL;
+    s = kiln_safetensors_open(&f, in);
+    if (s)
+        return fail(in, s);
+    int n = kiln_safetensors_num_tensors(f);
+    void **bufs = calloc((size_t)n + 1, sizeof *bufs);
+    kiln_safetensors_writer *w = NULL;
+    s = bufs ? kiln_safetensors_writer_init(&w) : KILN_ERR_NOMEM;
+    for (int i = 0; !s && i < n; i++) { /* the buffers stay borrowed until the write */
+        const kiln_st_tensor *t = kiln_safetensors_tensor(f, i);
+        bufs[i] = malloc((size_t)t->numel * kiln_dtype_size(h) + 4);
+        s = bufs[i] ? kiln_safetensors_read_as(f, t, h, bufs[i]) : KILN_ERR_NOMEM;
+        if (!s)
+            s = kiln_safetensors_writer_add_as(w, t->name, st, t->ndim, t->shape, h, bufs[i]);
+    }
+    if (!s)
+        s = kiln_safetensors_writer_declare_dtype(w, st);
+    if (!s)
+        s = kiln_safetensors_writer_set_metadata(w, "format", "pt");
+    if (!s)
+        s = kiln_safetensors_writer_write(w, out);
+    kiln_safetensors_writer_free(w);
+    for (int i = 0; bufs && i < n; i++)
+        free(bufs[i]);
+    free(bufs);
+    kiln_safetensors_close(f);
+    return s ? fail(out, s) : 0;
 }
 
 static int example(const char *path) {
@@ -107,11 +189,11 @@ static int gpt_save(const char *path) {
     kiln_gpt *m = NULL;
     kiln_status s = kiln_gpt_config_validate(&c);
     if (!s)
-        s = kiln_gpt_create(&m, &c, 1, 8, NULL);
+        s = kiln_gpt_create(&m, &c, 1, 8, NULL, NULL);
     if (s)
         return fail("creating a model", s);
     kiln_gpt_init_weights(m, 7);
-    s = kiln_gpt_save_safetensors(m, path);
+    s = kiln_gpt_save_safetensors(m, path, KILN_DTYPE_F32);
     if (!s)
         print_model(m);
     kiln_gpt_free(m);
@@ -123,7 +205,7 @@ static int gpt_load(const char *path, int64_t heads) {
     kiln_gpt *m = NULL;
     kiln_status s = kiln_gpt_config_from_safetensors(&c, path);
     if (!s)
-        s = kiln_gpt_create(&m, &c, 1, c.max_seq_len, NULL);
+        s = kiln_gpt_create(&m, &c, 1, c.max_seq_len, NULL, NULL);
     if (!s)
         s = kiln_gpt_load_safetensors(m, path);
     if (!s) {
@@ -144,6 +226,11 @@ int main(int argc, char **argv) {
         return gpt_save(argv[2]);
     if (argc == 4 && !strcmp(argv[1], "gpt-load"))
         return gpt_load(argv[2], atoll(argv[3]));
-    fprintf(stderr, "usage: st_tool example|dump|gpt-save PATH, or gpt-load PATH NHEAD\n");
+    if (argc == 4 && !strcmp(argv[1], "dump-as"))
+        return dump_as(argv[2], argv[3]);
+    if (argc == 6 && !strcmp(argv[1], "write-as"))
+        return write_as(argv[2], argv[3], argv[4], argv[5]);
+    fprintf(stderr, "usage: st_tool example|dump|gpt-save PATH, gpt-load PATH NHEAD, dump-as PATH "
+                    "DTYPE, or write-as IN OUT HELD STORED\n");
     return 2;
 }

@@ -1,7 +1,10 @@
 # safetensors cross-check with PyTorch, label "ref": files kiln writes (generic tensors and
 # GPT-2 weights) are parsed by hand in Python (json + torch.frombuffer) and must hold what kiln
 # meant; files written in Python (every F16 and BF16 bit pattern, Hugging Face-style GPT-2
-# weights) must read and load into kiln with torch's values, bit for bit. Needs a Python
+# weights) must read and load into kiln with torch's values, bit for bit. Mixed precision: kiln
+# stores fp32/bf16/fp16-held tensors as F32/BF16/F16 with torch's rounding and reads torch's
+# F32/BF16/F16 as each of the three, refusing fp16 overflow and a dtype that disagrees with
+# the file's declared one, the tensor named. Needs a Python
 # with torch (Debian's python3-torch); without it the test says why and exits 77 (skipped).
 set(KILN_TORCH_PYTHON /usr/bin/python3 CACHE FILEPATH
     "Python interpreter that can import torch, for the reference tests")

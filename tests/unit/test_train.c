@@ -119,7 +119,7 @@ static double loss_of_weights(const char *path, const char *data, int64_t B, int
     double sum = 0;
     CHECK_TRUE(B * T <= 4 * 16);
     CHECK_OK(kiln_gpt_config_from_safetensors(&mc, path));
-    CHECK_OK(kiln_gpt_create(&m, &mc, B, T, NULL));
+    CHECK_OK(kiln_gpt_create(&m, &mc, B, T, NULL, NULL));
     CHECK_OK(m ? kiln_gpt_load_safetensors(m, path) : KILN_ERR_ARG);
     CHECK_OK(kiln_loader_open(&l, &lc));
     for (int i = 0; m && l && i < batches; i++) {

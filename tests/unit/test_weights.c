@@ -29,7 +29,7 @@ static kiln_gpt_config small_config(int64_t L, int64_t C) {
 static kiln_gpt *make_model(int64_t L, int64_t C, uint64_t seed) {
     kiln_gpt_config c = small_config(L, C);
     kiln_gpt *m = NULL;
-    CHECK_OK(kiln_gpt_create(&m, &c, 1, 8, NULL));
+    CHECK_OK(kiln_gpt_create(&m, &c, 1, 8, NULL, NULL));
     if (m)
         kiln_gpt_init_weights(m, seed);
     return m;
@@ -116,7 +116,7 @@ static void test_save_load_bits(void) {
     if (!a || !b)
         goto done;
     CHECK_TRUE(memcmp(kiln_gpt_params(a), kiln_gpt_params(b), slab_bytes(a)) != 0);
-    CHECK_OK(kiln_gpt_save_safetensors(a, path_a));
+    CHECK_OK(kiln_gpt_save_safetensors(a, path_a, KILN_DTYPE_F32));
     CHECK_OK(kiln_gpt_load_safetensors(b, path_a));
     CHECK_TRUE(memcmp(kiln_gpt_params(a), kiln_gpt_params(b), slab_bytes(a)) == 0);
 
@@ -180,7 +180,7 @@ static void test_mismatched_models(void) {
     kiln_gpt *shallow = make_model(1, 16, 4), *deep = make_model(3, 16, 5);
     if (!a || !wide || !shallow || !deep)
         goto done;
-    CHECK_OK(kiln_gpt_save_safetensors(a, path_a));
+    CHECK_OK(kiln_gpt_save_safetensors(a, path_a, KILN_DTYPE_F32));
     expect_load_fails(wide, path_a, KILN_ERR_SHAPE, "\"wte.weight\" has shape (100, 16)",
                       "expects (100, 32)");
     expect_load_fails(shallow, path_a, KILN_ERR_FORMAT, "unexpected tensor \"h.1.", "1 layers");
@@ -260,7 +260,7 @@ done:
 static void write_with_metadata(kiln_gpt *m, const char *path, const char *key, const char *value) {
     kiln_safetensors *f = NULL;
     kiln_safetensors_writer *w = NULL;
-    CHECK_OK(kiln_gpt_save_safetensors(m, path));
+    CHECK_OK(kiln_gpt_save_safetensors(m, path, KILN_DTYPE_F32));
     CHECK_OK(kiln_safetensors_open(&f, path));
     CHECK_OK(kiln_safetensors_writer_init(&w));
     if (!f || !w)
@@ -315,7 +315,7 @@ static void test_failed_save(void) {
     char sub[512];
     test_path(sub, sizeof sub, dir, "folder.safetensors");
     CHECK_TRUE(mkdir(sub, 0755) == 0);
-    CHECK_STATUS(kiln_gpt_save_safetensors(a, sub), KILN_ERR_IO);
+    CHECK_STATUS(kiln_gpt_save_safetensors(a, sub, KILN_DTYPE_F32), KILN_ERR_IO);
     CHECK_TRUE(strstr(kiln_error_message(), "saving model weights") != NULL);
     DIR *dp = opendir(dir);
     int tmp = 0;

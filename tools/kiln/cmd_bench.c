@@ -33,7 +33,7 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     tool_set_threads(threads);
-    kiln_status s = kiln_backend_cpu()->prepare();
+    kiln_status s = kiln_backend_cpu()->prepare(kiln_backend_cpu());
     if (s) {
         tool_report("bench", s);
         return 1;

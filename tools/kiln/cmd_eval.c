@@ -20,6 +20,7 @@ static const char *usage =
 int cmd_eval(int argc, char **argv) {
     const char *weights = "out/model.safetensors", *data = "data/brown/val_*.bin";
     int64_t B = 4, T = 64, batches = 0, heads = 0, threads = 0;
+    const char *precision = "fp32";
     const tool_flag flags[] = {
         {"weights", TOOL_FLAG_STRING, &weights, "model weights (safetensors)"},
         {"data", TOOL_FLAG_STRING, &data, "token shards: file, folder or glob"},
@@ -28,6 +29,8 @@ int cmd_eval(int argc, char **argv) {
         {"batches", TOOL_FLAG_INT, &batches, "batches to evaluate (0: every whole batch)"},
         {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata"},
         {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)"},
+        {"precision", TOOL_FLAG_STRING, &precision,
+         "fp32, bf16 or fp16: the dtype the weights are held and computed in"},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
@@ -38,13 +41,20 @@ int cmd_eval(int argc, char **argv) {
         fprintf(stderr, "kiln eval: bad arguments (see --help)\n");
         return 2;
     }
+    kiln_dtype dt = KILN_DTYPE_F32;
+    kiln_status ps = kiln_dtype_parse(precision, &dt);
+    if (ps) {
+        tool_report(argv[0], ps);
+        return 2;
+    }
+    tool_precision_note(dt);
     tool_set_threads(threads);
     kiln_gpt *m = NULL;
     kiln_loader *l = NULL;
     /* The data first: a bad file is reported before the model's memory is taken. */
     kiln_status s = kiln_eval_loader_open(&l, data, B, T);
     if (!s)
-        s = tool_load_model(&m, weights, heads, B, T);
+        s = tool_load_model(&m, weights, heads, B, T, dt);
     if (!s && T > kiln_gpt_max_seq(m)) {
         fprintf(stderr, "kiln eval: --seq %lld is beyond the model's context %lld\n",
                 (long long)T, (long long)kiln_gpt_max_seq(m));

@@ -43,6 +43,7 @@ int cmd_sample(int argc, char **argv) {
     const char *weights = "out/model.safetensors", *prompt = "", *tokenizer = NULL;
     int64_t count = 200, top_k = 40, seed = 1337, heads = 0, threads = 0;
     double temperature = 1.0;
+    const char *precision = "fp32";
     const tool_flag flags[] = {
         {"weights", TOOL_FLAG_STRING, &weights, "model weights (safetensors)"},
         {"prompt", TOOL_FLAG_STRING, &prompt, "text to continue"},
@@ -54,6 +55,8 @@ int cmd_sample(int argc, char **argv) {
          "gpt2, bytes or a tokenizer file (none: chosen by the vocabulary size)"},
         {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata"},
         {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)"},
+        {"precision", TOOL_FLAG_STRING, &precision,
+         "fp32, bf16 or fp16: the dtype the weights are held and computed in"},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
@@ -76,12 +79,19 @@ int cmd_sample(int argc, char **argv) {
         fprintf(stderr, "kiln sample: --heads and --top-k must be >= 0, --threads 0..4096\n");
         return 2;
     }
+    kiln_dtype dt = KILN_DTYPE_F32;
+    kiln_status ps = kiln_dtype_parse(precision, &dt);
+    if (ps) {
+        tool_report(argv[0], ps);
+        return 2;
+    }
+    tool_precision_note(dt);
     tool_set_threads(threads);
     kiln_gpt *m = NULL;
     kiln_tokenizer *tok = NULL;
     kiln_tokens ids = {0};
     print_ctx pc = {0};
-    kiln_status s = tool_load_model(&m, weights, heads, 1, 0);
+    kiln_status s = tool_load_model(&m, weights, heads, 1, 0, dt);
     if (s) {
         tool_report("sample", s);
         return 1;

@@ -1,12 +1,14 @@
 /* kiln train: train a GPT model on token shards. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
 #include "flags.h"
 #include "kiln/checkpoint.h"
 #include "kiln/core.h"
+#include "kiln/loader.h"
 #include "kiln/model.h"
 #include "kiln/optim.h"
 #include "kiln/train.h"
@@ -22,7 +24,11 @@ static const char *usage =
     "the model is evaluated after the last step (and every --eval-every steps). The whole\n"
     "memory plan is checked against the machine before anything is allocated, and weights\n"
     "that are not finite (or give a loss that is not) are never saved: the --save file keeps\n"
-    "the last good ones.";
+    "the last good ones.\n\n"
+    "--precision bf16 or fp16 trains with working weights and activations in that type and fp32\n"
+    "master weights, gradients and optimizer state; fp16 scales the loss dynamically. --plan\n"
+    "prints the memory each category takes and the largest batch that fits, allocating\n"
+    "nothing.";
 
 /* Preset or JSON, then the overriding flags. */
 static int resolve_model(kiln_gpt_config *mc, const char *model, int64_t layers, int64_t heads,
@@ -82,6 +88,93 @@ static int check_init_matches(const char *init, int64_t layers, int64_t heads, i
     return 0;
 }
 
+/* A size like 24G, 512M, 1.5GiB or plain bytes; 0 when it is not one. */
+static size_t parse_bytes(const char *s) {
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0))
+        return 0;
+    double mult = 1;
+    switch (*end) {
+    case 'k': case 'K': mult = 1024.0; break;
+    case 'm': case 'M': mult = 1024.0 * 1024.0; break;
+    case 'g': case 'G': mult = 1024.0 * 1024.0 * 1024.0; break;
+    case 't': case 'T': mult = 1024.0 * 1024.0 * 1024.0 * 1024.0; break;
+    case '\0': break;
+    default: return 0;
+    }
+    if (*end && end[1] && strcmp(end + 1, "B") && strcmp(end + 1, "iB"))
+        return 0;
+    return v * mult < 1.8e19 ? (size_t)(v * mult) : 0;
+}
+
+/* --plan: the memory by category for the batch asked, and the largest batch that fits
+ * `budget` bytes (0: what the machine has available). Nothing is allocated. */
+static int print_plan(kiln_train_config *cfg, const char *budget_text) {
+    kiln_gpt_config mc = cfg->model;
+    kiln_status s = KILN_OK;
+    if (cfg->init_path)
+        s = kiln_gpt_config_from_safetensors(&mc, cfg->init_path);
+    if (!s && mc.vocab_size <= 0) {
+        kiln_loader *l = NULL;
+        kiln_loader_config lc = {.path = cfg->train_path, .B = 1, .T = 1, .world = 1};
+        if (kiln_loader_open(&l, &lc) == KILN_OK) {
+            mc.vocab_size = kiln_loader_vocab_size(l);
+            kiln_loader_close(l);
+        } else {
+            mc.vocab_size = 50257;
+            printf("(no data at %s: planned with GPT-2's vocabulary of 50257)\n", cfg->train_path);
+        }
+    }
+    if (!s)
+        s = kiln_gpt_config_validate(&mc);
+    kiln_train_memory p;
+    if (!s)
+        s = kiln_train_memory_plan(cfg, &mc, &p);
+    if (s) {
+        tool_report("plan", s);
+        return 1;
+    }
+    size_t budget = budget_text ? parse_bytes(budget_text) : p.available;
+    if (budget_text && budget == 0) {
+        fprintf(stderr, "kiln train: --plan-memory wants a size such as 24G or 512M, got '%s'\n",
+                budget_text);
+        return 2;
+    }
+    printf("model: %lld layers, %lld heads, %lld channels, vocabulary %lld, context %lld: "
+           "%.2fM parameters; %s, recompute %s\n",
+           (long long)mc.n_layer, (long long)mc.n_head, (long long)mc.n_embd,
+           (long long)mc.vocab_size, (long long)mc.max_seq_len,
+           (double)kiln_gpt_config_num_params(&mc) / 1e6, kiln_dtype_name(cfg->model_opt.dtype),
+           kiln_recompute_name(cfg->model_opt.recompute));
+    kiln_train_memory_print(stdout, &p, cfg->B, cfg->T);
+    double gib = 1024.0 * 1024.0 * 1024.0;
+    size_t need = p.total + p.headroom;
+    printf("with the process's own ~%.2f GiB: %.2f GiB against %.2f GiB (%s): %s", p.headroom / gib,
+           need / gib, budget / gib, budget_text ? "--plan-memory" : p.available_what,
+           need <= budget ? "fits" : "does not fit");
+    if (need > budget)
+        printf(", %.2f GiB short", (need - budget) / gib);
+    printf("\n");
+    /* the largest batch at this T: the plan grows with B, so bisect */
+    int64_t lo = 0, hi = 1 << 20;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        kiln_train_config c = *cfg;
+        c.B = mid;
+        kiln_train_memory q;
+        if (kiln_train_memory_plan(&c, &mc, &q) == KILN_OK && q.total + q.headroom <= budget)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    if (lo > 0)
+        printf("largest batch that fits at T=%lld: B=%lld\n", (long long)cfg->T, (long long)lo);
+    else
+        printf("no batch fits at T=%lld in %.2f GiB\n", (long long)cfg->T, budget / gib);
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     kiln_train_config cfg = kiln_train_config_default();
     const char *model = "d4", *init = NULL, *data = "data/brown/train_*.bin", *val = NULL;
@@ -95,7 +188,12 @@ int cmd_train(int argc, char **argv) {
     double beta1 = cfg.optim.beta1, beta2 = cfg.optim.beta2, eps = cfg.optim.eps;
     double momentum = cfg.optim.momentum, dampening = cfg.optim.dampening;
     double alpha = cfg.optim.alpha, clip = cfg.grad_clip, peak = 0.0;
-    int nesterov = 0;
+    int nesterov = 0, plan = 0, stochastic = 0;
+    int fuse_gelu = cfg.model_opt.fuse_gelu, fuse_ln = cfg.model_opt.fuse_residual_ln;
+    const char *precision = "fp32", *save_dtype = "fp32", *recompute = "none", *plan_memory = NULL;
+    int64_t chunk = cfg.model_opt.classifier_chunk;
+    double loss_scale = cfg.loss_scaler.scale;
+    int64_t inject = 0;
     const tool_flag flags[] = {
         {"model", TOOL_FLAG_STRING, &model, "preset name or model JSON file"},
         {"layers", TOOL_FLAG_INT, &layers, "override the number of layers (0: keep)"},
@@ -136,6 +234,27 @@ int cmd_train(int argc, char **argv) {
         {"save", TOOL_FLAG_STRING, &save, "write the final weights here (safetensors)"},
         {"save-every", TOOL_FLAG_INT, &save_every, "also save every N steps (0: at the end)"},
         {"peak-gflops", TOOL_FLAG_FLOAT, &peak, "MFU denominator (0: measure at start)"},
+        {"precision", TOOL_FLAG_STRING, &precision,
+         "fp32, bf16 or fp16: working weights and activations (fp32 master weights otherwise)"},
+        {"save-dtype", TOOL_FLAG_STRING, &save_dtype, "dtype of saved weights: fp32, bf16, fp16"},
+        {"stochastic-rounding", TOOL_FLAG_BOOL, &stochastic,
+         "bf16: round the working weights stochastically after each update"},
+        {"loss-scale", TOOL_FLAG_FLOAT, &loss_scale,
+         "fp16: the starting loss scale (dynamic: halved on overflow, doubled after 2000 clean "
+         "steps)"},
+        {"recompute", TOOL_FLAG_STRING, &recompute,
+         "recompute in backward instead of keeping: none, gelu, attention or block"},
+        {"fuse-gelu", TOOL_FLAG_BOOL, &fuse_gelu, "bias and GELU in the MLP product's output pass"},
+        {"fuse-residual-ln", TOOL_FLAG_BOOL, &fuse_ln,
+         "each residual add with the LayerNorm after it"},
+        {"classifier-chunk", TOOL_FLAG_INT, &chunk,
+         "rows of logits at a time in the fused classifier + cross-entropy (0: all at once)"},
+        {"inject-nonfinite", TOOL_FLAG_INT, &inject,
+         "fault injection: make a gradient infinite at step N (fp16: an overflow to skip)"},
+        {"plan", TOOL_FLAG_BOOL, &plan,
+         "print the memory plan and the largest batch that fits; allocate and train nothing"},
+        {"plan-memory", TOOL_FLAG_STRING, &plan_memory,
+         "with --plan: the memory to fit, e.g. 24G (default: what the machine has available)"},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
@@ -178,6 +297,15 @@ int cmd_train(int argc, char **argv) {
     kiln_status s = kiln_optim_kind_parse(optimizer, &cfg.optim.kind);
     if (!s)
         s = kiln_lr_kind_parse(schedule, &cfg.lr.kind);
+    if (!s)
+        s = kiln_dtype_parse(precision, &cfg.model_opt.dtype);
+    if (!s)
+        s = kiln_dtype_parse(save_dtype, &cfg.save_dtype);
+    if (!s)
+        s = kiln_recompute_parse(recompute, &cfg.model_opt.recompute);
+    if (!s && (chunk < 0 || !(loss_scale > 0) || isinf(loss_scale)))
+        s = kiln_error_setf(KILN_ERR_ARG, "--classifier-chunk must be >= 0 and --loss-scale a "
+                                          "finite number > 0");
     if (s) {
         tool_report("train", s);
         return 2;
@@ -214,6 +342,15 @@ int cmd_train(int argc, char **argv) {
     cfg.save_every = save_every;
     cfg.peak_gflops = peak;
     cfg.log = stdout;
+    cfg.model_opt.fuse_gelu = fuse_gelu;
+    cfg.model_opt.fuse_residual_ln = fuse_ln;
+    cfg.model_opt.classifier_chunk = chunk;
+    cfg.stochastic_rounding = stochastic;
+    cfg.inject_nonfinite_step = inject;
+    cfg.loss_scaler.scale = (float)loss_scale;
+    if (plan)
+        return print_plan(&cfg, plan_memory);
+    tool_precision_note(cfg.model_opt.dtype);
     /* A --save that could never be written fails now, not after hours of training. */
     if (cfg.save_path && ((s = tool_make_parent_dirs(cfg.save_path)) ||
                           (s = kiln_file_check_replaceable(cfg.save_path)))) {

@@ -41,7 +41,8 @@ void tool_set_threads(int64_t n) {
     openblas_set_num_threads((int)n);
 }
 
-kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int64_t B, int64_t T) {
+kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int64_t B, int64_t T,
+                            kiln_dtype dtype) {
     kiln_gpt_config cfg;
     memset(&cfg, 0, sizeof cfg);
     if (heads < 0)
@@ -59,7 +60,7 @@ kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int
         return s;
     if (T <= 0 || T > cfg.max_seq_len)
         T = cfg.max_seq_len;
-    if ((s = kiln_gpt_create_inference(out, &cfg, B, T, NULL)) != KILN_OK)
+    if ((s = kiln_gpt_create_inference(out, &cfg, B, T, dtype, NULL)) != KILN_OK)
         return s;
     s = kiln_gpt_load_safetensors(*out, path);
     if (s) {
@@ -97,4 +98,11 @@ const char *tool_default_tokenizer(const char *given, int64_t vocab_size) {
                     "the model's vocabulary has %lld tokens: say which tokenizer with --tokenizer",
                     (long long)vocab_size);
     return NULL;
+}
+
+void tool_precision_note(kiln_dtype dt) {
+    if (dt == KILN_DTYPE_F16)
+        fprintf(stderr, "kiln: fp16 matrix products on this CPU widen to fp32 (x86 CPUs without "
+                        "AVX512-FP16 have no fp16 dot products): correct, not faster; bf16 is the "
+                        "fast narrow type here\n");
 }

@@ -18,7 +18,11 @@ int64_t tool_cores(void);
 
 /* Load weights from a safetensors file into a new model planned for B x T (T 0: the
  * model's context). heads > 0 overrides the head count for files without kiln metadata. */
-kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int64_t B, int64_t T);
+kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int64_t B, int64_t T,
+                            kiln_dtype dtype);
+
+/* A line on stderr when a precision runs on a slower path on this machine. */
+void tool_precision_note(kiln_dtype dt);
 
 /* Create the folder part of path (like mkdir -p on its dirname). */
 kiln_status tool_make_parent_dirs(const char *path);

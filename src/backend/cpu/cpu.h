@@ -4,16 +4,36 @@
 #ifndef KILN_BACKEND_CPU_H
 #define KILN_BACKEND_CPU_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kiln/backend.h"
 
-/* Every op of KILN_BACKEND_OPS: kiln__cpu_matmul_forward in cpu_matmul.c,
- * kiln__cpu_attention_* in cpu_attention.c, the optimizer kernels, sumsq, scale and zero in
- * cpu_optim.c, the rest in cpu_layers.c. */
+/* Every op of KILN_BACKEND_OPS: kiln__cpu_matmul_* in cpu_matmul.c, kiln__cpu_attention_* in
+ * cpu_attention.c, the optimizer kernels, sums, scale and zero in cpu_optim.c, memory in
+ * cpu.c, the rest in cpu_layers.c. */
 KILN_BACKEND_DECLARE(kiln__cpu_)
 
 /* cpu_prepare.c: the optional prepare op. */
 kiln_op_prepare kiln__cpu_prepare;
+
+/* cpu_layers.c: the epilogue of a product over (N,OC) whose bias is not in it yet: x +=
+ * bias (when bias is not NULL), then gelu_out = GELU(x) (when gelu_out is not NULL). */
+void kiln__cpu_bias_gelu_rows(void *x, void *gelu_out, const void *bias, int64_t N, int64_t OC,
+                              kiln_dtype dt);
+
+/* cpu.c: the instance's own state. */
+typedef struct kiln__cpu_state_t {
+    void *scratch;
+    size_t scratch_bytes;
+    int attention_threads; /* the fewest threads an attention scratch was planned for (0: none) */
+} kiln__cpu_state_t;
+kiln__cpu_state_t *kiln__cpu_state(kiln_backend *be);
+
+/* cpu.c: a buffer of at least `bytes` the backend keeps between calls, for the paths that
+ * convert operands (products in a dtype the machine has no fast instructions for). It grows
+ * to the largest size asked once and is then reused; NULL (with the error recorded) when it
+ * cannot grow. One caller at a time. */
+void *kiln__cpu_scratch(kiln_backend *be, size_t bytes);
 
 #endif

@@ -7,15 +7,43 @@
  * needs keys [0, r1), which skips most of the masked upper triangle for long sequences.
  *
  * Layouts: qkv (B,T,3C) with q, k, v of head h at channels h*hs of each third (row
- * stride 3C); out, dout (B,T,C), head h at channels h*hs (row stride C);
- * att, scratch (B,NH,T,T). */
+ * stride 3C); out, dout (B,T,C), head h at channels h*hs (row stride C).
+ * saved: the fp32 probabilities (B,NH,T,T). scratch: per thread, a T x T block for the
+ * scores' gradient and, for a narrower dtype, fp32 copies of the head's slices (q, k, v,
+ * dout, the outputs), so the products run in fp32 from values rounded once. */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_math.h"
+#include "core/dtype_inline.h"
 
 #define ATT_BLOCK 64
+
+/* floats of one thread's scratch */
+static int64_t thread_floats(kiln_dtype dt, int64_t T, int64_t hs) {
+    return T * T + (dt == KILN_DTYPE_F32 ? 0 : 8 * T * hs);
+}
+
+size_t kiln__cpu_attention_saved_bytes(kiln_backend *be, kiln_dtype dt, int64_t B, int64_t T,
+                                       int64_t C, int64_t NH) {
+    (void)be, (void)dt, (void)C;
+    return (size_t)(B * NH * T * T) * sizeof(float);
+}
+
+size_t kiln__cpu_attention_scratch_bytes(kiln_backend *be, kiln_dtype dt, int64_t B, int64_t T,
+                                         int64_t C, int64_t NH) {
+    (void)B;
+    /* one block per thread that may run: the thread count when the model is planned (kiln
+     * sets threads before it builds a model); the ops never run more threads than the
+     * fewest any plan was made for */
+    int threads = omp_get_max_threads();
+    int *cap = &kiln__cpu_state(be)->attention_threads;
+    if (*cap == 0 || threads < *cap)
+        *cap = threads;
+    return (size_t)(threads * thread_floats(dt, T, C / NH)) * sizeof(float);
+}
 
 /* Softmax of row[0..t] in place; row[t+1..T) = 0. */
 static void causal_softmax_row(float *row, int64_t t, int64_t T) {
@@ -37,34 +65,80 @@ static void causal_softmax_row(float *row, int64_t t, int64_t T) {
         row[j] = 0.0f;
 }
 
-static void head_forward(float *o, float *a, const float *q, int64_t T, int64_t C, int64_t hs,
-                         float scale) {
-    const float *k = q + C, *v = q + 2 * C;
-    int ld = (int)(3 * C);
+/* One head: q, k, v rows of stride ld; o rows of stride ldo; a (T,T) probabilities. */
+static void head_forward(float *o, int64_t ldo, float *a, const float *q, const float *k,
+                         const float *v, int64_t ld, int64_t T, int64_t hs, float scale) {
     for (int64_t r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         /* scores [r0,r1) x [0,r1) = scale * q k^T */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)r1, (int)hs,
-                    scale, q + r0 * ld, ld, k, ld, 0.0f, a + r0 * T, (int)T);
+                    scale, q + r0 * ld, (int)ld, k, (int)ld, 0.0f, a + r0 * T, (int)T);
         for (int64_t t = r0; t < r1; t++)
             causal_softmax_row(a + t * T, t, T);
         /* out rows [r0,r1) = att x v */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)hs, (int)r1,
-                    1.0f, a + r0 * T, (int)T, v, ld, 0.0f, o + r0 * C, (int)C);
+                    1.0f, a + r0 * T, (int)T, v, (int)ld, 0.0f, o + r0 * ldo, (int)ldo);
     }
 }
 
-void kiln__cpu_attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T,
-                                 int64_t C, int64_t NH) {
+/* The (T,hs) slice of head h at channel offset `off` of rows of stride ld in src, widened
+ * to a contiguous fp32 (T,hs); and back. */
+KILN_INLINE void gather(float *dst, const void *src, int64_t off, int64_t ld, int64_t T,
+                        int64_t hs, kiln_dtype dt) {
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < hs; i++)
+            dst[t * hs + i] = kiln__ld(src, t * ld + off + i, dt);
+}
+
+KILN_INLINE void scatter(void *dst, int64_t off, int64_t ld, const float *src, int64_t T,
+                         int64_t hs, kiln_dtype dt) {
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < hs; i++)
+            kiln__st(dst, t * ld + off + i, src[t * hs + i], dt);
+}
+
+/* The threads an op may use: those the scratch was planned for. */
+static int op_threads(kiln_backend *be) {
+    int cap = kiln__cpu_state(be)->attention_threads, n = omp_get_max_threads();
+    return cap > 0 && cap < n ? cap : n;
+}
+
+KILN_INLINE void forward_body(void *out, float *att, float *scratch, const void *qkv, int64_t B,
+                              int64_t T, int64_t C, int64_t NH, int threads, kiln_dtype dt) {
     int64_t hs = C / NH;
     float scale = (float)(1.0 / sqrt((double)hs));
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
     for (int64_t b = 0; b < B; b++) {
         for (int64_t h = 0; h < NH; h++) {
-            head_forward(out + b * T * C + h * hs, att + (b * NH + h) * T * T,
-                         qkv + b * T * 3 * C + h * hs, T, C, hs, scale);
+            float *a = att + (b * NH + h) * T * T;
+            if (dt == KILN_DTYPE_F32) {
+                const float *q = (const float *)qkv + b * T * 3 * C + h * hs;
+                head_forward((float *)out + b * T * C + h * hs, C, a, q, q + C, q + 2 * C, 3 * C,
+                             T, hs, scale);
+            } else {
+                float *w = scratch + omp_get_thread_num() * thread_floats(dt, T, hs) + T * T;
+                float *q = w, *k = w + T * hs, *v = w + 2 * T * hs, *o = w + 3 * T * hs;
+                const void *src = kiln__cat(qkv, b * T * 3 * C, dt);
+                gather(q, src, h * hs, 3 * C, T, hs, dt);
+                gather(k, src, C + h * hs, 3 * C, T, hs, dt);
+                gather(v, src, 2 * C + h * hs, 3 * C, T, hs, dt);
+                head_forward(o, hs, a, q, k, v, hs, T, hs, scale);
+                scatter(kiln__at(out, b * T * C, dt), h * hs, C, o, T, hs, dt);
+            }
         }
     }
+}
+
+void kiln__cpu_attention_forward(kiln_backend *be, kiln_dtype dt, void *out, void *saved,
+                                 void *scratch, const void *qkv, int64_t B, int64_t T, int64_t C,
+                                 int64_t NH) {
+    int n = op_threads(be);
+    if (dt == KILN_DTYPE_F32)
+        forward_body(out, saved, scratch, qkv, B, T, C, NH, n, KILN_DTYPE_F32);
+    else if (dt == KILN_DTYPE_BF16)
+        forward_body(out, saved, scratch, qkv, B, T, C, NH, n, KILN_DTYPE_BF16);
+    else
+        forward_body(out, saved, scratch, qkv, B, T, C, NH, n, KILN_DTYPE_F16);
 }
 
 /* ds[0..t] = scale * p * (dp - sum_j p[j] dp[j]) in place over dp; ds[t+1..r1) = 0. */
@@ -80,24 +154,23 @@ static void softmax_backward_row(float *ds, const float *p, int64_t t, int64_t r
         ds[j] = 0.0f;
 }
 
-/* dq, dk, dv point at head h's channels of dqkv's three thirds (row stride 3C). */
-static void head_backward(float *dq, float *s, const float *dout, const float *q, const float *a,
-                          int64_t T, int64_t C, int64_t hs, float scale) {
-    const float *k = q + C, *v = q + 2 * C;
-    float *dk = dq + C, *dv = dq + 2 * C;
-    int ld = (int)(3 * C);
+/* One head: q, k, v and dq, dk, dv rows of stride ld; dout rows of stride ldd; s a (T,T)
+ * block of scratch; a the (T,T) probabilities. */
+static void head_backward(float *dq, float *dk, float *dv, float *s, const float *dout,
+                          int64_t ldd, const float *q, const float *k, const float *v, int64_t ld,
+                          const float *a, int64_t T, int64_t hs, float scale) {
     int64_t nblocks = (T + ATT_BLOCK - 1) / ATT_BLOCK;
     for (int64_t r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         int m = (int)(r1 - r0);
         /* dp [r0,r1) x [0,r1) = dout v^T */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, (int)r1, (int)hs, 1.0f,
-                    dout + r0 * C, (int)C, v, ld, 0.0f, s + r0 * T, (int)T);
+                    dout + r0 * ldd, (int)ldd, v, (int)ld, 0.0f, s + r0 * T, (int)T);
         for (int64_t t = r0; t < r1; t++)
             softmax_backward_row(s + t * T, a + t * T, t, r1, scale);
         /* dq rows [r0,r1) = ds k */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, (int)hs, (int)r1, 1.0f,
-                    s + r0 * T, (int)T, k, ld, 0.0f, dq + r0 * ld, ld);
+                    s + r0 * T, (int)T, k, (int)ld, 0.0f, dq + r0 * ld, (int)ld);
     }
     /* dk = ds^T q and dv = att^T dout, last block first: it covers every key row, so it
      * writes (beta = 0) and the earlier blocks add to their prefix (beta = 1). */
@@ -107,23 +180,54 @@ static void head_backward(float *dq, float *s, const float *dout, const float *q
         int m = (int)(r1 - r0);
         float beta = bi == nblocks - 1 ? 0.0f : 1.0f;
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r1, (int)hs, m, 1.0f, s + r0 * T,
-                    (int)T, q + r0 * ld, ld, beta, dk, ld);
+                    (int)T, q + r0 * ld, (int)ld, beta, dk, (int)ld);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r1, (int)hs, m, 1.0f, a + r0 * T,
-                    (int)T, dout + r0 * C, (int)C, beta, dv, ld);
+                    (int)T, dout + r0 * ldd, (int)ldd, beta, dv, (int)ld);
     }
 }
 
-void kiln__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                  const float *att, int64_t B, int64_t T, int64_t C, int64_t NH) {
+KILN_INLINE void backward_body(void *dqkv, float *scratch, const void *dout, const void *qkv,
+                               const float *att, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               int threads, kiln_dtype dt) {
     int64_t hs = C / NH;
     float scale = (float)(1.0 / sqrt((double)hs));
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
     for (int64_t b = 0; b < B; b++) {
         for (int64_t h = 0; h < NH; h++) {
-            int64_t bh = b * NH + h;
-            head_backward(dqkv + b * T * 3 * C + h * hs, scratch + bh * T * T,
-                          dout + b * T * C + h * hs, qkv + b * T * 3 * C + h * hs, att + bh * T * T,
-                          T, C, hs, scale);
+            const float *a = att + (b * NH + h) * T * T;
+            float *s = scratch + omp_get_thread_num() * thread_floats(dt, T, hs);
+            if (dt == KILN_DTYPE_F32) {
+                float *dq = (float *)dqkv + b * T * 3 * C + h * hs;
+                const float *q = (const float *)qkv + b * T * 3 * C + h * hs;
+                head_backward(dq, dq + C, dq + 2 * C, s, (const float *)dout + b * T * C + h * hs,
+                              C, q, q + C, q + 2 * C, 3 * C, a, T, hs, scale);
+            } else {
+                float *w = s + T * T;
+                float *q = w, *k = w + T * hs, *v = w + 2 * T * hs, *d = w + 3 * T * hs;
+                float *dq = w + 4 * T * hs, *dk = w + 5 * T * hs, *dv = w + 6 * T * hs;
+                const void *src = kiln__cat(qkv, b * T * 3 * C, dt);
+                gather(q, src, h * hs, 3 * C, T, hs, dt);
+                gather(k, src, C + h * hs, 3 * C, T, hs, dt);
+                gather(v, src, 2 * C + h * hs, 3 * C, T, hs, dt);
+                gather(d, kiln__cat(dout, b * T * C, dt), h * hs, C, T, hs, dt);
+                head_backward(dq, dk, dv, s, d, hs, q, k, v, hs, a, T, hs, scale);
+                void *dst = kiln__at(dqkv, b * T * 3 * C, dt);
+                scatter(dst, h * hs, 3 * C, dq, T, hs, dt);
+                scatter(dst, C + h * hs, 3 * C, dk, T, hs, dt);
+                scatter(dst, 2 * C + h * hs, 3 * C, dv, T, hs, dt);
+            }
         }
     }
+}
+
+void kiln__cpu_attention_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, void *scratch,
+                                  const void *dout, const void *qkv, const void *saved, int64_t B,
+                                  int64_t T, int64_t C, int64_t NH) {
+    int n = op_threads(be);
+    if (dt == KILN_DTYPE_F32)
+        backward_body(dqkv, scratch, dout, qkv, saved, B, T, C, NH, n, KILN_DTYPE_F32);
+    else if (dt == KILN_DTYPE_BF16)
+        backward_body(dqkv, scratch, dout, qkv, saved, B, T, C, NH, n, KILN_DTYPE_BF16);
+    else
+        backward_body(dqkv, scratch, dout, qkv, saved, B, T, C, NH, n, KILN_DTYPE_F16);
 }

@@ -1,64 +1,144 @@
-/* Matrix products through OpenBLAS's sgemm, called from serial code so that it threads
- * itself over the shared OpenMP pool. Row-major throughout:
- *   inp (N,C), out/dout (N,OC), W (C,OC) when trans_w == 0 and (OC,C) when trans_w == 1. */
+/* Matrix products. fp32 through OpenBLAS's sgemm, called from serial code so that it
+ * threads itself over the shared OpenMP pool. Row-major throughout:
+ *   inp (N,C), out/dout (N,OC), W (C,OC) when trans_w == 0 and (OC,C) when trans_w == 1.
+ * Narrower dtypes go through `product`, which widens the operands to fp32 in the backend's
+ * scratch and calls sgemm: correct on any machine, and the path a dtype without fast
+ * instructions takes. */
 #include <cblas.h>
 #include <omp.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_math.h"
+#include "core/dtype_inline.h"
 
-void kiln__cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                              int64_t N, int64_t C, int64_t OC, int trans_w) {
-    float beta = 0.0f;
-    if (bias) {
-        /* start from the bias and let sgemm add the product (beta = 1) */
-#pragma omp parallel for schedule(static)
-        for (int64_t n = 0; n < N; n++) {
-            float *o = out + n * OC;
-#pragma omp simd
-            for (int64_t j = 0; j < OC; j++)
-                o[j] = bias[j];
-        }
-        beta = 1.0f;
+/* C (M,N, fp32, ldc) = A (M,K) x B (K,N) + beta C, with A and B of dtype dt given as
+ * op(A) = A or A^T (ta) and op(B) likewise (tb), row-major with leading dimensions lda,
+ * ldb. */
+static void product(kiln_backend *be, kiln_dtype dt, int ta, int tb, int64_t M, int64_t N,
+                    int64_t K, const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
+                    float *Cm, int64_t ldc) {
+    const float *a = A, *b = B;
+    if (dt != KILN_DTYPE_F32) {
+        int64_t na = ta ? K * lda : M * lda, nb = tb ? N * ldb : K * ldb;
+        float *s = kiln__cpu_scratch(be, (size_t)(na + nb) * sizeof(float));
+        if (!s)
+            return;
+        kiln_convert(s, KILN_DTYPE_F32, A, dt, na);
+        kiln_convert(s + na, KILN_DTYPE_F32, B, dt, nb);
+        a = s;
+        b = s + na;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_w ? CblasTrans : CblasNoTrans, (int)N, (int)OC,
-                (int)C, 1.0f, inp, (int)C, weight, trans_w ? (int)C : (int)OC, beta, out, (int)OC);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, 1.0f, a, (int)lda, b, (int)ldb, beta, Cm, (int)ldc);
+}
+
+/* out (N,OC) = bias, row by row */
+static void fill_bias(float *out, const float *bias, int64_t N, int64_t OC) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        float *o = out + n * OC;
+#pragma omp simd
+        for (int64_t j = 0; j < OC; j++)
+            o[j] = bias[j];
+    }
+}
+
+/* acc (N,OC, fp32) += bias (OC, of dt) */
+KILN_INLINE void add_bias_body(float *acc, const void *bias, int64_t N, int64_t OC,
+                               kiln_dtype dt) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+#pragma omp simd
+        for (int64_t j = 0; j < OC; j++)
+            acc[n * OC + j] += kiln__ld(bias, j, dt);
+    }
+}
+
+static void add_bias_f32(float *acc, const void *bias, int64_t N, int64_t OC, kiln_dtype dt) {
+    if (dt == KILN_DTYPE_BF16)
+        add_bias_body(acc, bias, N, OC, KILN_DTYPE_BF16);
+    else
+        add_bias_body(acc, bias, N, OC, KILN_DTYPE_F16);
+}
+
+void kiln__cpu_matmul_forward(kiln_backend *be, kiln_dtype dt, void *out, const void *inp,
+                              const void *weight, const void *bias, int64_t N, int64_t C,
+                              int64_t OC, int trans_w, void *gelu_out) {
+    int64_t ldw = trans_w ? C : OC;
+    if (dt == KILN_DTYPE_F32) {
+        float beta = 0.0f;
+        if (bias) { /* start from the bias and let sgemm add the product (beta = 1) */
+            fill_bias(out, bias, N, OC);
+            beta = 1.0f;
+        }
+        product(be, dt, 0, trans_w, N, OC, C, inp, C, weight, ldw, beta, out, OC);
+        if (gelu_out)
+            kiln__cpu_bias_gelu_rows(out, gelu_out, NULL, N, OC, dt);
+        return;
+    }
+    /* the fp32 product in scratch after the widened operands, then bias, GELU and the
+     * rounding in one pass */
+    size_t operands = (size_t)(N * C + C * OC) * sizeof(float);
+    float *acc = kiln__cpu_scratch(be, operands + (size_t)(N * OC) * sizeof(float));
+    if (!acc)
+        return;
+    acc = (float *)((char *)acc + operands);
+    product(be, dt, 0, trans_w, N, OC, C, inp, C, weight, ldw, 0.0f, acc, OC);
+    if (bias) /* in fp32, so the pre-activation is rounded once */
+        add_bias_f32(acc, bias, N, OC, dt);
+    kiln_convert(out, dt, acc, KILN_DTYPE_F32, N * OC);
+    if (gelu_out)
+        kiln__cpu_bias_gelu_rows(out, gelu_out, NULL, N, OC, dt);
 }
 
 /* dbias (OC) += column sums of dout (N,OC). Each thread owns a range of columns and adds
  * the rows in order, so the sums do not depend on the thread count. */
-static void bias_backward(float *dbias, const float *dout, int64_t N, int64_t OC) {
+KILN_INLINE void bias_backward_body(float *dbias, const void *dout, int64_t N, int64_t OC,
+                                    kiln_dtype dt) {
 #pragma omp parallel
     {
         int64_t j0, j1;
         kiln__cpu_split(OC, omp_get_thread_num(), omp_get_num_threads(), &j0, &j1);
         for (int64_t n = 0; n < N; n++) {
-            const float *d = dout + n * OC;
 #pragma omp simd
             for (int64_t j = j0; j < j1; j++)
-                dbias[j] += d[j];
+                dbias[j] += kiln__ld(dout, n * OC + j, dt);
         }
     }
 }
 
-void kiln__cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, int64_t N, int64_t C,
-                               int64_t OC, int trans_w) {
+static void bias_backward(float *dbias, const void *dout, int64_t N, int64_t OC, kiln_dtype dt) {
+    if (dt == KILN_DTYPE_F32)
+        bias_backward_body(dbias, dout, N, OC, KILN_DTYPE_F32);
+    else if (dt == KILN_DTYPE_BF16)
+        bias_backward_body(dbias, dout, N, OC, KILN_DTYPE_BF16);
+    else
+        bias_backward_body(dbias, dout, N, OC, KILN_DTYPE_F16);
+}
+
+void kiln__cpu_matmul_backward(kiln_backend *be, kiln_dtype dt, void *dinp, float *dweight,
+                               float *dbias, const void *dout, const void *inp,
+                               const void *weight, int64_t N, int64_t C, int64_t OC,
+                               int trans_w) {
+    int64_t ldw = trans_w ? C : OC;
     if (dinp) {
         /* dinp (N,C) = dout (N,OC) x W^T, W^T being (OC,C) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_w ? CblasNoTrans : CblasTrans, (int)N,
-                    (int)C, (int)OC, 1.0f, dout, (int)OC, weight, trans_w ? (int)C : (int)OC, 0.0f,
-                    dinp, (int)C);
+        if (dt == KILN_DTYPE_F32) {
+            product(be, dt, 0, !trans_w, N, C, OC, dout, OC, weight, ldw, 0.0f, dinp, C);
+        } else {
+            size_t operands = (size_t)(N * OC + C * OC) * sizeof(float);
+            float *acc = kiln__cpu_scratch(be, operands + (size_t)(N * C) * sizeof(float));
+            if (!acc)
+                return;
+            acc = (float *)((char *)acc + operands);
+            product(be, dt, 0, !trans_w, N, C, OC, dout, OC, weight, ldw, 0.0f, acc, C);
+            kiln_convert(dinp, dt, acc, KILN_DTYPE_F32, N * C);
+        }
     }
-    if (trans_w) {
-        /* dW (OC,C) += dout^T x inp */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)OC, (int)C, (int)N, 1.0f, dout,
-                    (int)OC, inp, (int)C, 1.0f, dweight, (int)C);
-    } else {
-        /* dW (C,OC) += inp^T x dout */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)C, (int)OC, (int)N, 1.0f, inp,
-                    (int)C, dout, (int)OC, 1.0f, dweight, (int)OC);
-    }
+    if (trans_w) /* dW (OC,C) += dout^T x inp */
+        product(be, dt, 1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
+    else /* dW (C,OC) += inp^T x dout */
+        product(be, dt, 1, 0, C, OC, N, inp, C, dout, OC, 1.0f, dweight, OC);
     if (dbias)
-        bias_backward(dbias, dout, N, OC);
+        bias_backward(dbias, dout, N, OC, dt);
 }

@@ -11,11 +11,61 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_math.h"
+#include "core/dtype_inline.h"
+
+/* Updates go in blocks of this many elements: after a block's update its fp32 values are
+ * still in L1 when they are rounded into the working copy. */
+#define WORK_BLOCK 2048
+
+/* w->p[i0..i1) = p[i0..i1) in w's dtype (rounded to nearest even, or stochastically). */
+static void write_work(const kiln_work_out *w, const float *p, int64_t i0, int64_t i1) {
+    if (w->dtype == KILN_DTYPE_BF16 && w->round_seed) {
+        uint16_t *d = w->p;
+        for (int64_t i = i0; i < i1; i++) {
+            uint32_t r = kiln__round_bits(w->round_seed, w->index0 + i);
+            uint32_t u = kiln__bits(p[i]);
+            d[i] = (u & 0x7fffffffu) >= 0x7f800000u ? kiln__to_bf16(p[i])
+                                                     : (uint16_t)((u + r) >> 16);
+        }
+    } else if (w->dtype == KILN_DTYPE_BF16) {
+        uint16_t *d = w->p;
+#pragma omp simd
+        for (int64_t i = i0; i < i1; i++)
+            d[i] = kiln__to_bf16(p[i]);
+    } else if (w->dtype == KILN_DTYPE_F16) {
+        uint16_t *d = w->p;
+#pragma omp simd
+        for (int64_t i = i0; i < i1; i++)
+            d[i] = kiln__to_f16(p[i]);
+    } else {
+        memcpy((float *)w->p + i0, p + i0, (size_t)(i1 - i0) * sizeof(float));
+    }
+}
+
+/* Run range(b0, b1) over [i0, i1) in blocks, each followed by its working copy. */
+#define IN_BLOCKS(w, params, i0, i1, range)                                                        \
+    do {                                                                                           \
+        for (int64_t blk0 = (i0); blk0 < (i1); blk0 += WORK_BLOCK) {                               \
+            int64_t blk1 = blk0 + WORK_BLOCK < (i1) ? blk0 + WORK_BLOCK : (i1);                    \
+            range;                                                                                 \
+            if ((w) && (w)->p)                                                                     \
+                write_work((w), (params), blk0, blk1);                                             \
+        }                                                                                          \
+    } while (0)
 
 /* The updates run on contiguous ranges [i0, i1) split statically over threads. */
 #define FOR_MY_RANGE(n, i0, i1)                                                                    \
     int64_t i0, i1;                                                                                \
     kiln__cpu_split((n), omp_get_thread_num(), omp_get_num_threads(), &i0, &i1)
+
+/* With the AVX-512 bodies below, the scalar tails must round exactly as they do: the same
+ * fused multiply-adds (FMA), so an element gets the same bits wherever a range boundary
+ * falls. Without AVX-512 the scalar code does every element and plain arithmetic is it. */
+#ifdef __AVX512F__
+#define FMA(a, b, c) fmaf((a), (b), (c))
+#else
+#define FMA(a, b, c) ((a) * (b) + (c))
+#endif
 
 /* Without -fno-math-errno the compiler will not vectorise a loop holding sqrtf (it keeps
  * a branch to the library call for negative input), so the updates that need a square
@@ -25,12 +75,12 @@ static inline void adam_one(float *p, const float *g, float *m, float *v, int64_
                             float b1, float b2, float bc1, float bc2, float eps, float decay,
                             float l2_wd) {
     float pi = p[i];
-    float grad = g[i] + l2_wd * pi;
-    float mi = b1 * m[i] + (1.0f - b1) * grad;
-    float vi = b2 * v[i] + (1.0f - b2) * grad * grad;
+    float grad = FMA(l2_wd, pi, g[i]);
+    float mi = FMA(1.0f - b1, grad, b1 * m[i]);
+    float vi = FMA((1.0f - b2) * grad, grad, b2 * v[i]);
     m[i] = mi;
     v[i] = vi;
-    p[i] = pi * decay - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    p[i] = FMA(pi, decay, -(lr * (mi / bc1) / (sqrtf(vi / bc2) + eps)));
 }
 
 static void adam_range(float *p, const float *g, float *m, float *v, int64_t i0, int64_t i1,
@@ -60,14 +110,15 @@ static void adam_range(float *p, const float *g, float *m, float *v, int64_t i0,
         adam_one(p, g, m, v, i, lr, b1, b2, bc1, bc2, eps, decay, l2_wd);
 }
 
-void kiln__cpu_adam_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                           float b1, float b2, float bc1, float bc2, float eps, float decoupled_wd,
-                           float l2_wd) {
+void kiln__cpu_adam_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
+                           float *m, float *v, int64_t n, float lr, float b1, float b2, float bc1,
+                           float bc2, float eps, float decoupled_wd, float l2_wd) {
+    (void)be;
     float decay = 1.0f - lr * decoupled_wd;
 #pragma omp parallel
     {
         FOR_MY_RANGE(n, i0, i1);
-        adam_range(p, g, m, v, i0, i1, lr, b1, b2, bc1, bc2, eps, decay, l2_wd);
+        IN_BLOCKS(w, p, i0, i1, adam_range(p, g, m, v, blk0, blk1, lr, b1, b2, bc1, bc2, eps, decay, l2_wd));
     }
 }
 
@@ -84,35 +135,41 @@ static void sgd_momentum_range(float *p, const float *g, float *buf, int64_t i0,
     }
 }
 
-void kiln__cpu_sgd_update(float *p, const float *g, float *buf, int64_t n, float lr, float momentum,
-                          float dampening, int nesterov, float wd, int first) {
-    if (momentum == 0.0f) {
-#pragma omp parallel for simd schedule(simd : static)
-        for (int64_t i = 0; i < n; i++)
-            p[i] -= lr * (g[i] + wd * p[i]);
-        return;
-    }
+static void sgd_plain_range(float *p, const float *g, int64_t i0, int64_t i1, float lr, float wd) {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; i++)
+        p[i] -= lr * (g[i] + wd * p[i]);
+}
+
+void kiln__cpu_sgd_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
+                          float *buf, int64_t n, float lr, float momentum, float dampening,
+                          int nesterov, float wd, int first) {
+    (void)be;
     float keep = first ? 0.0f : momentum, take = first ? 1.0f : 1.0f - dampening;
     float own = nesterov ? 1.0f : 0.0f, ahead = nesterov ? momentum : 1.0f;
 #pragma omp parallel
     {
         FOR_MY_RANGE(n, i0, i1);
-        sgd_momentum_range(p, g, buf, i0, i1, lr, wd, keep, take, own, ahead);
+        if (momentum == 0.0f)
+            IN_BLOCKS(w, p, i0, i1, sgd_plain_range(p, g, blk0, blk1, lr, wd));
+        else
+            IN_BLOCKS(w, p, i0, i1,
+                      sgd_momentum_range(p, g, buf, blk0, blk1, lr, wd, keep, take, own, ahead));
     }
 }
 
 /* One element; buf is neither read nor written when momentum == 0. */
 static inline void rmsprop_one(float *p, const float *g, float *sq, float *buf, int64_t i, float lr,
                                float alpha, float eps, float wd, float momentum) {
-    float grad = g[i] + wd * p[i];
-    float s = alpha * sq[i] + (1.0f - alpha) * grad * grad;
+    float grad = FMA(wd, p[i], g[i]);
+    float s = FMA((1.0f - alpha) * grad, grad, alpha * sq[i]);
     sq[i] = s;
     float step = grad / (sqrtf(s) + eps);
     if (momentum > 0.0f) {
-        buf[i] = momentum * buf[i] + step;
+        buf[i] = FMA(momentum, buf[i], step);
         step = buf[i];
     }
-    p[i] -= lr * step;
+    p[i] = FMA(-lr, step, p[i]);
 }
 
 static void rmsprop_range(float *p, const float *g, float *sq, float *buf, int64_t i0, int64_t i1,
@@ -140,49 +197,81 @@ static void rmsprop_range(float *p, const float *g, float *sq, float *buf, int64
         rmsprop_one(p, g, sq, buf, i, lr, alpha, eps, wd, momentum);
 }
 
-void kiln__cpu_rmsprop_update(float *p, const float *g, float *sq, float *buf, int64_t n, float lr,
-                              float alpha, float eps, float wd, float momentum) {
+void kiln__cpu_rmsprop_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
+                              float *sq, float *buf, int64_t n, float lr, float alpha, float eps,
+                              float wd, float momentum) {
+    (void)be;
 #pragma omp parallel
     {
         FOR_MY_RANGE(n, i0, i1);
-        rmsprop_range(p, g, sq, buf, i0, i1, lr, alpha, eps, wd, momentum);
+        IN_BLOCKS(w, p, i0, i1, rmsprop_range(p, g, sq, buf, blk0, blk1, lr, alpha, eps, wd, momentum));
     }
 }
 
 /* A fixed number of parts, each summed in double in a fixed vector order, then the parts
  * summed in order: the result does not depend on the thread count. */
-#define SUMSQ_PARTS 64
+#define SUM_PARTS 64
 
-double kiln__cpu_sumsq(const float *x, int64_t n) {
-    double part[SUMSQ_PARTS];
-#pragma omp parallel for schedule(static)
-    for (int k = 0; k < SUMSQ_PARTS; k++) {
-        int64_t i0, i1;
-        kiln__cpu_split(n, k, SUMSQ_PARTS, &i0, &i1);
-        double s = 0.0;
+KILN_INLINE double sumsq_part(const void *x, int64_t i0, int64_t i1, kiln_dtype dt) {
+    double s = 0.0;
 #pragma omp simd reduction(+ : s)
-        for (int64_t i = i0; i < i1; i++)
-            s += (double)x[i] * (double)x[i];
-        part[k] = s;
+    for (int64_t i = i0; i < i1; i++) {
+        double v = kiln__ld(x, i, dt);
+        s += v * v;
+    }
+    return s;
+}
+
+double kiln__cpu_sumsq(kiln_backend *be, kiln_dtype dt, const void *x, int64_t n) {
+    (void)be;
+    double part[SUM_PARTS];
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < SUM_PARTS; k++) {
+        int64_t i0, i1;
+        kiln__cpu_split(n, k, SUM_PARTS, &i0, &i1);
+        part[k] = dt == KILN_DTYPE_F32    ? sumsq_part(x, i0, i1, KILN_DTYPE_F32)
+                  : dt == KILN_DTYPE_BF16 ? sumsq_part(x, i0, i1, KILN_DTYPE_BF16)
+                                          : sumsq_part(x, i0, i1, KILN_DTYPE_F16);
     }
     double total = 0.0;
-    for (int k = 0; k < SUMSQ_PARTS; k++)
+    for (int k = 0; k < SUM_PARTS; k++)
         total += part[k];
     return total;
 }
 
-void kiln__cpu_scale(float *x, float s, int64_t n) {
+/* Small n (a batch's losses) in one thread, in order; the same parts as sumsq otherwise. */
+double kiln__cpu_sum(kiln_backend *be, const float *x, int64_t n) {
+    (void)be;
+    double part[SUM_PARTS];
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+    for (int k = 0; k < SUM_PARTS; k++) {
+        int64_t i0, i1;
+        kiln__cpu_split(n, k, SUM_PARTS, &i0, &i1);
+        double s = 0.0;
+        for (int64_t i = i0; i < i1; i++)
+            s += x[i];
+        part[k] = s;
+    }
+    double total = 0.0;
+    for (int k = 0; k < SUM_PARTS; k++)
+        total += part[k];
+    return total;
+}
+
+void kiln__cpu_scale(kiln_backend *be, float *x, float s, int64_t n) {
+    (void)be;
 #pragma omp parallel for simd schedule(simd : static)
     for (int64_t i = 0; i < n; i++)
         x[i] *= s;
 }
 
-void kiln__cpu_zero(float *x, int64_t n) {
+void kiln__cpu_zero(kiln_backend *be, void *x, size_t bytes) {
+    (void)be;
 #pragma omp parallel
     {
         int64_t i0, i1;
-        kiln__cpu_split(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
+        kiln__cpu_split((int64_t)bytes, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
         if (i1 > i0)
-            memset(x + i0, 0, (size_t)(i1 - i0) * sizeof(float));
+            memset((char *)x + i0, 0, (size_t)(i1 - i0));
     }
 }

@@ -30,7 +30,8 @@ static size_t address_space_used(void) {
     return (size_t)pages * 4096;
 }
 
-kiln_status kiln__cpu_prepare(void) {
+kiln_status kiln__cpu_prepare(kiln_backend *be) {
+    (void)be;
     static int ready_threads; /* buffers exist for this many threads */
     int threads = omp_get_max_threads();
     if (threads <= ready_threads)

@@ -7,13 +7,15 @@
 #include <string.h>
 
 #include "backend/ref/ref.h"
+#include "backend/ref/ref_dtype.h"
+#include "backend/host.h"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_CUBE 0.044715f
 #define LN_EPS 1e-5
 
 /* out (B,T,C) = wte[inp[b,t]] + wpe[t] */
-void kiln__ref_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,
+static void encoder_forward_f32(float *out, const int32_t *inp, const float *wte, const float *wpe,
                                int64_t B, int64_t T, int64_t C) {
     for (int64_t b = 0; b < B; b++) {
         for (int64_t t = 0; t < T; t++) {
@@ -26,7 +28,7 @@ void kiln__ref_encoder_forward(float *out, const int32_t *inp, const float *wte,
     }
 }
 
-void kiln__ref_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+static void encoder_backward_f32(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
                                 int64_t B, int64_t T, int64_t C) {
     for (int64_t b = 0; b < B; b++) {
         for (int64_t t = 0; t < T; t++) {
@@ -42,7 +44,7 @@ void kiln__ref_encoder_backward(float *dwte, float *dwpe, const float *dout, con
 }
 
 /* inp, out (N,C); mean, rstd (N); weight, bias (C) */
-void kiln__ref_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+static void layernorm_forward_f32(float *out, float *mean, float *rstd, const float *inp,
                                  const float *weight, const float *bias, int64_t N, int64_t C) {
     for (int64_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
@@ -65,7 +67,7 @@ void kiln__ref_layernorm_forward(float *out, float *mean, float *rstd, const flo
 
 /* With xhat = (x - mean) * rstd and g = weight * dout:
  * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). */
-void kiln__ref_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+static void layernorm_backward_f32(float *dinp, float *dweight, float *dbias, const float *dout,
                                   const float *inp, const float *weight, const float *mean,
                                   const float *rstd, int64_t N, int64_t C) {
     for (int64_t n = 0; n < N; n++) {
@@ -98,7 +100,7 @@ static inline float w_at(const float *weight, int64_t c, int64_t o, int64_t C, i
     return trans_w ? weight[o * C + c] : weight[c * OC + o];
 }
 
-void kiln__ref_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+static void matmul_forward_f32(float *out, const float *inp, const float *weight, const float *bias,
                               int64_t N, int64_t C, int64_t OC, int trans_w) {
     for (int64_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
@@ -111,7 +113,7 @@ void kiln__ref_matmul_forward(float *out, const float *inp, const float *weight,
     }
 }
 
-void kiln__ref_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+static void matmul_backward_f32(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, int64_t N, int64_t C,
                                int64_t OC, int trans_w) {
     if (dinp) {
@@ -145,7 +147,7 @@ void kiln__ref_matmul_backward(float *dinp, float *dweight, float *dbias, const 
 
 /* qkv (B,T,3C): for position (b,t), q at [0,C), k at [C,2C), v at [2C,3C), head h at
  * channels [h*hs, (h+1)*hs) of each. att (B,NH,T,T), out (B,T,C). */
-void kiln__ref_attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T,
+static void attention_forward_f32(float *out, float *att, const float *qkv, int64_t B, int64_t T,
                                  int64_t C, int64_t NH) {
     int64_t hs = C / NH;
     double scale = 1.0 / sqrt((double)hs);
@@ -190,7 +192,7 @@ void kiln__ref_attention_forward(float *out, float *att, const float *qkv, int64
 /* With p = att row, dp[t2] = dout . v[t2]; dscore = p * (dp - sum_j p[j] dp[j]);
  * dq = scale * sum dscore k; dk[t2] += scale * dscore q; dv[t2] += p dout.
  * scratch holds dscore for each (b, h, t, t2). */
-void kiln__ref_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+static void attention_backward_f32(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                   const float *att, int64_t B, int64_t T, int64_t C, int64_t NH) {
     int64_t hs = C / NH;
     double scale = 1.0 / sqrt((double)hs);
@@ -236,7 +238,7 @@ void kiln__ref_attention_backward(float *dqkv, float *scratch, const float *dout
 }
 
 /* gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3) */
-void kiln__ref_gelu_forward(float *out, const float *inp, int64_t n) {
+static void gelu_forward_f32(float *out, const float *inp, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
@@ -245,7 +247,7 @@ void kiln__ref_gelu_forward(float *out, const float *inp, int64_t n) {
 }
 
 /* d gelu / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2) */
-void kiln__ref_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n) {
+static void gelu_backward_f32(float *dinp, const float *inp, const float *dout, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
@@ -256,14 +258,14 @@ void kiln__ref_gelu_backward(float *dinp, const float *inp, const float *dout, i
     }
 }
 
-void kiln__ref_residual_forward(float *out, const float *a, const float *b, int64_t n) {
+static void residual_forward_f32(float *out, const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
 }
 
 /* logits, dlogits (N,Vp); losses, targets (N). Each row is read completely before it is
  * written, so dlogits may alias logits. */
-void kiln__ref_crossentropy_forward_backward(float *losses, float *dlogits, const float *logits,
+static void crossentropy_forward_backward_f32(float *losses, float *dlogits, const float *logits,
                                              const int32_t *targets, float dloss, int64_t N,
                                              int64_t V, int64_t Vp) {
     for (int64_t n = 0; n < N; n++) {
@@ -288,4 +290,164 @@ void kiln__ref_crossentropy_forward_backward(float *losses, float *dlogits, cons
         for (int64_t i = V; i < Vp; i++)
             d[i] = 0.0f;
     }
+}
+
+/* ---- the ops: any dtype through the fp32 kernels above (ref_dtype.h) ---- */
+
+void kiln__ref_encoder_forward(kiln_backend *be, kiln_dtype dt, void *out, const int32_t *inp,
+                               const void *wte, const void *wpe, int64_t B, int64_t T,
+                               int64_t C) {
+    /* wte's rows are only those that inp names; it is read as a whole here, which the
+     * reference can afford */
+    int64_t maxid = 0;
+    for (int64_t i = 0; i < B * T; i++)
+        maxid = inp[i] > maxid ? inp[i] : maxid;
+    ref_buf o = ref_out(be, out, dt, B * T * C, 0), e = ref_in(be, wte, dt, (maxid + 1) * C),
+            p = ref_in(be, wpe, dt, T * C);
+    if (ref_ok(be))
+        encoder_forward_f32(o.f, inp, e.f, p.f, B, T, C);
+    ref_done(&o), ref_done(&e), ref_done(&p);
+}
+
+void kiln__ref_encoder_backward(kiln_backend *be, kiln_dtype dt, float *dwte, float *dwpe,
+                                const void *dout, const int32_t *inp, int64_t B, int64_t T,
+                                int64_t C) {
+    ref_buf d = ref_in(be, dout, dt, B * T * C);
+    if (ref_ok(be))
+        encoder_backward_f32(dwte, dwpe, d.f, inp, B, T, C);
+    ref_done(&d);
+}
+
+void kiln__ref_layernorm_forward(kiln_backend *be, kiln_dtype dt, void *out, float *mean,
+                                 float *rstd, const void *inp, const void *weight,
+                                 const void *bias, int64_t N, int64_t C) {
+    ref_buf o = ref_out(be, out, dt, N * C, 0), x = ref_in(be, inp, dt, N * C),
+            w = ref_in(be, weight, dt, C), b = ref_in(be, bias, dt, C);
+    if (ref_ok(be))
+        layernorm_forward_f32(o.f, mean, rstd, x.f, w.f, b.f, N, C);
+    ref_done(&o), ref_done(&x), ref_done(&w), ref_done(&b);
+}
+
+void kiln__ref_layernorm_backward(kiln_backend *be, kiln_dtype dt, void *dinp, float *dweight,
+                                  float *dbias, const void *dout, const void *inp,
+                                  const void *weight, const float *mean, const float *rstd,
+                                  int64_t N, int64_t C) {
+    ref_buf dx = ref_out(be, dinp, dt, N * C, 1), d = ref_in(be, dout, dt, N * C),
+            x = ref_in(be, inp, dt, N * C), w = ref_in(be, weight, dt, C);
+    if (ref_ok(be))
+        layernorm_backward_f32(dx.f, dweight, dbias, d.f, x.f, w.f, mean, rstd, N, C);
+    ref_done(&dx), ref_done(&d), ref_done(&x), ref_done(&w);
+}
+
+/* The composition it fuses: the residual rounded to dt, then its LayerNorm. */
+void kiln__ref_residual_layernorm_forward(kiln_backend *be, kiln_dtype dt, void *res, void *out,
+                                          float *mean, float *rstd, const void *a, const void *b,
+                                          const void *weight, const void *bias, int64_t N,
+                                          int64_t C) {
+    kiln__ref_residual_forward(be, dt, res, a, b, N * C);
+    kiln__ref_layernorm_forward(be, dt, out, mean, rstd, res, weight, bias, N, C);
+}
+
+void kiln__ref_matmul_forward(kiln_backend *be, kiln_dtype dt, void *out, const void *inp,
+                              const void *weight, const void *bias, int64_t N, int64_t C,
+                              int64_t OC, int trans_w, void *gelu_out) {
+    ref_buf o = ref_out(be, out, dt, N * OC, 0), x = ref_in(be, inp, dt, N * C),
+            w = ref_in(be, weight, dt, C * OC), b = ref_in(be, bias, dt, OC);
+    if (ref_ok(be))
+        matmul_forward_f32(o.f, x.f, w.f, b.f, N, C, OC, trans_w);
+    ref_done(&o), ref_done(&x), ref_done(&w), ref_done(&b);
+    /* GELU of the stored (rounded) pre-activation, as the unfused ops compute it */
+    if (gelu_out)
+        kiln__ref_gelu_forward(be, dt, gelu_out, out, N * OC);
+}
+
+void kiln__ref_matmul_backward(kiln_backend *be, kiln_dtype dt, void *dinp, float *dweight,
+                               float *dbias, const void *dout, const void *inp,
+                               const void *weight, int64_t N, int64_t C, int64_t OC,
+                               int trans_w) {
+    ref_buf dx = ref_out(be, dinp, dt, N * C, 0), d = ref_in(be, dout, dt, N * OC),
+            x = ref_in(be, inp, dt, N * C), w = ref_in(be, weight, dt, C * OC);
+    if (ref_ok(be))
+        matmul_backward_f32(dx.f, dweight, dbias, d.f, x.f, w.f, N, C, OC, trans_w);
+    ref_done(&dx), ref_done(&d), ref_done(&x), ref_done(&w);
+}
+
+/* saved: the fp32 probabilities (B,NH,T,T); scratch: dscore of the same shape. */
+size_t kiln__ref_attention_saved_bytes(kiln_backend *be, kiln_dtype dt, int64_t B, int64_t T,
+                                       int64_t C, int64_t NH) {
+    (void)be, (void)dt, (void)C;
+    return (size_t)(B * NH * T * T) * sizeof(float);
+}
+
+size_t kiln__ref_attention_scratch_bytes(kiln_backend *be, kiln_dtype dt, int64_t B, int64_t T,
+                                         int64_t C, int64_t NH) {
+    return kiln__ref_attention_saved_bytes(be, dt, B, T, C, NH);
+}
+
+void kiln__ref_attention_forward(kiln_backend *be, kiln_dtype dt, void *out, void *saved,
+                                 void *scratch, const void *qkv, int64_t B, int64_t T, int64_t C,
+                                 int64_t NH) {
+    (void)scratch;
+    ref_buf o = ref_out(be, out, dt, B * T * C, 0), q = ref_in(be, qkv, dt, B * T * 3 * C);
+    if (ref_ok(be))
+        attention_forward_f32(o.f, saved, q.f, B, T, C, NH);
+    ref_done(&o), ref_done(&q);
+}
+
+void kiln__ref_attention_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, void *scratch,
+                                  const void *dout, const void *qkv, const void *saved, int64_t B,
+                                  int64_t T, int64_t C, int64_t NH) {
+    ref_buf dq = ref_out(be, dqkv, dt, B * T * 3 * C, 0), d = ref_in(be, dout, dt, B * T * C),
+            q = ref_in(be, qkv, dt, B * T * 3 * C);
+    if (ref_ok(be))
+        attention_backward_f32(dq.f, scratch, d.f, q.f, saved, B, T, C, NH);
+    ref_done(&dq), ref_done(&d), ref_done(&q);
+}
+
+void kiln__ref_gelu_forward(kiln_backend *be, kiln_dtype dt, void *out, const void *inp,
+                            int64_t n) {
+    ref_buf o = ref_out(be, out, dt, n, 0), x = ref_in(be, inp, dt, n);
+    if (ref_ok(be))
+        gelu_forward_f32(o.f, x.f, n);
+    ref_done(&o), ref_done(&x);
+}
+
+void kiln__ref_gelu_backward(kiln_backend *be, kiln_dtype dt, void *dinp, const void *inp,
+                             const void *dout, int64_t n) {
+    ref_buf dx = ref_out(be, dinp, dt, n, 0), x = ref_in(be, inp, dt, n),
+            d = ref_in(be, dout, dt, n);
+    if (ref_ok(be))
+        gelu_backward_f32(dx.f, x.f, d.f, n);
+    ref_done(&dx), ref_done(&x), ref_done(&d);
+}
+
+void kiln__ref_residual_forward(kiln_backend *be, kiln_dtype dt, void *out, const void *a,
+                                const void *b, int64_t n) {
+    ref_buf x = ref_in(be, a, dt, n), y = ref_in(be, b, dt, n), o = ref_out(be, out, dt, n, 0);
+    if (ref_ok(be))
+        residual_forward_f32(o.f, x.f, y.f, n);
+    ref_done(&o), ref_done(&x), ref_done(&y);
+}
+
+void kiln__ref_crossentropy_forward_backward(kiln_backend *be, kiln_dtype dt, float *losses,
+                                             void *dlogits, const void *logits,
+                                             const int32_t *targets, float dloss, int64_t N,
+                                             int64_t V, int64_t Vp) {
+    ref_buf x = ref_in(be, logits, dt, N * Vp), d = ref_out(be, dlogits, dt, N * Vp, 0);
+    if (ref_ok(be))
+        crossentropy_forward_backward_f32(losses, d.f, x.f, targets, dloss, N, V, Vp);
+    ref_done(&d), ref_done(&x);
+}
+
+/* Memory: host memory (backend/host.c). */
+void *kiln__ref_alloc(kiln_backend *be, size_t bytes) { return kiln__host_alloc(be, bytes); }
+void kiln__ref_free(kiln_backend *be, void *p) { kiln__host_free(be, p); }
+void kiln__ref_copy(kiln_backend *be, void *dst, const void *src, size_t bytes,
+                    kiln_copy_kind kind) {
+    kiln__host_copy(be, dst, src, bytes, kind);
+}
+kiln_status kiln__ref_synchronize(kiln_backend *be) { return kiln__host_synchronize(be); }
+void kiln__ref_convert(kiln_backend *be, void *dst, kiln_dtype dt, const void *src,
+                       kiln_dtype st, int64_t n) {
+    kiln__host_convert(be, dst, dt, src, st, n);
 }
