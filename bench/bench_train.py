@@ -1,21 +1,26 @@
 #!/usr/bin/python3
-"""Training-step benchmark: kiln against PyTorch (fp32 and bf16 autocast), in one run.
+"""Training-step benchmark: kiln (per precision) against PyTorch (fp32 and bf16 autocast).
 
     /usr/bin/python3 bench/bench_train.py [--kiln build/kiln] [--data SHARDS]
         [--model gpt2-124m] [--batch 4] [--seq 64] [--warmup 2] [--steps 5] [--threads 2]
-        [--flag-below 0.6] [--gemm-seconds 0.25] [--torch-env VAR=VALUE ...] [--markdown]
+        [--kiln-precision fp32,bf16] [--flag-below 0.6] [--gemm-seconds 0.25]
+        [--torch-env VAR=VALUE ...] [--markdown]
 
 Each system trains the same model (random initialisation, AdamW) at the same shapes for
 `warmup` untimed and `steps` timed steps, in its own process:
 
-  kiln          `kiln train --model M --batch B --seq T --steps N --data D --metrics F`,
+  kiln P        `kiln train --model M --batch B --seq T --steps N --data D --metrics F
+                --precision P`, one row per --kiln-precision (fp32 and bf16 by default),
                 the per-step times read from F (the JSON Lines metrics file)
   PyTorch fp32  bench/torch_gpt.py --dtype fp32 (tests/ref/gpt_model.py, torch.optim.AdamW)
   PyTorch bf16  bench/torch_gpt.py --dtype bf16 (forward under CPU autocast, fp32 master)
 
 and the table gives ms/step (mean of the timed steps), tokens/s, MFU against the fp32
-GEMM peak that `kiln bench peak` measures in the same run, peak RSS (/usr/bin/time -v),
-and kiln's speed and memory as ratios to each peer. FLOPs per step are counted as kiln
+GEMM peak that `kiln bench peak` measures in the same run (bf16 rows: against the bf16
+peak of `kiln bench peak --dtype bf16` where this kiln has it, else the fp32 peak, as the
+notes say), peak RSS (/usr/bin/time -v), kiln fp32's speed and memory as ratios to each
+peer, and for each reduced kiln precision P a ratio column "kiln P x": kiln fp32's and
+PyTorch P's step time over kiln P's. FLOPs per step are counted as kiln
 counts them (kiln_gpt_flops_per_token, with the real vocabulary of 50257; kiln computes
 the head over 50304 padded columns, which is not credited).
 
@@ -68,6 +73,7 @@ VOCAB = 50257
 OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 LLMC_CITED = "llm.c (cited)"
+PRECISIONS = ("fp32", "bf16", "fp16")  # kiln train --precision
 
 
 def bench_env(threads, extra=()):
@@ -192,16 +198,23 @@ def run_timed(cmd, env, log_path):
     return p.returncode, out, (int(m.group(1)) / 1024.0 if m else None), mapped
 
 
-def kiln_peak(kiln, env, work, tag):
-    """`kiln bench peak` -> (GFLOP/s, its report line, files mapped) or (None, why, set())."""
+def kiln_peak(kiln, env, work, tag, dtype="fp32"):
+    """`kiln bench peak [--dtype D]` -> (GFLOP/s, its report line, files mapped) or (None,
+    why, set()). A kiln without --dtype (older than its bf16 GEMM) says so in `why`."""
     if not os.access(kiln, os.X_OK):
         return None, "no kiln binary at %s" % kiln, set()
-    log = os.path.join(work, "peak_%s.log" % tag)
-    rc, out, _, mapped = run_timed([kiln, "bench", "peak"], env, log)
-    m = re.search(r"^(.*?([0-9.]+)\s*GFLOP/s.*)$", out, re.M)
+    cmd = [kiln, "bench", "peak"] + (["--dtype", dtype] if dtype != "fp32" else [])
+    log = os.path.join(work, "peak_%s%s.log" % (tag, "" if dtype == "fp32" else "_" + dtype))
+    rc, out, _, mapped = run_timed(cmd, env, log)
+    lines = re.findall(r"^(.*?([0-9.]+)\s*GFLOP/s.*)$", out, re.M)
+    # the line that names the dtype asked for, else the first with a rate
+    m = next((x for x in lines if dtype in x[0]), lines[0] if lines else None)
     if rc != 0 or not m:
-        return None, "kiln bench peak failed (see %s)" % log, mapped
-    return float(m.group(2)), m.group(1).strip(), mapped
+        if dtype != "fp32" and re.search(r"unknown flag|unrecognized|invalid", out):
+            return None, "`%s` is not in this kiln build (see %s)" % (" ".join(
+                ["kiln"] + cmd[1:]), log), mapped
+        return None, "%s failed (rc %d, see %s)" % (" ".join(["kiln"] + cmd[1:]), rc, log), mapped
+    return float(m[1]), m[0].strip(), mapped
 
 
 def find_data(args, kiln, env):
@@ -220,19 +233,25 @@ def find_data(args, kiln, env):
                   % args.work)
 
 
-def run_kiln(args, kiln, env, data, peak):
-    metrics = os.path.join(args.work, "kiln_metrics.jsonl")
+def run_kiln(args, kiln, env, data, peak, precision="fp32"):
+    """One kiln row: `kiln train` at --precision `precision` (the flag is left out for fp32,
+    so that a kiln older than mixed precision still gives its fp32 row)."""
+    tag = "" if precision == "fp32" else "_" + precision
+    metrics = os.path.join(args.work, "kiln_metrics%s.jsonl" % tag)
+    log = os.path.join(args.work, "kiln_train%s.log" % tag)
     if os.path.exists(metrics):
         os.remove(metrics)
     n = args.warmup + args.steps
     cmd = [kiln, "train", "--model", args.model, "--batch", str(args.batch), "--seq",
            str(args.seq), "--steps", str(n), "--data", data, "--metrics", metrics,
            "--threads", str(args.threads), "--save", "", "--eval-every", "0"]
+    if precision != "fp32":
+        cmd += ["--precision", precision]
     if peak:  # the same denominator for kiln's own MFU figure
         cmd += ["--peak-gflops", "%.3f" % peak]
-    rc, out, rss, mapped = run_timed(cmd, env, os.path.join(args.work, "kiln_train.log"))
+    rc, out, rss, mapped = run_timed(cmd, env, log)
     if rc != 0 or not os.path.exists(metrics):
-        return None, "kiln train failed (rc %d, see %s/kiln_train.log)" % (rc, args.work)
+        return None, "kiln train --precision %s failed (rc %d, see %s)" % (precision, rc, log)
     steps = [json.loads(line) for line in open(metrics) if line.strip().startswith("{")]
     steps = [s for s in steps if "ms" in s]
     timed = steps[args.warmup:]
@@ -242,7 +261,7 @@ def run_kiln(args, kiln, env, data, peak):
     return {"ms": sum(ms) / len(ms), "ms_min": min(ms), "ms_max": max(ms), "rss": rss,
             "own_mfu": sum(s.get("mfu", 0.0) for s in timed) / len(timed),
             "losses": [s.get("loss") for s in steps], "mapped": mapped, "env": env,
-            "binary": kiln}, None
+            "binary": kiln, "precision": precision}, None
 
 
 def run_torch(args, env, dtype, peak):
@@ -294,30 +313,72 @@ def peer_blas(r):
 COLUMNS = [("system", ""), ("ms/step", "(mean)"), ("best ms", ""), ("tokens/s", "(mean)"),
            ("MFU", "(mean)"), ("peak RSS", ""), ("kiln x", "(mean)"), ("kiln x", "(best)"),
            ("kiln", "memory"), ("BLAS loaded", "(sgemm_)"), ("GEMM fp32", "GFLOP/s")]
-LEFT = {0, 9}
+LEFT_NAMES = ("system", "BLAS loaded")
 
 
-def table_rows(rows, tokens, flops_step, peak, ref, threshold):
+def row_dtype(name):
+    """The dtype a row name ends in: kiln bf16 -> bf16, PyTorch fp32 -> fp32."""
+    return name.split()[-1]
+
+
+def kiln_rows(rows):
+    return [n for n in rows if n.startswith("kiln ")]
+
+
+def reduced_precisions(rows):
+    """The kiln precisions other than fp32 in the table, each of which gets a ratio column."""
+    return [row_dtype(n) for n in kiln_rows(rows) if row_dtype(n) != "fp32"]
+
+
+def columns(reduced):
+    """The table's header: COLUMNS, with "kiln P x" (mean, best) for each reduced P before
+    the BLAS columns."""
+    extra = [(("kiln %s x" % p), part) for p in reduced for part in ("(mean)", "(best)")]
+    return COLUMNS[:9] + extra + COLUMNS[9:]
+
+
+def mfu_peak(dtype, peaks):
+    """MFU's denominator for a row of this dtype: the bf16 GEMM peak for bf16 rows where
+    kiln measured one, else the fp32 peak."""
+    return peaks.get(dtype) or peaks.get("fp32")
+
+
+def ratio(a, b):
+    return "%.2f" % (a / b) if a and b else "-"
+
+
+def table_rows(rows, tokens, flops_step, peaks, ref, threshold):
     """The table's cells, one list of strings per system."""
     kiln = rows.get("kiln fp32")
+    reduced = reduced_precisions(rows)
+    width = len(columns(reduced))
     out = []
     for name, r in rows.items():
         if name == LLMC_CITED:
             # Measured earlier on this machine class; only kiln's ratio is computed here.
             speed = "%.2f-%.2f" % (4000 / kiln["ms"], 4900 / kiln["ms"]) if kiln else "-"
             best = "%.2f-%.2f" % (4000 / kiln["ms_min"], 4900 / kiln["ms_min"]) if kiln else "-"
-            out.append([name, "4000-4900", "-", "52-63", "-", "-", speed, best, "-", "-", "-"])
+            out.append([name, "4000-4900", "-", "52-63", "-", "-", speed, best, "-"] +
+                       ["-"] * (2 * len(reduced)) + ["-", "-"])
             continue
         if r is None:
-            out.append([name, "failed"] + ["-"] * (len(COLUMNS) - 2))
+            out.append([name, "failed"] + ["-"] * (width - 2))
             continue
         tps = tokens / r["ms"] * 1e3
+        peak = mfu_peak(row_dtype(name), peaks)
         mfu = "%.1f%%" % (100 * flops_step / (r["ms"] / 1e3) / (peak * 1e9)) if peak else "-"
-        peer = kiln is not None and r is not kiln
-        speed = "%.2f" % (r["ms"] / kiln["ms"]) if peer else "-"
-        best = "%.2f" % (r["ms_min"] / kiln["ms_min"]) if peer else "-"
-        mem = "%.2f" % (kiln["rss"] / r["rss"]) if peer and kiln["rss"] and r["rss"] else "-"
+        peer = kiln is not None and not name.startswith("kiln ")
+        speed = ratio(r["ms"], kiln["ms"]) if peer else "-"
+        best = ratio(r["ms_min"], kiln["ms_min"]) if peer else "-"
+        mem = ratio(kiln["rss"], r["rss"]) if peer else "-"
         rss = "%.0f MiB" % r["rss"] if r["rss"] else "-"
+        # kiln P x: this row's step time over kiln P's, for kiln fp32 and PyTorch P
+        against = []
+        for p in reduced:
+            low = rows.get("kiln " + p)
+            mine = low and name in ("kiln fp32", "PyTorch " + p)
+            against += [ratio(r["ms"], low["ms"]) if mine else "-",
+                        ratio(r["ms_min"], low["ms_min"]) if mine else "-"]
         gemm = "-"
         if r.get("gemm"):
             gemm = "%.1f" % r["gemm"]
@@ -325,33 +386,40 @@ def table_rows(rows, tokens, flops_step, peak, ref, threshold):
                 gemm += " (%.0f%%)%s" % (100 * r["gemm"] / ref,
                                          " !" if r["gemm"] < threshold * ref else "")
         out.append([name, "%.1f" % r["ms"], "%.1f" % r["ms_min"], "%.1f" % tps, mfu, rss, speed,
-                    best, mem, r["blas"]["label"] if r.get("blas") else "-", gemm])
+                    best, mem] + against +
+                   [r["blas"]["label"] if r.get("blas") else "-", gemm])
     return out
 
 
-def print_text_table(cells):
-    lines = [[h[0] for h in COLUMNS], [h[1] for h in COLUMNS]] + cells
-    widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS))]
+def print_text_table(cells, cols, left_names=LEFT_NAMES):
+    """cols: (first, second header line) pairs; columns named in left_names are
+    left-aligned, the rest (numbers) right-aligned."""
+    left = {i for i, c in enumerate(cols) if c[0] in left_names}
+    lines = [[h[0] for h in cols], [h[1] for h in cols]] + cells
+    widths = [max(len(line[i]) for line in lines) for i in range(len(cols))]
     for line in lines:
-        print("  ".join(c.ljust(w) if i in LEFT else c.rjust(w)
+        print("  ".join(c.ljust(w) if i in left else c.rjust(w)
                         for i, (c, w) in enumerate(zip(line, widths))).rstrip())
 
 
-def print_markdown_table(cells):
-    print("| " + " | ".join((a + " " + b).strip() for a, b in COLUMNS) + " |")
-    print("|" + " --- |" * len(COLUMNS))
+def print_markdown_table(cells, cols):
+    print("| " + " | ".join((a + " " + b).strip() for a, b in cols) + " |")
+    print("|" + " --- |" * len(cols))
     for line in cells:
         print("| " + " | ".join(line) + " |")
 
 
-def blas_lines(rows):
-    """One line per peer: the BLAS it used, what else it mapped, its GEMM rates."""
+def blas_lines(rows, peaks):
+    """One line per peer: the BLAS it used, what else it mapped, its GEMM rates. The kiln
+    rows are one binary in one environment, so they share a line."""
     lines = []
+    kilns = [n for n in kiln_rows(rows) if rows[n] and rows[n].get("blas")]
     for name, r in rows.items():
-        if not r or not r.get("blas"):
+        if not r or not r.get("blas") or (name in kilns and name != kilns[0]):
             continue
         b = r["blas"]
-        words = ["%s: sgemm_ from %s" % (name, b["sgemm"] or b["label"])]
+        label = ", ".join(kilns) if name in kilns else name
+        words = ["%s: sgemm_ from %s" % (label, b["sgemm"] or b["label"])]
         if b["openblas"]:
             words.append("(%s; kernel %s)" % (b["openblas"][1], b["openblas"][2]))
         others = [p for k in ("blas", "lapack") for p in b["mapped"].get(k, [])
@@ -368,6 +436,9 @@ def blas_lines(rows):
                     ", ".join("%s %.1f" % kv for kv in rates.items())))
         elif r.get("gemm"):
             words.append("; GEMM fp32: `kiln bench peak`, the better of start and end")
+            if peaks.get("bf16"):
+                words.append("; GEMM bf16 %.1f GFLOP/s: `kiln bench peak --dtype bf16`, the "
+                             "better of start and end" % peaks["bf16"])
         lines.append(" ".join(words).replace(" ;", ";"))
     torch_cfg = next((r["torch"] for r in rows.values() if r and r.get("torch")), None)
     if torch_cfg:
@@ -385,7 +456,7 @@ def fast_blas(alt, rows):
     """The libblas.so.3 to recommend: the alternative in the folder of kiln's OpenBLAS,
     else the OpenMP OpenBLAS one, else the highest priority; without alternatives, the
     OpenBLAS kiln loaded (LD_PRELOAD of libopenblas.so.0 serves sgemm_ just as well)."""
-    kiln = rows.get("kiln fp32")
+    kiln = next((r for n, r in rows.items() if n.startswith("kiln ") and r), None)
     kiln_dir = os.path.dirname(kiln["blas"]["sgemm"]) if kiln and kiln.get("blas") and \
         kiln["blas"]["sgemm"] else None
     choices = [p for p, _ in sorted(alt["choices"], key=lambda c: -c[1])] if alt else []
@@ -442,6 +513,15 @@ def parse_env_pairs(pairs):
     return out
 
 
+def parse_precisions(text):
+    out = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in out if p not in PRECISIONS]
+    if bad or not out:
+        sys.exit("--kiln-precision wants a comma-separated list of %s, not %r" % (
+            ", ".join(PRECISIONS), text))
+    return list(dict.fromkeys(out))
+
+
 def parse_args():
     ap = argparse.ArgumentParser(description="kiln vs PyTorch training-step benchmark")
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"))
@@ -452,6 +532,8 @@ def parse_args():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kiln-precision", default="fp32,bf16", metavar="P[,P...]",
+                    help="kiln rows, one per precision: fp32, bf16, fp16 (default fp32,bf16)")
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench_train"),
                     help="folder for logs, metrics and prepared data")
     ap.add_argument("--only", choices=["kiln", "torch"], help="run one side only")
@@ -466,78 +548,130 @@ def parse_args():
                     "libblas.so.3> (repeatable)")
     ap.add_argument("--markdown", action="store_true",
                     help="also print the environment and the table as Markdown for README.md")
-    return ap.parse_args()
+    args = ap.parse_args()
+    args.kiln_precision = parse_precisions(args.kiln_precision)
+    return args
+
+
+def measure_peaks(args, env, tag, want_bf16, peaks, notes):
+    """`kiln bench peak` (and with want_bf16 `--dtype bf16`), keeping in peaks[dtype] the
+    better of this run and any earlier one; returns the files the fp32 run mapped."""
+    dtypes = ("fp32", "bf16") if want_bf16 else ("fp32",)
+    mapped = set()
+    for dtype in dtypes:
+        if dtype == "bf16" and notes.get("bf16_missing"):
+            continue  # not in this build: once is enough to find out
+        g, note, m = kiln_peak(args.kiln, env, args.work, tag, dtype)
+        print("peak %s (%s): %s" % (dtype, tag, note))
+        sys.stdout.flush()
+        if dtype == "fp32":
+            mapped = m
+        if g:
+            peaks[dtype] = max(peaks.get(dtype) or 0.0, g)
+        elif dtype == "bf16":
+            notes["bf16_missing"] = note
+    return mapped
 
 
 def measure(args, env, torch_env):
-    """Run every system; returns (rows by name, MFU's peak or None, a line about it)."""
-    peak, note, peak_mapped = kiln_peak(args.kiln, env, args.work, "start")
-    print("peak (start): " + note)
-    sys.stdout.flush()
+    """Run every system; returns (rows by name, MFU's peaks by dtype, a line about them)."""
+    want_bf16 = "bf16" in args.kiln_precision or args.only != "kiln"
+    peaks, notes = {}, {}
+    peak_mapped = measure_peaks(args, env, "start", want_bf16, peaks, notes)
+    start = dict(peaks)  # kiln's own MFU figure uses the start peaks
     rows = {}
     if args.only != "torch":
         if os.access(args.kiln, os.X_OK):
             data, err = find_data(args, args.kiln, env)
         else:
             data, err = None, "no kiln binary at %s (build it, or pass --kiln)" % args.kiln
-        r, err = run_kiln(args, args.kiln, env, data, peak) if data else (None, err)
-        rows["kiln fp32"] = r
         if err:
             print("kiln: " + err)
-        else:
-            print("kiln: own MFU figure %.1f%% (metrics file)" % (100 * r["own_mfu"]))
-        sys.stdout.flush()
+        for p in args.kiln_precision:
+            r, e = run_kiln(args, args.kiln, env, data, mfu_peak(p, start), p) if data \
+                else (None, None)
+            rows["kiln " + p] = r
+            if e:
+                print("kiln %s: %s" % (p, e))
+            elif r:
+                print("kiln %s: own MFU figure %.1f%% (metrics file)" % (p, 100 * r["own_mfu"]))
+            sys.stdout.flush()
     if args.only != "kiln":
         for dtype in ("fp32", "bf16"):
-            r, err = run_torch(args, torch_env, dtype, peak)
+            r, err = run_torch(args, torch_env, dtype, mfu_peak(dtype, start))
             rows["PyTorch " + dtype] = r
             if err:
                 print(err)
             sys.stdout.flush()
     # A peak measured while something else ran is too low, so it is measured again at the
     # end and the better of the two is MFU's denominator.
-    peak2, note2, mapped2 = kiln_peak(args.kiln, env, args.work, "end")
-    print("peak (end): " + note2)
-    peak_note = "no peak measured: MFU not reported"
-    if peak or peak2:
-        peak = max(peak or 0.0, peak2 or 0.0)
+    mapped2 = measure_peaks(args, env, "end", want_bf16, peaks, notes)
+    peak = peaks.get("fp32")
+    if peak:
         peak_note = "MFU against %.1f GFLOP/s, the better of two `kiln bench peak` runs " \
             "(start and end)" % peak
+        if peaks.get("bf16"):
+            peak_note += "; bf16 rows against the bf16 GEMM peak %.1f GFLOP/s, the better of " \
+                "two `kiln bench peak --dtype bf16` runs" % peaks["bf16"]
+        elif want_bf16:
+            peak_note += "; bf16 rows against that fp32 peak too, as no bf16 GEMM peak was " \
+                "measured (%s)" % notes.get("bf16_missing", "?")
+        if "fp16" in args.kiln_precision and args.only != "torch":
+            peak_note += "; fp16 rows against the fp32 peak"
+    else:
+        peak_note = "no peak measured: MFU not reported"
     print(peak_note)
-    if rows.get("kiln fp32"):
-        # `kiln bench peak` is the same binary in the same environment: what it mapped
-        # counts too, should `kiln train` have been gone before a read
-        rows["kiln fp32"]["mapped"] |= peak_mapped | mapped2
-        rows["kiln fp32"]["gemm"] = peak
+    for name in kiln_rows(rows):
+        if rows[name]:
+            # `kiln bench peak` is the same binary in the same environment: what it mapped
+            # counts too, should `kiln train` have been gone before a read
+            rows[name]["mapped"] |= peak_mapped | mapped2
+            rows[name]["gemm"] = peak
     for r in rows.values():
         if r:
             r["blas"] = peer_blas(r)
     rows[LLMC_CITED] = None
-    return rows, peak, peak_note
+    return rows, peaks, peak_note
 
 
-def report(args, rows, peak, header, alt, tokens, flops_step):
+def report(args, rows, peaks, header, alt, tokens, flops_step):
     """The table, the BLAS of each peer, the flags and their hints; with --markdown all of
     it again (and the header lines) as Markdown."""
     # The reference for the flag is the best fp32 GEMM rate any peer reached in this run:
     # kiln's peak, unless a peer did better (then it is kiln's BLAS that is suspect).
+    peak = peaks.get("fp32")
     ref = max([peak or 0.0] + [r["gemm"] for r in rows.values() if r and r.get("gemm")]) or None
-    cells = table_rows(rows, tokens, flops_step, peak, ref, args.flag_below)
+    cols = columns(reduced_precisions(rows))
+    cells = table_rows(rows, tokens, flops_step, peaks, ref, args.flag_below)
     print()
-    print_text_table(cells)
-    best_ms = min((r["ms"] for r in rows.values() if r), default=None)
-    if peak and best_ms and flops_step / (best_ms / 1e3) > peak * 1e9:
-        print("\nWARNING: an MFU above 100% means the peak was measured while the machine was "
-              "busy; rerun on an idle machine.")
-    print("\nkiln x = peer ms/step / kiln ms/step (above 1: kiln is faster), of the mean and of "
-          "the best timed step;\nkiln memory = kiln peak RSS / peer peak RSS (below 1: kiln "
-          "uses less).")
-    print("llm.c: figures measured earlier on this machine class (gpt2-124m, B=4, T=64, "
-          "2 threads), not in this run.")
+    print_text_table(cells, cols)
+    over = [n for n, r in rows.items() if r and mfu_peak(row_dtype(n), peaks) and
+            flops_step / (r["ms"] / 1e3) > mfu_peak(row_dtype(n), peaks) * 1e9]
+    if over:
+        print("\nWARNING: an MFU above 100%% (%s) means the peak was measured while the machine "
+              "was busy; rerun on an idle machine." % ", ".join(over))
+    notes = ["kiln x = peer ms/step / kiln fp32 ms/step (above 1: kiln is faster), of the mean "
+             "and of the best timed step;", "kiln memory = kiln fp32 peak RSS / peer peak RSS "
+             "(below 1: kiln uses less)."]
+    for p in reduced_precisions(rows):
+        torch_p = ("PyTorch " + p) in rows
+        notes.append("kiln %s x = ms/step of kiln fp32 (its speed-up over fp32)%s / kiln %s "
+                     "ms/step." % (p, " and of PyTorch %s (kiln's speed-up over it)" % p
+                                   if torch_p else "", p))
+    notes.append("MFU: " + ("fp32 rows against the fp32 GEMM peak; bf16 rows against the bf16 "
+                            "GEMM peak" if peaks.get("bf16") else
+                            "every row against the fp32 GEMM peak (no bf16 GEMM peak in this "
+                            "run: `kiln bench peak --dtype bf16` failed or is missing)") + ".")
+    notes.append("llm.c: figures measured earlier on this machine class (gpt2-124m, B=4, T=64, "
+                 "2 threads), not in this run.")
+    print("\n" + "\n".join(notes))
 
-    blas = blas_lines(rows)
+    blas = blas_lines(rows, peaks)
+    # kiln's rows share one binary, BLAS and rate: the first speaks for all of them
+    first_kiln = next((n for n in kiln_rows(rows) if rows[n]), None)
     flagged = [(n, r) for n, r in rows.items()
-               if r and r.get("gemm") and ref and r["gemm"] < args.flag_below * ref]
+               if r and r.get("gemm") and ref and r["gemm"] < args.flag_below * ref and
+               (not n.startswith("kiln ") or n == first_kiln)]
     rule = ("GEMM fp32: kiln's is `kiln bench peak`, PyTorch's the best of the model's products "
             "timed in its process; (%%) is of %s, the best rate in this run, and ! marks a peer "
             "below %.0f%% of it.%s" % ("%.1f GFLOP/s" % ref if ref else "nothing (no rate)",
@@ -556,8 +690,8 @@ def report(args, rows, peak, header, alt, tokens, flops_step):
         for line in header + blas:
             print("- " + line)
         print()
-        print_markdown_table(cells)
-        print("\n" + rule)
+        print_markdown_table(cells, cols)
+        print("\n" + " ".join(notes) + "\n\n" + rule)
         if hints:
             print("\n```\n" + "\n".join(hints) + "\n```")
 
@@ -577,11 +711,12 @@ def main():
     tokens = args.batch * args.seq
     flops_step = flops_per_token(L, C, VOCAB, args.seq) * tokens
     model_line = "model %s (L=%d NH=%d C=%d V=%d), B=%d T=%d: %.1f GFLOP per step; %d " \
-        "warm-up + %d timed steps" % (args.model, L, NH, C, VOCAB, args.batch, args.seq,
-                                      flops_step / 1e9, args.warmup, args.steps)
+        "warm-up + %d timed steps; kiln precisions %s" % (
+            args.model, L, NH, C, VOCAB, args.batch, args.seq, flops_step / 1e9, args.warmup,
+            args.steps, ", ".join(args.kiln_precision))
     print(model_line)
-    rows, peak, peak_note = measure(args, env, torch_env)
-    report(args, rows, peak, header + [model_line, peak_note], alt, tokens, flops_step)
+    rows, peaks, peak_note = measure(args, env, torch_env)
+    report(args, rows, peaks, header + [model_line, peak_note], alt, tokens, flops_step)
 
 
 if __name__ == "__main__":

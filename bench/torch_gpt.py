@@ -175,7 +175,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--peak-gflops", type=float, default=0.0,
-                    help="fp32 GEMM peak of this machine (kiln bench peak), for MFU")
+                    help="GEMM peak of this machine for MFU (`kiln bench peak`; bench_train.py "
+                    "passes the bf16 peak to --dtype bf16 where kiln measures one)")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--gemm-seconds", type=float, default=0.25,
                     help="time per shape for the GEMM rates, before and after (0: skip them)")
