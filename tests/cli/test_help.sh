@@ -78,7 +78,7 @@ case_command_help() {
     fi
     for c in train eval sample prepare bench tokenizer; do
         for f in $(source_flags "$SRC/tools/kiln/cmd_$c.c"); do
-            if grep -q -e "^  --${f}[ =]" -e "^  --${f}\$" "$W/help.$c"; then
+            if grep -q -e "^  --${f}[ =]" -e "^  --${f}\$" -e "^  --\[no-\]${f}[ =]" "$W/help.$c"; then
                 ok "kiln $c --help lists --$f"
             else
                 bad "kiln $c --help lists --$f (in tools/kiln/cmd_$c.c)"

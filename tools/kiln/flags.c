@@ -34,13 +34,17 @@ void tool_flags_help(const tool_flag *flags, int nflags, const char *usage) {
                           : f->type == TOOL_FLAG_FLOAT ? " X"
                           : f->type == TOOL_FLAG_STRING ? " S"
                                                         : "";
-        char left[64];
-        snprintf(left, sizeof left, "--%s%s", f->name, arg);
+        char left[96];
+        if (f->type == TOOL_FLAG_BOOL) /* both spellings: --name turns it on, --no-name off */
+            snprintf(left, sizeof left, "--[no-]%s", f->name);
+        else
+            snprintf(left, sizeof left, "--%s%s", f->name, arg);
         printf("  %-24s %s (default: ", left, f->help);
         print_default(f);
         printf(")\n");
     }
     printf("  %-24s %s\n", "--help, -h", "print this help");
+    printf("(an on/off flag --[no-]NAME also takes --NAME=on or --NAME=off)\n");
 }
 
 static int set_value(const tool_flag *f, const char *v) {
