@@ -1,15 +1,40 @@
 /* Matrix products. fp32 through OpenBLAS's sgemm, called from serial code so that it
- * threads itself over the shared OpenMP pool. Row-major throughout:
- *   inp (N,C), out/dout (N,OC), W (C,OC) when trans_w == 0 and (OC,C) when trans_w == 1.
- * Narrower dtypes go through `product`, which widens the operands to fp32 in the backend's
- * scratch and calls sgemm: correct on any machine, and the path a dtype without fast
- * instructions takes. */
+ * threads itself over the shared OpenMP pool. bf16 through kiln__cpu_gemm (gemm.h): bf16
+ * products summed in fp32, with the bias and GELU fused into its output pass (kiln's own
+ * AVX512-BF16 kernel, or sgemm on widened operands on a CPU without it). fp16 through
+ * `product`, which widens the operands to fp32 in the backend's scratch and calls sgemm:
+ * this CPU has no fp16 dot product. Row-major throughout:
+ *   inp (N,C), out/dout (N,OC), W (C,OC) when trans_w == 0 and (OC,C) when trans_w == 1. */
 #include <cblas.h>
 #include <omp.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_math.h"
+#include "backend/cpu/gemm.h"
 #include "core/dtype_inline.h"
+#include "kiln/status.h"
+
+/* kiln__cpu_gemm, with a failure recorded in the backend. */
+static void gemm(kiln_backend *be, void *c, kiln_dtype c_dt, int64_t ldc, const void *a,
+                 int64_t lda, int ta, const void *b, int64_t ldb, int tb, int64_t M, int64_t N,
+                 int64_t K, float beta, const kiln__gemm_epilogue *ep) {
+    if (be->error != KILN_OK)
+        return;
+    kiln_status s = kiln__cpu_gemm(c, c_dt, ldc, a, KILN_DTYPE_BF16, lda, ta, b, KILN_DTYPE_BF16,
+                                   ldb, tb, M, N, K, 1.0f, beta, ep);
+    if (s != KILN_OK)
+        kiln_backend_fail(be, s, "%s", kiln_error_message());
+}
+
+/* The bias (OC, bf16) widened for the product's epilogue, in the backend's scratch. */
+static const float *bias_f32(kiln_backend *be, const void *bias, int64_t OC) {
+    if (!bias)
+        return NULL;
+    float *b = kiln__cpu_scratch(be, (size_t)OC * sizeof(float));
+    if (b)
+        kiln_convert(b, KILN_DTYPE_F32, bias, KILN_DTYPE_BF16, OC);
+    return b;
+}
 
 /* C (M,N, fp32, ldc) = A (M,K) x B (K,N) + beta C, with A and B of dtype dt given as
  * op(A) = A or A^T (ta) and op(B) likewise (tb), row-major with leading dimensions lda,
@@ -55,10 +80,8 @@ KILN_INLINE void add_bias_body(float *acc, const void *bias, int64_t N, int64_t 
 }
 
 static void add_bias_f32(float *acc, const void *bias, int64_t N, int64_t OC, kiln_dtype dt) {
-    if (dt == KILN_DTYPE_BF16)
-        add_bias_body(acc, bias, N, OC, KILN_DTYPE_BF16);
-    else
-        add_bias_body(acc, bias, N, OC, KILN_DTYPE_F16);
+    (void)dt; /* only fp16 comes here */
+    add_bias_body(acc, bias, N, OC, KILN_DTYPE_F16);
 }
 
 void kiln__cpu_matmul_forward(kiln_backend *be, kiln_dtype dt, void *out, const void *inp,
@@ -74,6 +97,17 @@ void kiln__cpu_matmul_forward(kiln_backend *be, kiln_dtype dt, void *out, const 
         product(be, dt, 0, trans_w, N, OC, C, inp, C, weight, ldw, beta, out, OC);
         if (gelu_out)
             kiln__cpu_bias_gelu_rows(out, gelu_out, NULL, N, OC, dt);
+        return;
+    }
+    if (dt == KILN_DTYPE_BF16) {
+        /* bias and GELU in the product's output pass: out keeps the pre-activation */
+        kiln__gemm_epilogue ep = {bias_f32(be, bias, OC), gelu_out != NULL, NULL, dt, OC};
+        if (bias && !ep.bias)
+            return;
+        if (gelu_out)
+            ep.pre = out;
+        gemm(be, gelu_out ? gelu_out : out, dt, OC, inp, C, 0, weight, ldw, trans_w, N, OC, C,
+             0.0f, &ep);
         return;
     }
     /* the fp32 product in scratch after the widened operands, then bias, GELU and the
@@ -121,6 +155,17 @@ void kiln__cpu_matmul_backward(kiln_backend *be, kiln_dtype dt, void *dinp, floa
                                const void *weight, int64_t N, int64_t C, int64_t OC,
                                int trans_w) {
     int64_t ldw = trans_w ? C : OC;
+    if (dt == KILN_DTYPE_BF16) {
+        if (dinp)
+            gemm(be, dinp, dt, C, dout, OC, 0, weight, ldw, !trans_w, N, C, OC, 0.0f, NULL);
+        if (trans_w)
+            gemm(be, dweight, KILN_DTYPE_F32, C, dout, OC, 1, inp, C, 0, OC, C, N, 1.0f, NULL);
+        else
+            gemm(be, dweight, KILN_DTYPE_F32, OC, inp, C, 1, dout, OC, 0, C, OC, N, 1.0f, NULL);
+        if (dbias)
+            bias_backward(dbias, dout, N, OC, dt);
+        return;
+    }
     if (dinp) {
         /* dinp (N,C) = dout (N,OC) x W^T, W^T being (OC,C) */
         if (dt == KILN_DTYPE_F32) {

@@ -15,6 +15,7 @@
 #include <cblas.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/gemm.h"
 #include "core/error.h"
 
 #define BLAS_BUFFER_BYTES ((size_t)128 << 20)
@@ -66,5 +67,7 @@ kiln_status kiln__cpu_prepare(kiln_backend *be) {
     }
     free(a);
     ready_threads = threads;
-    return KILN_OK;
+    /* the bf16 product's per-thread buffers too (bounded whatever the shapes), and the line
+     * saying so when bf16 products must go through fp32 on this CPU */
+    return kiln__cpu_gemm_prepare((int64_t)1 << 30, (int64_t)1 << 30, (int64_t)1 << 30);
 }
