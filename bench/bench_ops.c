@@ -195,7 +195,7 @@ static void bench_slabs(void) {
         float *m = buf(n, 0, KILN_DTYPE_F32), *v = buf(n, 0, KILN_DTYPE_F32);
         void *work = t == KILN_DTYPE_F32 ? NULL : buf(n, 0, t);
         kiln_work_out w = {work, t, 0, 0};
-        TIME_MS(adam[d], be->adam_update(be, p, work ? &w : NULL, g, m, v, n, 6e-4f, 0.9f, 0.95f,
+        TIME_MS(adam[d], be->adam_update(be, p, work ? &w : NULL, g, 1.0f, m, v, n, 6e-4f, 0.9f, 0.95f,
                                          0.1f, 0.05f, 1e-8f, 0.1f, 0.0f));
         TIME_MS(zero[d], be->zero(be, g, (size_t)n * sizeof(float)));
         TIME_MS(sumsq[d], sink += be->sumsq(be, KILN_DTYPE_F32, g, n));

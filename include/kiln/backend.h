@@ -160,7 +160,9 @@ typedef void kiln_op_convert(kiln_backend *be, void *dst, kiln_dtype dt, const v
                              kiln_dtype st, int64_t n);
 
 /* -- optimizer kernels, over n contiguous elements of the slabs --
- * p is the fp32 parameter: the working weights themselves in fp32 training, else the
+ * The gradient is read as gscale * g (one fp32 multiply, as a separate scale pass would
+ * round it): gradient clipping and a loss scale's division fold into the update instead of
+ * costing a pass over the gradients. p is the fp32 parameter: the working weights themselves in fp32 training, else the
  * optimizer's fp32 master copy. After the update, when w is not NULL, w->p receives p in
  * w->dtype: rounded to nearest even, or for BF16 with w->round_seed != 0 stochastically,
  * element i with 16 random bits that depend only on (round_seed, w->index0 + i), so the
@@ -176,20 +178,20 @@ typedef struct kiln_work_out {
  *   where g' = g + l2_wd * p, bc1 = 1 - b1^t, bc2 = 1 - b2^t (PyTorch's order of terms:
  *   decoupled decay is applied to p first, p *= 1 - lr * decoupled_wd). */
 typedef void kiln_op_adam_update(kiln_backend *be, float *p, const kiln_work_out *w,
-                                 const float *g, float *m, float *v, int64_t n, float lr,
+                                 const float *g, float gscale, float *m, float *v, int64_t n, float lr,
                                  float b1, float b2, float bc1, float bc2, float eps,
                                  float decoupled_wd, float l2_wd);
 /* SGD, PyTorch's semantics: g' = g + wd p; buf = momentum buf + (1-dampening) g'
  * (buf = g' on the first step, first != 0); step = nesterov ? g' + momentum buf : buf;
  * p -= lr step. momentum == 0: plain SGD and buf is unused (may be NULL). */
 typedef void kiln_op_sgd_update(kiln_backend *be, float *p, const kiln_work_out *w,
-                                const float *g, float *buf, int64_t n, float lr, float momentum,
+                                const float *g, float gscale, float *buf, int64_t n, float lr, float momentum,
                                 float dampening, int nesterov, float wd, int first);
 /* RMSprop, PyTorch's semantics (centered = 0): g' = g + wd p;
  * sq = alpha sq + (1-alpha) g'^2; if momentum > 0: buf = momentum buf + g'/(sqrt(sq)+eps),
  * p -= lr buf; else p -= lr g'/(sqrt(sq)+eps). */
 typedef void kiln_op_rmsprop_update(kiln_backend *be, float *p, const kiln_work_out *w,
-                                    const float *g, float *sq, float *buf, int64_t n, float lr,
+                                    const float *g, float gscale, float *sq, float *buf, int64_t n, float lr,
                                     float alpha, float eps, float wd, float momentum);
 
 /* Optional: called when a model is built on a backend, to check that the process can give

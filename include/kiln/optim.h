@@ -80,6 +80,10 @@ void kiln_optim_free(kiln_optim *o);
  * (for bias correction) advances. lr must be finite and >= 0 (KILN_ERR_CONFIG otherwise,
  * nothing changed). */
 kiln_status kiln_optim_step(kiln_optim *o, void *params, const float *grads, float lr);
+/* The same with the gradients read as grad_scale x grads (finite, > 0): clipping and a
+ * loss scale's division in the update's own pass, not a pass of their own. */
+kiln_status kiln_optim_step_scaled(kiln_optim *o, void *params, const float *grads, float lr,
+                                   float grad_scale);
 int64_t kiln_optim_steps_taken(const kiln_optim *o);
 /* Set the step counter, when resuming with moment slabs restored from a checkpoint. */
 kiln_status kiln_optim_set_steps(kiln_optim *o, int64_t steps);

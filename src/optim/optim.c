@@ -291,7 +291,8 @@ void kiln_optim_free(kiln_optim *o) {
 
 /* One kernel call over range r; t is the 1-based step number. */
 static void update_range(kiln_optim *o, const kiln_param_range *r, void *params,
-                         const float *grads, float lr, float bc1, float bc2, int64_t t) {
+                         const float *grads, float gs, float lr, float bc1, float bc2,
+                         int64_t t) {
     const kiln_optim_config *c = &o->cfg;
     kiln_backend *be = o->be;
     int64_t off = r->offset, cnt = r->numel, k = off - o->slab.lo; /* k: index in my arrays */
@@ -316,24 +317,29 @@ static void update_range(kiln_optim *o, const kiln_param_range *r, void *params,
     }
     switch (c->kind) {
     case KILN_OPTIM_ADAMW:
-        be->adam_update(be, p, w, g, s0, s1, cnt, lr, c->beta1, c->beta2, bc1, bc2, c->eps, wd,
+        be->adam_update(be, p, w, g, gs, s0, s1, cnt, lr, c->beta1, c->beta2, bc1, bc2, c->eps, wd,
                         0.0f);
         break;
     case KILN_OPTIM_ADAM:
-        be->adam_update(be, p, w, g, s0, s1, cnt, lr, c->beta1, c->beta2, bc1, bc2, c->eps, 0.0f,
+        be->adam_update(be, p, w, g, gs, s0, s1, cnt, lr, c->beta1, c->beta2, bc1, bc2, c->eps, 0.0f,
                         wd);
         break;
     case KILN_OPTIM_SGD:
-        be->sgd_update(be, p, w, g, s0, cnt, lr, c->momentum, c->dampening, c->nesterov != 0, wd,
+        be->sgd_update(be, p, w, g, gs, s0, cnt, lr, c->momentum, c->dampening, c->nesterov != 0, wd,
                        t == 1);
         break;
     case KILN_OPTIM_RMSPROP:
-        be->rmsprop_update(be, p, w, g, s0, s1, cnt, lr, c->alpha, c->eps, wd, c->momentum);
+        be->rmsprop_update(be, p, w, g, gs, s0, s1, cnt, lr, c->alpha, c->eps, wd, c->momentum);
         break;
     }
 }
 
 kiln_status kiln_optim_step(kiln_optim *o, void *params, const float *grads, float lr) {
+    return kiln_optim_step_scaled(o, params, grads, lr, 1.0f);
+}
+
+kiln_status kiln_optim_step_scaled(kiln_optim *o, void *params, const float *grads, float lr,
+                                   float grad_scale) {
     if (!o || ((!params || !grads) && o->nranges > 0))
         return kiln_error_setf(KILN_ERR_ARG, "kiln_optim_step: NULL optimizer, parameters or "
                                              "gradients");
@@ -343,11 +349,15 @@ kiln_status kiln_optim_step(kiln_optim *o, void *params, const float *grads, flo
                                "optimizer %s: learning rate %g at step %lld is not "
                                "a finite value >= 0",
                                kiln_optim_kind_name(o->cfg.kind), lr, (long long)t);
+    if (!(grad_scale > 0.0f) || isinf(grad_scale))
+        return kiln_error_setf(KILN_ERR_CONFIG, "optimizer %s: gradient scale %g at step %lld is "
+                                                "not a finite value > 0",
+                               kiln_optim_kind_name(o->cfg.kind), grad_scale, (long long)t);
     /* Bias corrections from the step count in double; b^t underflows to 0 harmlessly. */
     float bc1 = (float)(1.0 - pow((double)o->cfg.beta1, (double)t));
     float bc2 = (float)(1.0 - pow((double)o->cfg.beta2, (double)t));
     for (int i = 0; i < o->nranges; i++)
-        update_range(o, &o->ranges[i], params, grads, lr, bc1, bc2, t);
+        update_range(o, &o->ranges[i], params, grads, grad_scale, lr, bc1, bc2, t);
     o->steps = t;
     return o->be->synchronize(o->be);
 }

@@ -361,8 +361,9 @@ static kiln_status train_step(trainer *t, int64_t step, float *loss, float *norm
     if (sched.total_steps <= 0)
         sched.total_steps = cfg->steps;
     *lr = kiln_lr_at(&sched, step);
-    /* The norm of the gradients as the loss scale left them; then one pass divides the scale
-     * out and clips (torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6) when < 1). */
+    /* The norm of the gradients as the loss scale left them; the optimizer then reads them
+     * divided by the scale and clipped (torch.nn.utils.clip_grad_norm_: max_norm / (norm +
+     * 1e-6) when < 1). */
     double norm_scaled = sqrt(be->sumsq(be, KILN_DTYPE_F32, grads, n));
     *norm = (float)(norm_scaled / S);
     if (!isfinite(norm_scaled)) {
@@ -376,11 +377,10 @@ static kiln_status train_step(trainer *t, int64_t step, float *loss, float *norm
     double coef = 1.0 / S;
     if (cfg->grad_clip > 0.0f && (double)cfg->grad_clip / (*norm + 1e-6) < 1.0)
         coef *= (double)cfg->grad_clip / (*norm + 1e-6);
-    if (coef != 1.0)
-        be->scale(be, grads, (float)coef, n);
     if (scaled)
         KILN_CHECK(kiln_loss_scaler_update(&t->scaler, 1));
-    return kiln_optim_step(t->opt, kiln_gpt_params(t->model), grads, *lr);
+    /* the scale's division and the clipping in the optimizer's own pass */
+    return kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model), grads, *lr, (float)coef);
 }
 
 /* Weights are saved only when they can be used: every parameter finite, and a finite loss

@@ -504,25 +504,68 @@ static void opt_call(int which, opt_state *s, int k, const kiln_work_out *w, int
     const float *g = s->g + i0;
     switch (which) {
     case 0: /* AdamW */
-        be->adam_update(be, p, w, g, m, v, cnt, 1e-3f, 0.9f, 0.95f, 0.3f, 0.2f, 1e-8f, 0.1f, 0.0f);
+        be->adam_update(be, p, w, g, 1.0f, m, v, cnt, 1e-3f, 0.9f, 0.95f, 0.3f, 0.2f, 1e-8f, 0.1f, 0.0f);
         break;
     case 1: /* Adam with L2 */
-        be->adam_update(be, p, w, g, m, v, cnt, 1e-2f, 0.8f, 0.99f, 0.5f, 0.1f, 1e-6f, 0.0f, 0.01f);
+        be->adam_update(be, p, w, g, 1.0f, m, v, cnt, 1e-2f, 0.8f, 0.99f, 0.5f, 0.1f, 1e-6f, 0.0f, 0.01f);
         break;
     case 2: /* SGD, momentum with dampening */
-        be->sgd_update(be, p, w, g, buf, cnt, 0.1f, 0.9f, 0.3f, 0, 0.01f, 0);
+        be->sgd_update(be, p, w, g, 1.0f, buf, cnt, 0.1f, 0.9f, 0.3f, 0, 0.01f, 0);
         break;
     case 3: /* SGD Nesterov */
-        be->sgd_update(be, p, w, g, buf, cnt, 0.1f, 0.9f, 0.0f, 1, 0.0f, 0);
+        be->sgd_update(be, p, w, g, 1.0f, buf, cnt, 0.1f, 0.9f, 0.0f, 1, 0.0f, 0);
         break;
     case 4: /* RMSprop with momentum */
-        be->rmsprop_update(be, p, w, g, sq, buf, cnt, 1e-2f, 0.9f, 1e-8f, 0.0f, 0.5f);
+        be->rmsprop_update(be, p, w, g, 1.0f, sq, buf, cnt, 1e-2f, 0.9f, 1e-8f, 0.0f, 0.5f);
         break;
     }
 }
 
 static const char *const opt_names[5] = {"adamw", "adam (l2)", "sgd dampening", "sgd nesterov",
                                          "rmsprop (momentum)"};
+
+/* The gradient scale an update takes is one fp32 multiply of g: the same bits as the update
+ * of gradients scaled beforehand, for every kernel on both backends. */
+static void test_grad_scale(void) {
+    enum { N = 1003 };
+    float *g = randn(N, 1.0f), *gs = malloc(N * sizeof(float)), *p0 = randn(N, 0);
+    const float scale = 0.37f;
+    for (int64_t i = 0; i < N; i++)
+        gs[i] = g[i] * scale;
+    kiln_backend *bes[2] = {kiln_backend_ref(), kiln_backend_cpu()};
+    for (int k = 0; k < 2; k++) {
+        kiln_backend *be = bes[k];
+        for (int which = 0; which < 3; which++) {
+            float *p[2], *a[2], *b[2];
+            for (int r = 0; r < 2; r++) {
+                p[r] = malloc(N * sizeof(float)), a[r] = calloc(N, sizeof(float));
+                b[r] = calloc(N, sizeof(float));
+                memcpy(p[r], p0, N * sizeof(float));
+            }
+            for (int t = 0; t < 2; t++)
+                for (int r = 0; r < 2; r++) {
+                    const float *gg = r ? gs : g;
+                    float sc = r ? 1.0f : scale;
+                    if (which == 0)
+                        be->adam_update(be, p[r], NULL, gg, sc, a[r], b[r], N, 1e-2f, 0.9f, 0.95f,
+                                        0.5f, 0.3f, 1e-8f, 0.1f, 0.0f);
+                    else if (which == 1)
+                        be->sgd_update(be, p[r], NULL, gg, sc, a[r], N, 0.1f, 0.9f, 0.0f, 1, 0.01f,
+                                       t == 0);
+                    else
+                        be->rmsprop_update(be, p[r], NULL, gg, sc, a[r], b[r], N, 1e-2f, 0.9f,
+                                           1e-8f, 0.01f, 0.5f);
+                }
+            if (memcmp(p[0], p[1], N * sizeof(float)) != 0)
+                fprintf(stderr, "%s: kernel %d with gradient scale differs from pre-scaled\n",
+                        be->name, which);
+            CHECK_TRUE(memcmp(p[0], p[1], N * sizeof(float)) == 0);
+            for (int r = 0; r < 2; r++)
+                free(p[r]), free(a[r]), free(b[r]);
+        }
+    }
+    free(g), free(gs), free(p0);
+}
 
 static void test_optimizers(int64_t n) {
     dt = F32;
@@ -547,18 +590,18 @@ static void test_optimizers(int64_t n) {
     /* plain SGD and first steps */
     opt_sync(&s);
     for (int k = 0; k < 3; k++)
-        be_of(k)->sgd_update(be_of(k), at(&s.p, k), NULL, s.g, NULL, n, 0.1f, 0.0f, 0.0f, 0, 0.01f,
+        be_of(k)->sgd_update(be_of(k), at(&s.p, k), NULL, s.g, 1.0f, NULL, n, 0.1f, 0.0f, 0.0f, 0, 0.01f,
                              1);
     check_step("sgd plain step", &s.p, s.p0, TOL_FWD);
     opt_sync(&s);
     for (int k = 0; k < 3; k++)
-        be_of(k)->sgd_update(be_of(k), at(&s.p, k), NULL, s.g, at(&s.buf, k), n, 0.1f, 0.9f, 0.0f,
+        be_of(k)->sgd_update(be_of(k), at(&s.p, k), NULL, s.g, 1.0f, at(&s.buf, k), n, 0.1f, 0.9f, 0.0f,
                              0, 0.01f, 1);
     check_step("sgd first step", &s.p, s.p0, TOL_FWD);
     check_out("sgd first buf", &s.buf, TOL_FWD);
     opt_sync(&s);
     for (int k = 0; k < 3; k++)
-        be_of(k)->rmsprop_update(be_of(k), at(&s.p, k), NULL, s.g, at(&s.sq, k), NULL, n, 1e-2f,
+        be_of(k)->rmsprop_update(be_of(k), at(&s.p, k), NULL, s.g, 1.0f, at(&s.sq, k), NULL, n, 1e-2f,
                                  0.99f, 1e-8f, 0.01f, 0.0f);
     check_step("rmsprop step", &s.p, s.p0, TOL_FWD);
     check_out("rmsprop sq", &s.sq, TOL_FWD);
@@ -840,6 +883,7 @@ int main(void) {
     }
     int before = test_failures;
     test_optimizers(1000003);
+    test_grad_scale();
     fprintf(stderr, "%s optimizer updates and working copies\n",
             test_failures == before ? "ok  " : "FAIL");
     before = test_failures;

@@ -247,35 +247,35 @@ static void test_optimizers(void) {
     kiln_backend *be = R;
     /* AdamW step 1: m = 0.1 g, v = 0.001 g^2, mhat = g, vhat = g^2 -> step lr*g/(|g|+eps) */
     float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
-    be->adam_update(be, &p, NULL, &g, &m, &v, 1, 0.1f, 0.9f, 0.999f, 0.1f, 0.001f, 1e-8f, 0.01f,
+    be->adam_update(be, &p, NULL, &g, 1.0f, &m, &v, 1, 0.1f, 0.9f, 0.999f, 0.1f, 0.001f, 1e-8f, 0.01f,
                     0.0f);
     CHECK_NEAR(m, 0.05, 1e-7);
     CHECK_NEAR(v, 0.00025, 1e-8);
     CHECK_NEAR(p, 1.0 * (1 - 0.1 * 0.01) - 0.1 * 0.5 / (0.5 + 1e-8), 1e-6);
     /* Adam with L2: g' = 0.5 + 0.2 * 1 */
     p = 1.0f, m = 0.0f, v = 0.0f;
-    be->adam_update(be, &p, NULL, &g, &m, &v, 1, 0.1f, 0.9f, 0.999f, 0.1f, 0.001f, 1e-8f, 0.0f,
+    be->adam_update(be, &p, NULL, &g, 1.0f, &m, &v, 1, 0.1f, 0.9f, 0.999f, 0.1f, 0.001f, 1e-8f, 0.0f,
                     0.2f);
     CHECK_NEAR(m, 0.07, 1e-7);
     CHECK_NEAR(p, 0.9, 1e-6);
     /* SGD momentum 0.9, dampening 0, nesterov: first buf = g' = 0.5 + 0.1*2 */
     float ps = 2.0f, gs = 0.5f, buf = 123.0f;
-    be->sgd_update(be, &ps, NULL, &gs, &buf, 1, 0.1f, 0.9f, 0.0f, 1, 0.1f, 1);
+    be->sgd_update(be, &ps, NULL, &gs, 1.0f, &buf, 1, 0.1f, 0.9f, 0.0f, 1, 0.1f, 1);
     CHECK_NEAR(buf, 0.7, 1e-6);
     CHECK_NEAR(ps, 2.0 - 0.1 * (0.7 + 0.9 * 0.7), 1e-6);
-    be->sgd_update(be, &ps, NULL, &gs, &buf, 1, 0.1f, 0.9f, 0.5f, 0, 0.0f, 0);
+    be->sgd_update(be, &ps, NULL, &gs, 1.0f, &buf, 1, 0.1f, 0.9f, 0.5f, 0, 0.0f, 0);
     CHECK_NEAR(buf, 0.9 * 0.7 + 0.5 * 0.5, 1e-6);
     /* plain SGD, no buffer */
     ps = 1.0f;
-    be->sgd_update(be, &ps, NULL, &gs, NULL, 1, 0.1f, 0.0f, 0.0f, 0, 0.0f, 1);
+    be->sgd_update(be, &ps, NULL, &gs, 1.0f, NULL, 1, 0.1f, 0.0f, 0.0f, 0, 0.0f, 1);
     CHECK_NEAR(ps, 0.95, 1e-7);
     /* RMSprop: sq = 0.01 g^2 */
     float pr = 1.0f, gr = 0.5f, sq = 0.0f, rb = 0.0f;
-    be->rmsprop_update(be, &pr, NULL, &gr, &sq, &rb, 1, 0.01f, 0.99f, 1e-8f, 0.0f, 0.0f);
+    be->rmsprop_update(be, &pr, NULL, &gr, 1.0f, &sq, &rb, 1, 0.01f, 0.99f, 1e-8f, 0.0f, 0.0f);
     CHECK_NEAR(sq, 0.0025, 1e-8);
     CHECK_NEAR(pr, 1.0 - 0.01 * 0.5 / (0.05 + 1e-8), 1e-6);
     pr = 1.0f, sq = 0.0f;
-    be->rmsprop_update(be, &pr, NULL, &gr, &sq, &rb, 1, 0.01f, 0.99f, 1e-8f, 0.0f, 0.5f);
+    be->rmsprop_update(be, &pr, NULL, &gr, 1.0f, &sq, &rb, 1, 0.01f, 0.99f, 1e-8f, 0.0f, 0.5f);
     CHECK_NEAR(rb, 10.0, 1e-4);
     CHECK_NEAR(pr, 0.9, 1e-6);
     /* sum, sumsq, scale, zero */
@@ -306,17 +306,17 @@ static void test_working_copy(void) {
     float p = 1.0f, g = -d;
     uint16_t w16 = 0;
     kiln_work_out w = {.p = &w16, .dtype = KILN_DTYPE_BF16};
-    be->sgd_update(be, &p, &w, &g, NULL, 1, 1.0f, 0.0f, 0.0f, 0, 0.0f, 1);
+    be->sgd_update(be, &p, &w, &g, 1.0f, NULL, 1, 1.0f, 0.0f, 0.0f, 0, 0.0f, 1);
     CHECK_TRUE(p == 1.0f + d);
     CHECK_INT_EQ(w16, kiln_f32_to_bf16(1.0f));
     p = 1.0f;
     w.dtype = KILN_DTYPE_F16;
-    be->sgd_update(be, &p, &w, &g, NULL, 1, 1.0f, 0.0f, 0.0f, 0, 0.0f, 1);
+    be->sgd_update(be, &p, &w, &g, 1.0f, NULL, 1, 1.0f, 0.0f, 0.0f, 0, 0.0f, 1);
     CHECK_TRUE(kiln_f16_to_f32(w16) == 1.0f + 0x1p-9f);
     float w32 = 0;
     p = 1.0f;
     w = (kiln_work_out){.p = &w32, .dtype = F32};
-    be->sgd_update(be, &p, &w, &g, NULL, 1, 1.0f, 0.0f, 0.0f, 0, 0.0f, 1);
+    be->sgd_update(be, &p, &w, &g, 1.0f, NULL, 1, 1.0f, 0.0f, 0.0f, 0, 0.0f, 1);
     CHECK_TRUE(w32 == p);
     /* stochastic: about (d / 2^-7) = 1/4 + 1/32 of many elements round up */
     enum { N = 4000 };
@@ -325,7 +325,7 @@ static void test_working_copy(void) {
     for (int i = 0; i < N; i++)
         ps[i] = 1.0f, gs[i] = -d;
     w = (kiln_work_out){.p = ws, .dtype = KILN_DTYPE_BF16, .round_seed = 77, .index0 = 5};
-    be->sgd_update(be, ps, &w, gs, NULL, N, 1.0f, 0.0f, 0.0f, 0, 0.0f, 1);
+    be->sgd_update(be, ps, &w, gs, 1.0f, NULL, N, 1.0f, 0.0f, 0.0f, 0, 0.0f, 1);
     int up = 0, other = 0;
     for (int i = 0; i < N; i++) {
         up += ws[i] == kiln_f32_to_bf16(1.0f + 0x1p-7f);

@@ -21,6 +21,7 @@ typedef struct call {
     int64_t n;
     float lr, b1, b2, bc1, bc2, eps, decoupled_wd, l2_wd;
     float momentum, dampening, alpha, wd;
+    float gscale; /* the gradient scale the kernel was given */
     int nesterov, first;
 } call;
 
@@ -37,29 +38,32 @@ static call *record(const char *kernel, const kiln_work_out *w) {
     return c;
 }
 
-static void rec_adam(kiln_backend *be, float *p, const kiln_work_out *w, const float *g, float *m,
-                     float *v, int64_t n, float lr, float b1, float b2, float bc1, float bc2,
-                     float eps, float decoupled_wd, float l2_wd) {
+static void rec_adam(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
+                     float gscale, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                     float bc1, float bc2, float eps, float decoupled_wd, float l2_wd) {
     (void)be;
     call *c = record("adam", w);
+    c->gscale = gscale;
     c->p = p, c->g = g, c->s0 = m, c->s1 = v, c->n = n, c->lr = lr, c->b1 = b1, c->b2 = b2;
     c->bc1 = bc1, c->bc2 = bc2, c->eps = eps, c->decoupled_wd = decoupled_wd, c->l2_wd = l2_wd;
 }
 
-static void rec_sgd(kiln_backend *be, float *p, const kiln_work_out *w, const float *g, float *buf,
-                    int64_t n, float lr, float momentum, float dampening, int nesterov, float wd,
-                    int first) {
+static void rec_sgd(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
+                    float gscale, float *buf, int64_t n, float lr, float momentum, float dampening,
+                    int nesterov, float wd, int first) {
     (void)be;
     call *c = record("sgd", w);
+    c->gscale = gscale;
     c->p = p, c->g = g, c->s0 = buf, c->n = n, c->lr = lr, c->momentum = momentum;
     c->dampening = dampening, c->nesterov = nesterov, c->wd = wd, c->first = first;
 }
 
 static void rec_rmsprop(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
-                        float *sq, float *buf, int64_t n, float lr, float alpha, float eps,
-                        float wd, float momentum) {
+                        float gscale, float *sq, float *buf, int64_t n, float lr, float alpha,
+                        float eps, float wd, float momentum) {
     (void)be;
     call *c = record("rmsprop", w);
+    c->gscale = gscale;
     c->p = p, c->g = g, c->s0 = sq, c->s1 = buf, c->n = n, c->lr = lr, c->alpha = alpha;
     c->eps = eps, c->wd = wd, c->momentum = momentum;
 }
@@ -311,8 +315,15 @@ static void test_adamw_calls(void) {
             CHECK_TRUE(k->decoupled_wd == (decay[i] ? 0.1f : 0.0f));
             CHECK_TRUE(k->l2_wd == 0.0f);
             CHECK_TRUE(!k->has_w); /* fp32 working weights are the parameters themselves */
+            CHECK_TRUE(k->gscale == 1.0f);
         }
     }
+    /* a gradient scale (clipping, a loss scale's division) reaches every kernel call */
+    ncalls = 0;
+    CHECK_OK(kiln_optim_step_scaled(o, p, g, 0.5f, 0.25f));
+    CHECK_INT_EQ(ncalls, 3);
+    for (int i = 0; i < ncalls; i++)
+        CHECK_TRUE(calls[i].gscale == 0.25f);
     /* resuming: the bias corrections follow the restored step count */
     CHECK_OK(kiln_optim_set_steps(o, 99));
     ncalls = 0;
@@ -402,6 +413,13 @@ static void test_step_validation(void) {
     }
     CHECK_STATUS(kiln_optim_step(o, NULL, g, 0.1f), KILN_ERR_ARG);
     CHECK_STATUS(kiln_optim_step(NULL, p, g, 0.1f), KILN_ERR_ARG);
+    const float bad_scale[] = {0.0f, -1.0f, NAN, INFINITY};
+    for (int i = 0; i < 4; i++) {
+        ncalls = 0;
+        CHECK_STATUS(kiln_optim_step_scaled(o, p, g, 0.1f, bad_scale[i]), KILN_ERR_CONFIG);
+        CHECK_TRUE(strstr(kiln_error_message(), "gradient scale") != NULL);
+        CHECK_INT_EQ(ncalls, 0);
+    }
     /* no ranges given: one call over the whole slab, with decay */
     ncalls = 0;
     CHECK_OK(kiln_optim_step(o, p, g, 0.0f));

@@ -17,10 +17,6 @@ KILN_BACKEND_DECLARE(kiln__cpu_)
 /* cpu_prepare.c: the optional prepare op. */
 kiln_op_prepare kiln__cpu_prepare;
 
-/* cpu_layers.c: the epilogue of a product over (N,OC) whose bias is not in it yet: x +=
- * bias (when bias is not NULL), then gelu_out = GELU(x) (when gelu_out is not NULL). */
-void kiln__cpu_bias_gelu_rows(void *x, void *gelu_out, const void *bias, int64_t N, int64_t OC,
-                              kiln_dtype dt);
 
 /* cpu.c: the instance's own state. */
 typedef struct kiln__cpu_state_t {

@@ -82,19 +82,41 @@ static void head_forward(float *o, int64_t ldo, float *a, const float *q, const 
 }
 
 /* The (T,hs) slice of head h at channel offset `off` of rows of stride ld in src, widened
- * to a contiguous fp32 (T,hs); and back. */
-KILN_INLINE void gather(float *dst, const void *src, int64_t off, int64_t ld, int64_t T,
-                        int64_t hs, kiln_dtype dt) {
-    for (int64_t t = 0; t < T; t++)
+ * to a contiguous fp32 (T,hs); and back. Called inside the parallel regions, where the
+ * dtype is not a constant the compiler sees (OpenMP outlines the region first): so each
+ * branches once to a loop compiled for its type. */
+KILN_INLINE void gather_t(float *dst, const void *src, int64_t off, int64_t ld, int64_t T,
+                          int64_t hs, kiln_dtype dt) {
+    for (int64_t t = 0; t < T; t++) {
+#pragma omp simd
         for (int64_t i = 0; i < hs; i++)
             dst[t * hs + i] = kiln__ld(src, t * ld + off + i, dt);
+    }
 }
 
-KILN_INLINE void scatter(void *dst, int64_t off, int64_t ld, const float *src, int64_t T,
-                         int64_t hs, kiln_dtype dt) {
-    for (int64_t t = 0; t < T; t++)
+static void gather(float *dst, const void *src, int64_t off, int64_t ld, int64_t T, int64_t hs,
+                   kiln_dtype dt) {
+    if (dt == KILN_DTYPE_BF16)
+        gather_t(dst, src, off, ld, T, hs, KILN_DTYPE_BF16);
+    else
+        gather_t(dst, src, off, ld, T, hs, KILN_DTYPE_F16);
+}
+
+KILN_INLINE void scatter_t(void *dst, int64_t off, int64_t ld, const float *src, int64_t T,
+                           int64_t hs, kiln_dtype dt) {
+    for (int64_t t = 0; t < T; t++) {
+#pragma omp simd
         for (int64_t i = 0; i < hs; i++)
             kiln__st(dst, t * ld + off + i, src[t * hs + i], dt);
+    }
+}
+
+static void scatter(void *dst, int64_t off, int64_t ld, const float *src, int64_t T, int64_t hs,
+                    kiln_dtype dt) {
+    if (dt == KILN_DTYPE_BF16)
+        scatter_t(dst, off, ld, src, T, hs, KILN_DTYPE_BF16);
+    else
+        scatter_t(dst, off, ld, src, T, hs, KILN_DTYPE_F16);
 }
 
 /* The threads an op may use: those the scratch was planned for. */

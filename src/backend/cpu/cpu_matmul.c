@@ -95,8 +95,8 @@ void kiln__cpu_matmul_forward(kiln_backend *be, kiln_dtype dt, void *out, const 
             beta = 1.0f;
         }
         product(be, dt, 0, trans_w, N, OC, C, inp, C, weight, ldw, beta, out, OC);
-        if (gelu_out)
-            kiln__cpu_bias_gelu_rows(out, gelu_out, NULL, N, OC, dt);
+        if (gelu_out) /* sgemm added the bias: GELU's pass is all that is left */
+            kiln__cpu_gelu_forward(be, dt, gelu_out, out, N * OC);
         return;
     }
     if (dt == KILN_DTYPE_BF16) {
@@ -121,33 +121,35 @@ void kiln__cpu_matmul_forward(kiln_backend *be, kiln_dtype dt, void *out, const 
     if (bias) /* in fp32, so the pre-activation is rounded once */
         add_bias_f32(acc, bias, N, OC, dt);
     kiln_convert(out, dt, acc, KILN_DTYPE_F32, N * OC);
-    if (gelu_out)
-        kiln__cpu_bias_gelu_rows(out, gelu_out, NULL, N, OC, dt);
+    if (gelu_out) /* GELU of the rounded pre-activation, as backward reads it */
+        kiln__cpu_gelu_forward(be, dt, gelu_out, out, N * OC);
+}
+
+/* dbias[j0, j1) += column sums of dout (N,OC) over those columns, rows in order. */
+KILN_INLINE void bias_columns(float *dbias, const void *dout, int64_t N, int64_t OC, int64_t j0,
+                              int64_t j1, kiln_dtype dt) {
+    for (int64_t n = 0; n < N; n++) {
+#pragma omp simd
+        for (int64_t j = j0; j < j1; j++)
+            dbias[j] += kiln__ld(dout, n * OC + j, dt);
+    }
 }
 
 /* dbias (OC) += column sums of dout (N,OC). Each thread owns a range of columns and adds
- * the rows in order, so the sums do not depend on the thread count. */
-KILN_INLINE void bias_backward_body(float *dbias, const void *dout, int64_t N, int64_t OC,
-                                    kiln_dtype dt) {
+ * the rows in order, so the sums do not depend on the thread count. The dtype is a literal
+ * at each call inside the parallel region, so each loop is compiled for its type. */
+static void bias_backward(float *dbias, const void *dout, int64_t N, int64_t OC, kiln_dtype dt) {
 #pragma omp parallel
     {
         int64_t j0, j1;
         kiln__cpu_split(OC, omp_get_thread_num(), omp_get_num_threads(), &j0, &j1);
-        for (int64_t n = 0; n < N; n++) {
-#pragma omp simd
-            for (int64_t j = j0; j < j1; j++)
-                dbias[j] += kiln__ld(dout, n * OC + j, dt);
-        }
+        if (dt == KILN_DTYPE_F32)
+            bias_columns(dbias, dout, N, OC, j0, j1, KILN_DTYPE_F32);
+        else if (dt == KILN_DTYPE_BF16)
+            bias_columns(dbias, dout, N, OC, j0, j1, KILN_DTYPE_BF16);
+        else
+            bias_columns(dbias, dout, N, OC, j0, j1, KILN_DTYPE_F16);
     }
-}
-
-static void bias_backward(float *dbias, const void *dout, int64_t N, int64_t OC, kiln_dtype dt) {
-    if (dt == KILN_DTYPE_F32)
-        bias_backward_body(dbias, dout, N, OC, KILN_DTYPE_F32);
-    else if (dt == KILN_DTYPE_BF16)
-        bias_backward_body(dbias, dout, N, OC, KILN_DTYPE_BF16);
-    else
-        bias_backward_body(dbias, dout, N, OC, KILN_DTYPE_F16);
 }
 
 void kiln__cpu_matmul_backward(kiln_backend *be, kiln_dtype dt, void *dinp, float *dweight,

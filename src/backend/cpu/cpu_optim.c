@@ -45,6 +45,11 @@ static void write_work(const kiln_work_out *w, const float *p, int64_t i0, int64
 /* Run range(b0, b1) over [i0, i1) in blocks, each followed by its working copy. */
 #define IN_BLOCKS(w, params, i0, i1, range)                                                        \
     do {                                                                                           \
+        if (!(w) || !(w)->p) { /* no working copy: one pass over the range */                     \
+            int64_t blk0 = (i0), blk1 = (i1);                                                      \
+            range;                                                                                 \
+            break;                                                                                 \
+        }                                                                                          \
         for (int64_t blk0 = (i0); blk0 < (i1); blk0 += WORK_BLOCK) {                               \
             int64_t blk1 = blk0 + WORK_BLOCK < (i1) ? blk0 + WORK_BLOCK : (i1);                    \
             range;                                                                                 \
@@ -70,12 +75,12 @@ static void write_work(const kiln_work_out *w, const float *p, int64_t i0, int64
 /* Without -fno-math-errno the compiler will not vectorise a loop holding sqrtf (it keeps
  * a branch to the library call for negative input), so the updates that need a square
  * root spell out their AVX-512 body; the scalar body does the rest with the same
- * operations in the same order. */
-static inline void adam_one(float *p, const float *g, float *m, float *v, int64_t i, float lr,
-                            float b1, float b2, float bc1, float bc2, float eps, float decay,
-                            float l2_wd) {
+ * operations in the same order. The gradient is read as g * gscale, one multiply. */
+static inline void adam_one(float *p, const float *g, float gs, float *m, float *v, int64_t i,
+                            float lr, float b1, float b2, float bc1, float bc2, float eps,
+                            float decay, float l2_wd) {
     float pi = p[i];
-    float grad = FMA(l2_wd, pi, g[i]);
+    float grad = FMA(l2_wd, pi, g[i] * gs);
     float mi = FMA(1.0f - b1, grad, b1 * m[i]);
     float vi = FMA((1.0f - b2) * grad, grad, b2 * v[i]);
     m[i] = mi;
@@ -83,19 +88,36 @@ static inline void adam_one(float *p, const float *g, float *m, float *v, int64_
     p[i] = FMA(pi, decay, -(lr * (mi / bc1) / (sqrtf(vi / bc2) + eps)));
 }
 
-static void adam_range(float *p, const float *g, float *m, float *v, int64_t i0, int64_t i1,
-                       float lr, float b1, float b2, float bc1, float bc2, float eps, float decay,
-                       float l2_wd) {
+#ifdef __AVX512F__
+/* 16 floats rounded to bf16, to nearest even, NaN kept quiet (kiln__to_bf16's arithmetic). */
+static inline __m256i bf16_round16(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
+    __m512i absu = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(absu, _mm512_set1_epi32(0x7f800000));
+    __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, r, q));
+}
+#endif
+
+/* [i0, i1) of the update; with wb != NULL the new p is also stored rounded to bf16 in wb (the
+ * working copy, in the same pass: no second read of p). */
+static void adam_range(float *p, const float *g, float gs, float *m, float *v, int64_t i0,
+                       int64_t i1, float lr, float b1, float b2, float bc1, float bc2, float eps,
+                       float decay, float l2_wd, uint16_t *wb) {
     int64_t i = i0;
 #ifdef __AVX512F__
     __m512 vb1 = _mm512_set1_ps(b1), vb2 = _mm512_set1_ps(b2);
     __m512 vc1 = _mm512_set1_ps(1.0f - b1), vc2 = _mm512_set1_ps(1.0f - b2);
     __m512 vbc1 = _mm512_set1_ps(bc1), vbc2 = _mm512_set1_ps(bc2), veps = _mm512_set1_ps(eps);
     __m512 vlr = _mm512_set1_ps(lr), vdecay = _mm512_set1_ps(decay);
-    __m512 vl2 = _mm512_set1_ps(l2_wd);
+    __m512 vl2 = _mm512_set1_ps(l2_wd), vgs = _mm512_set1_ps(gs);
     for (; i + 16 <= i1; i += 16) {
         __m512 pi = _mm512_loadu_ps(p + i);
-        __m512 grad = _mm512_fmadd_ps(vl2, pi, _mm512_loadu_ps(g + i));
+        __m512 gi = _mm512_mul_ps(_mm512_loadu_ps(g + i), vgs);
+        __m512 grad = _mm512_fmadd_ps(vl2, pi, gi);
         __m512 mi = _mm512_fmadd_ps(vc1, grad, _mm512_mul_ps(vb1, _mm512_loadu_ps(m + i)));
         __m512 vi = _mm512_fmadd_ps(_mm512_mul_ps(vc2, grad), grad,
                                     _mm512_mul_ps(vb2, _mm512_loadu_ps(v + i)));
@@ -103,47 +125,67 @@ static void adam_range(float *p, const float *g, float *m, float *v, int64_t i0,
         _mm512_storeu_ps(v + i, vi);
         __m512 den = _mm512_add_ps(_mm512_sqrt_ps(_mm512_div_ps(vi, vbc2)), veps);
         __m512 step = _mm512_div_ps(_mm512_mul_ps(vlr, _mm512_div_ps(mi, vbc1)), den);
-        _mm512_storeu_ps(p + i, _mm512_fmsub_ps(pi, vdecay, step));
+        __m512 np = _mm512_fmsub_ps(pi, vdecay, step);
+        _mm512_storeu_ps(p + i, np);
+        if (wb)
+            _mm256_storeu_si256((__m256i *)(wb + i), bf16_round16(np));
     }
 #endif
-    for (; i < i1; i++)
-        adam_one(p, g, m, v, i, lr, b1, b2, bc1, bc2, eps, decay, l2_wd);
+    for (; i < i1; i++) {
+        adam_one(p, g, gs, m, v, i, lr, b1, b2, bc1, bc2, eps, decay, l2_wd);
+        if (wb)
+            wb[i] = kiln__to_bf16(p[i]);
+    }
+}
+
+/* The working copy is written in the update's own pass when it is bf16 rounded to nearest. */
+static uint16_t *bf16_in_pass(const kiln_work_out *w) {
+    return w && w->p && w->dtype == KILN_DTYPE_BF16 && !w->round_seed ? w->p : NULL;
 }
 
 void kiln__cpu_adam_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
-                           float *m, float *v, int64_t n, float lr, float b1, float b2, float bc1,
-                           float bc2, float eps, float decoupled_wd, float l2_wd) {
+                           float gscale, float *m, float *v, int64_t n, float lr, float b1,
+                           float b2, float bc1, float bc2, float eps, float decoupled_wd,
+                           float l2_wd) {
     (void)be;
     float decay = 1.0f - lr * decoupled_wd;
+    uint16_t *wb = bf16_in_pass(w);
 #pragma omp parallel
     {
         FOR_MY_RANGE(n, i0, i1);
-        IN_BLOCKS(w, p, i0, i1, adam_range(p, g, m, v, blk0, blk1, lr, b1, b2, bc1, bc2, eps, decay, l2_wd));
+        if (wb)
+            adam_range(p, g, gscale, m, v, i0, i1, lr, b1, b2, bc1, bc2, eps, decay, l2_wd, wb);
+        else
+            IN_BLOCKS(w, p, i0, i1,
+                      adam_range(p, g, gscale, m, v, blk0, blk1, lr, b1, b2, bc1, bc2, eps, decay,
+                                 l2_wd, NULL));
     }
 }
 
 /* buf = keep buf + take g'; p -= lr (own g' + ahead buf): the first step, dampening and
  * Nesterov are folded into the four coefficients so that the loop is branch-free. */
-static void sgd_momentum_range(float *p, const float *g, float *buf, int64_t i0, int64_t i1,
-                               float lr, float wd, float keep, float take, float own, float ahead) {
+static void sgd_momentum_range(float *p, const float *g, float gs, float *buf, int64_t i0,
+                               int64_t i1, float lr, float wd, float keep, float take, float own,
+                               float ahead) {
 #pragma omp simd
     for (int64_t i = i0; i < i1; i++) {
-        float grad = g[i] + wd * p[i];
+        float grad = FMA(wd, p[i], g[i] * gs);
         float b = keep * buf[i] + take * grad;
         buf[i] = b;
         p[i] -= lr * (own * grad + ahead * b);
     }
 }
 
-static void sgd_plain_range(float *p, const float *g, int64_t i0, int64_t i1, float lr, float wd) {
+static void sgd_plain_range(float *p, const float *g, float gs, int64_t i0, int64_t i1, float lr,
+                            float wd) {
 #pragma omp simd
     for (int64_t i = i0; i < i1; i++)
-        p[i] -= lr * (g[i] + wd * p[i]);
+        p[i] -= lr * FMA(wd, p[i], g[i] * gs);
 }
 
 void kiln__cpu_sgd_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
-                          float *buf, int64_t n, float lr, float momentum, float dampening,
-                          int nesterov, float wd, int first) {
+                          float gscale, float *buf, int64_t n, float lr, float momentum,
+                          float dampening, int nesterov, float wd, int first) {
     (void)be;
     float keep = first ? 0.0f : momentum, take = first ? 1.0f : 1.0f - dampening;
     float own = nesterov ? 1.0f : 0.0f, ahead = nesterov ? momentum : 1.0f;
@@ -151,17 +193,19 @@ void kiln__cpu_sgd_update(kiln_backend *be, float *p, const kiln_work_out *w, co
     {
         FOR_MY_RANGE(n, i0, i1);
         if (momentum == 0.0f)
-            IN_BLOCKS(w, p, i0, i1, sgd_plain_range(p, g, blk0, blk1, lr, wd));
+            IN_BLOCKS(w, p, i0, i1, sgd_plain_range(p, g, gscale, blk0, blk1, lr, wd));
         else
             IN_BLOCKS(w, p, i0, i1,
-                      sgd_momentum_range(p, g, buf, blk0, blk1, lr, wd, keep, take, own, ahead));
+                      sgd_momentum_range(p, g, gscale, buf, blk0, blk1, lr, wd, keep, take, own,
+                                         ahead));
     }
 }
 
 /* One element; buf is neither read nor written when momentum == 0. */
-static inline void rmsprop_one(float *p, const float *g, float *sq, float *buf, int64_t i, float lr,
-                               float alpha, float eps, float wd, float momentum) {
-    float grad = FMA(wd, p[i], g[i]);
+static inline void rmsprop_one(float *p, const float *g, float gs, float *sq, float *buf,
+                               int64_t i, float lr, float alpha, float eps, float wd,
+                               float momentum) {
+    float grad = FMA(wd, p[i], g[i] * gs);
     float s = FMA((1.0f - alpha) * grad, grad, alpha * sq[i]);
     sq[i] = s;
     float step = grad / (sqrtf(s) + eps);
@@ -172,16 +216,17 @@ static inline void rmsprop_one(float *p, const float *g, float *sq, float *buf, 
     p[i] = FMA(-lr, step, p[i]);
 }
 
-static void rmsprop_range(float *p, const float *g, float *sq, float *buf, int64_t i0, int64_t i1,
-                          float lr, float alpha, float eps, float wd, float momentum) {
+static void rmsprop_range(float *p, const float *g, float gs, float *sq, float *buf, int64_t i0,
+                          int64_t i1, float lr, float alpha, float eps, float wd, float momentum) {
     int64_t i = i0;
 #ifdef __AVX512F__
     __m512 valpha = _mm512_set1_ps(alpha), vc = _mm512_set1_ps(1.0f - alpha);
     __m512 veps = _mm512_set1_ps(eps), vwd = _mm512_set1_ps(wd), vlr = _mm512_set1_ps(lr);
-    __m512 vmom = _mm512_set1_ps(momentum);
+    __m512 vmom = _mm512_set1_ps(momentum), vgs = _mm512_set1_ps(gs);
     for (; i + 16 <= i1; i += 16) {
         __m512 pi = _mm512_loadu_ps(p + i);
-        __m512 grad = _mm512_fmadd_ps(vwd, pi, _mm512_loadu_ps(g + i));
+        __m512 grad =
+            _mm512_fmadd_ps(vwd, pi, _mm512_mul_ps(_mm512_loadu_ps(g + i), vgs));
         __m512 s = _mm512_fmadd_ps(_mm512_mul_ps(vc, grad), grad,
                                    _mm512_mul_ps(valpha, _mm512_loadu_ps(sq + i)));
         _mm512_storeu_ps(sq + i, s);
@@ -194,17 +239,18 @@ static void rmsprop_range(float *p, const float *g, float *sq, float *buf, int64
     }
 #endif
     for (; i < i1; i++)
-        rmsprop_one(p, g, sq, buf, i, lr, alpha, eps, wd, momentum);
+        rmsprop_one(p, g, gs, sq, buf, i, lr, alpha, eps, wd, momentum);
 }
 
 void kiln__cpu_rmsprop_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
-                              float *sq, float *buf, int64_t n, float lr, float alpha, float eps,
-                              float wd, float momentum) {
+                              float gscale, float *sq, float *buf, int64_t n, float lr,
+                              float alpha, float eps, float wd, float momentum) {
     (void)be;
 #pragma omp parallel
     {
         FOR_MY_RANGE(n, i0, i1);
-        IN_BLOCKS(w, p, i0, i1, rmsprop_range(p, g, sq, buf, blk0, blk1, lr, alpha, eps, wd, momentum));
+        IN_BLOCKS(w, p, i0, i1,
+                  rmsprop_range(p, g, gscale, sq, buf, blk0, blk1, lr, alpha, eps, wd, momentum));
     }
 }
 

@@ -1,5 +1,7 @@
 /* Reference optimizer, reduction and slab kernels, and the reference backend's table. Each
- * update follows the formula in backend.h term by term, in float, one element at a time. */
+ * update follows the formula in backend.h term by term, in float, one element at a time.
+ * The gradient term g' = gscale g + wd p is one fused multiply-add on the rounded
+ * gscale g, so a scale given here and one applied to g beforehand give the same bits. */
 #include <math.h>
 #include <string.h>
 
@@ -19,12 +21,12 @@ static void write_work(const kiln_work_out *w, int64_t i, float p) {
         kiln__st(w->p, i, p, w->dtype);
 }
 
-void kiln__ref_adam_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
+void kiln__ref_adam_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g, float gscale,
                            float *m, float *v, int64_t n, float lr, float b1, float b2, float bc1,
                            float bc2, float eps, float decoupled_wd, float l2_wd) {
     (void)be;
     for (int64_t i = 0; i < n; i++) {
-        float grad = g[i] + l2_wd * p[i];
+        float grad = fmaf(l2_wd, p[i], g[i] * gscale); /* fmaf: a rounding that is stated */
         m[i] = b1 * m[i] + (1.0f - b1) * grad;
         v[i] = b2 * v[i] + (1.0f - b2) * grad * grad;
         float mhat = m[i] / bc1;
@@ -35,12 +37,12 @@ void kiln__ref_adam_update(kiln_backend *be, float *p, const kiln_work_out *w, c
     }
 }
 
-void kiln__ref_sgd_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
+void kiln__ref_sgd_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g, float gscale,
                           float *buf, int64_t n, float lr, float momentum, float dampening,
                           int nesterov, float wd, int first) {
     (void)be;
     for (int64_t i = 0; i < n; i++) {
-        float grad = g[i] + wd * p[i];
+        float grad = fmaf(wd, p[i], g[i] * gscale);
         float step = grad;
         if (momentum != 0.0f) {
             buf[i] = first ? grad : momentum * buf[i] + (1.0f - dampening) * grad;
@@ -51,12 +53,12 @@ void kiln__ref_sgd_update(kiln_backend *be, float *p, const kiln_work_out *w, co
     }
 }
 
-void kiln__ref_rmsprop_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
+void kiln__ref_rmsprop_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g, float gscale,
                               float *sq, float *buf, int64_t n, float lr, float alpha, float eps,
                               float wd, float momentum) {
     (void)be;
     for (int64_t i = 0; i < n; i++) {
-        float grad = g[i] + wd * p[i];
+        float grad = fmaf(wd, p[i], g[i] * gscale);
         sq[i] = alpha * sq[i] + (1.0f - alpha) * grad * grad;
         float step = grad / (sqrtf(sq[i]) + eps);
         if (momentum > 0.0f) {
