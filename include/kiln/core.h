@@ -35,6 +35,8 @@ size_t kiln_memory_available(const char **what);
 
 /* Peak resident set size of this process in bytes (0 if unknown). */
 size_t kiln_peak_rss(void);
+/* Resident set size of this process now, in bytes (0 if unknown). */
+size_t kiln_current_rss(void);
 
 /* ---- random numbers ----
  * xoshiro256** seeded through splitmix64; the whole state is plain data so that a

@@ -59,6 +59,7 @@ typedef struct kiln_train_result {
     double mfu;              /* fraction of peak_gflops, over steps after the first */
     double peak_gflops;
     size_t peak_rss;
+    size_t planned_peak;   /* the process before the plan's memory, plus the plan */
     int64_t skipped_steps; /* fp16: steps skipped for overflow */
     float loss_scale;      /* fp16: the loss scale at the end */
 } kiln_train_result;
@@ -81,6 +82,7 @@ typedef struct kiln_train_memory {
     size_t total;       /* the sum */
     size_t headroom;    /* what the process needs besides (code, BLAS buffers, data pages) */
     size_t available;   /* what the process can still take (SIZE_MAX: unknown) */
+    size_t process;     /* a run: what the process held before the plan's memory (0: not known) */
     const char *available_what;
 } kiln_train_memory;
 /* The plan of a run of cfg with the model mc (validated, its vocabulary set). */

@@ -133,6 +133,18 @@ size_t kiln_memory_available(const char **what) {
     return best;
 }
 
+size_t kiln_current_rss(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, resident = 0;
+    if (f) {
+        if (fscanf(f, "%lu %lu", &size, &resident) != 2)
+            resident = 0;
+        fclose(f);
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    return (size_t)resident * (size_t)(page > 0 ? page : 4096);
+}
+
 size_t kiln_peak_rss(void) {
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0)

@@ -139,8 +139,9 @@ static void print_plan(const trainer *t) {
             (double)kiln_gpt_config_num_params(c) / 1e6, kiln_dtype_name(o->dtype),
             kiln_recompute_name(o->recompute));
     kiln_train_memory_print(log, &t->plan, t->cfg->B, t->cfg->T);
-    fprintf(log, "compute: %.2f GFLOP per step; MFU against %.1f GFLOP/s\n",
-            t->flops_per_step / 1e9, t->peak);
+    fprintf(log, "compute: %.2f GFLOP per step; MFU against %.1f GFLOP/s (%s products: %s)\n",
+            t->flops_per_step / 1e9, t->peak, kiln_dtype_name(o->dtype),
+            kiln_backend_cpu_gemm_name(o->dtype));
 }
 
 /* "812.3 MiB", or "23.3 GiB" from 1 GiB up. */
@@ -151,8 +152,8 @@ typedef struct size_text {
 static size_text size_str(size_t bytes) {
     size_text t;
     double mib = (double)bytes / MIB;
-    if (mib >= 1024.0)
-        snprintf(t.s, sizeof t.s, "%.1f GiB", mib / 1024.0);
+    if (mib >= 1024.0) /* to the MiB: the plan is compared with the measured peak */
+        snprintf(t.s, sizeof t.s, "%.0f MiB (%.1f GiB)", mib, mib / 1024.0);
     else
         snprintf(t.s, sizeof t.s, "%.1f MiB", mib);
     return t;
@@ -192,6 +193,9 @@ void kiln_train_memory_print(FILE *log, const kiln_train_memory *p, int64_t B, i
     if (p->available != SIZE_MAX)
         fprintf(log, " of %s available", size_str(p->available).s);
     fprintf(log, "\n");
+    if (p->process)
+        fprintf(log, "planned peak: %s (the process held %s before the plan's memory)\n",
+                size_str(p->process + p->total).s, size_str(p->process).s);
 }
 
 /* The whole plan against what the machine can give, before any of it is taken (and before
@@ -298,6 +302,13 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
     KILN_CHECK(check_plan(t, &mc));
     struct stat st;
     t->save_existed = cfg->save_path && stat(cfg->save_path, &st) == 0;
+    /* What the process holds before the plan's memory (its code, the data's pages, the
+     * backend's own buffers, which prepare takes now): the planned peak is this plus the
+     * plan, and the measured peak is compared with it. */
+    kiln_backend *cpu = kiln_backend_cpu();
+    if (cpu->prepare)
+        KILN_CHECK(cpu->prepare(cpu));
+    t->plan.process = kiln_current_rss();
     KILN_CHECK(kiln_gpt_create(&t->model, &mc, cfg->B, cfg->T, &cfg->model_opt, NULL));
     KILN_CHECK(build_optimizer(t));
     /* The starting weights in fp32: into the optimizer's master copy when the working weights
@@ -323,7 +334,11 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
         KILN_CHECK(open_metrics(&t->metrics, cfg->metrics_path));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
                         (double)cfg->grad_accum;
-    t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops : kiln_backend_cpu_peak_gflops(3072, 1.0);
+    /* MFU is against the matrix-product rate of the precision trained in (bf16 products run
+     * at about twice fp32's here; fp16 products widen to fp32 on the CPU) */
+    kiln_dtype peak_dt = cfg->model_opt.dtype == KILN_DTYPE_BF16 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
+    t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops
+                                   : kiln_backend_cpu_peak_gflops_dtype(peak_dt, 3072, 1.0);
     print_plan(t);
     return KILN_OK;
 }
@@ -484,6 +499,7 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *res) {
         res->mfu = t.flops_per_step / (res->mean_ms / 1e3) / (t.peak * 1e9);
     }
     res->peak_rss = kiln_peak_rss();
+    res->planned_peak = t.plan.process + t.plan.total;
     res->skipped_steps = t.scaler.skipped;
     res->loss_scale = t.scaler.scale;
 done:

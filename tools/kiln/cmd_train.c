@@ -233,7 +233,8 @@ int cmd_train(int argc, char **argv) {
         {"metrics", TOOL_FLAG_STRING, &metrics, "write one JSON object per step to this file"},
         {"save", TOOL_FLAG_STRING, &save, "write the final weights here (safetensors)"},
         {"save-every", TOOL_FLAG_INT, &save_every, "also save every N steps (0: at the end)"},
-        {"peak-gflops", TOOL_FLAG_FLOAT, &peak, "MFU denominator (0: measure at start)"},
+        {"peak-gflops", TOOL_FLAG_FLOAT, &peak,
+         "MFU denominator (0: measure the GEMM rate of --precision at start)"},
         {"precision", TOOL_FLAG_STRING, &precision,
          "fp32, bf16 or fp16: working weights and activations (fp32 master weights otherwise)"},
         {"save-dtype", TOOL_FLAG_STRING, &save_dtype, "dtype of saved weights: fp32, bf16, fp16"},
@@ -368,8 +369,9 @@ int cmd_train(int argc, char **argv) {
                "and nothing saved\n");
     if (res.steps > 1)
         printf("done: %lld steps, loss %.4f -> %.4f, %.1f ms/step, %.0f tokens/s, MFU %.1f%%, "
-               "peak RSS %.0f MiB\n",
+               "peak RSS %.0f MiB (planned %.0f MiB)\n",
                (long long)res.steps, res.first_loss, res.last_loss, res.mean_ms, res.tokens_per_s,
-               100.0 * res.mfu, (double)res.peak_rss / (1024.0 * 1024.0));
+               100.0 * res.mfu, (double)res.peak_rss / (1024.0 * 1024.0),
+               (double)res.planned_peak / (1024.0 * 1024.0));
     return 0;
 }
