@@ -19,7 +19,7 @@ and two tables are printed:
 
 The columns are ms/step (mean and best of the timed steps), tokens/s, the planned
 activations and workspace (parsed from the "memory plan" line kiln prints before step 1;
-kiln rounds them to 0.1 MiB, or 0.1 GiB above 1 GiB), peak RSS (/usr/bin/time -v), and
+kiln gives them to 0.1 MiB, or to the MiB above 1 GiB), peak RSS (/usr/bin/time -v), and
 the largest difference of any step's loss from the reference row's (fusions and
 recomputation should change the loss by rounding at most). The default setting and
 "recompute none" are one run, shown in both tables.
@@ -49,8 +49,10 @@ FUSIONS = [("all on (default)", []),
                                 "--classifier-chunk", "0"])]
 RECOMPUTE = ["none", "gelu", "attention", "block"]
 TARGET_MEMORY, TARGET_TIME = 0.60, 0.35  # block: >= 60% less activation memory, <= 35% slower
-PLAN_RE = re.compile(r"memory plan \(B=\d+, T=\d+\): (.*?): ([0-9.]+) (MiB|GiB) in all")
-UNIT = {"MiB": 1 << 20, "GiB": 1 << 30}
+# "memory plan: parameters 474.8 MiB, ..., batches 0.0 MiB (B=4, T=64): 2105 MiB (2.1 GiB) in
+# all": sizes in MiB, a GiB figure in brackets after those of 1 GiB and more
+PLAN_RE = re.compile(r"memory plan: (.*?) \(B=\d+, T=\d+\): ([0-9.]+) MiB(?: \([0-9.]+ GiB\))? in all")
+UNIT = {"MiB": 1 << 20}
 
 
 def parse_plan(text):
@@ -59,9 +61,9 @@ def parse_plan(text):
     m = PLAN_RE.search(text)
     if not m:
         return None
-    plan = {"all": float(m.group(2)) * UNIT[m.group(3)]}
-    for name, value, unit in re.findall(r"([a-z ]+?) ([0-9.]+) (MiB|GiB)", m.group(1)):
-        plan[name.strip()] = float(value) * UNIT[unit]
+    plan = {"all": float(m.group(2)) * UNIT["MiB"]}
+    for name, value in re.findall(r"([a-z ]+?) ([0-9.]+) MiB(?: \([0-9.]+ GiB\))?", m.group(1)):
+        plan[name.strip()] = float(value) * UNIT["MiB"]
     return plan
 
 
