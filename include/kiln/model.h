@@ -188,6 +188,20 @@ kiln_status kiln_gpt_forward_backward(kiln_gpt *m, const int32_t *inputs, const 
                                       int64_t B, int64_t T, float grad_scale, float *loss);
 void kiln_gpt_zero_grad(kiln_gpt *m);
 
+/* Called during backward each time a range [lo, hi) of the gradient slab (elements) holds its
+ * final value for this backward pass: ln_f, then blocks L-1..0, then the embeddings (wte and
+ * wpe together: the classifier's backward adds to wte too). The ranges of one pass cover the
+ * slab exactly once, in decreasing offset order, in every recompute mode and classifier chunk.
+ * "Final" is for this pass: gradients accumulate over passes (kiln_gpt_backward), so with
+ * accumulation only the last micro-batch's reports hold the step's sums. The backend has
+ * finished writing a range before fn is called. fn may start communication on the range; it
+ * must not write to the slab outside it. fn NULL clears. */
+typedef void (*kiln_grad_ready_fn)(void *ctx, int64_t lo, int64_t hi);
+void kiln_gpt_set_grad_ready(kiln_gpt *m, kiln_grad_ready_fn fn, void *ctx);
+/* The ranges themselves, in the order backward reports them: n_layer + 2 ranges, of which
+ * the first `max` are written to lo[] and hi[]; returns their count. */
+int kiln_gpt_grad_ranges(const kiln_gpt *m, int64_t *lo, int64_t *hi, int max);
+
 #ifdef __cplusplus
 }
 #endif

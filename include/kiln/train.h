@@ -64,10 +64,11 @@ typedef struct kiln_train_result {
     float loss_scale;      /* fp16: the loss scale at the end */
 } kiln_train_result;
 
-/* Run the training. Everything is checked before the first step: the data, the model, and
- * the whole memory plan (parameters, gradients, optimizer moments, activations, batches)
- * against kiln_memory_available(), before any of it is allocated; a plan that cannot fit is
- * KILN_ERR_NOMEM naming the planned and the available bytes. */
+/* Run the training: kiln_trainer_create, cfg->steps steps, the result. Everything is checked
+ * before the first step: the data, the model, and the whole memory plan (parameters,
+ * gradients, optimizer moments, activations, batches) against kiln_memory_available(),
+ * before any of it is allocated; a plan that cannot fit is KILN_ERR_NOMEM naming the planned
+ * and the available bytes. On a failure after the start, *result holds the steps taken. */
 kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *result);
 
 /* The memory a run takes, by category, planned without allocating anything. */
@@ -90,6 +91,46 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
                                    kiln_train_memory *out);
 /* One line: the plan's categories and the available memory. */
 void kiln_train_memory_print(FILE *f, const kiln_train_memory *p, int64_t B, int64_t T);
+
+/* The trainer as an object: kiln_train is a loop over kiln_trainer_step, and a caller that
+ * needs to act between steps (communication, checkpoints, signals) runs the loop itself. */
+typedef struct kiln_trainer kiln_trainer; /* opaque */
+
+/* The figures of one step: what the console line and the metrics line show. */
+typedef struct kiln_step_info {
+    int64_t step, steps;    /* this step, from 1, of the run's cfg.steps */
+    float loss;             /* mean training loss over the step's micro-batches */
+    float val_loss;         /* NaN when this step did not evaluate */
+    float lr;               /* the learning rate the step used */
+    float grad_norm;        /* the gradients' global norm before clipping (unscaled) */
+    double ms;              /* the step (forward, backward, optimizer), not evaluation or saving */
+    double tokens_per_s;    /* B x T x grad_accum over ms */
+    double mfu;             /* model FLOPs per second over peak_gflops */
+    size_t rss;             /* peak resident bytes so far */
+    float loss_scale;       /* fp16: the loss scale after the step (0: no loss scaling) */
+    int skipped;            /* fp16: this step's update was skipped for an overflow */
+    int64_t skipped_total;  /* fp16: steps skipped so far */
+} kiln_step_info;
+
+/* Everything kiln_train checks and builds before its first step: the configuration, the
+ * data, the memory plan, the model and its starting weights, the optimizer, the metrics file
+ * and the peak rate; prints the plan to cfg->log. The trainer keeps a copy of *cfg, but the
+ * strings it points to (paths) and the log stay the caller's and must outlive the trainer. */
+kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg);
+/* One optimizer step (grad_accum micro-batches), then the evaluation and the save due after
+ * it; fills *info (may be NULL), prints the console line and writes the metrics line. At most
+ * cfg.steps steps (KILN_ERR_ARG after). A step that fails leaves the weights unchanged when
+ * the failure is before the optimizer's update (a non-finite loss or gradient). */
+kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info);
+/* Mean loss over eval_batches batches of the validation data (KILN_ERR_CONFIG without one);
+ * it becomes the result's last_val_loss. */
+kiln_status kiln_trainer_evaluate(kiln_trainer *t, double *val_loss);
+int64_t kiln_trainer_steps_done(const kiln_trainer *t);
+kiln_gpt *kiln_trainer_model(kiln_trainer *t);
+kiln_optim *kiln_trainer_optim(kiln_trainer *t);
+/* The run's summary after the steps taken so far (what kiln_train returns). */
+void kiln_trainer_result(const kiln_trainer *t, kiln_train_result *res);
+void kiln_trainer_free(kiln_trainer *t); /* NULL is safe */
 
 struct kiln_loader;
 

@@ -174,6 +174,19 @@ static void head_layernorm_backward(kiln_gpt *m, int64_t BT) {
                            BT, C);
 }
 
+/* Part `part` of the model (kiln__gpt_part_range) has its final gradient for this backward:
+ * tell the caller of kiln_gpt_set_grad_ready, once the backend has finished writing it (a
+ * queued op must not race the caller's communication). */
+static kiln_status report_grads(kiln_gpt *m, int64_t part) {
+    if (!m->grad_ready)
+        return KILN_OK;
+    KILN_CHECK(m->be->synchronize(m->be));
+    int64_t lo, hi;
+    kiln__gpt_part_range(m, part, &lo, &hi);
+    m->grad_ready(m->grad_ready_ctx, lo, hi);
+    return KILN_OK;
+}
+
 /* The loss over the batch (in fixed order: the same bits on every run). */
 static float mean_loss(kiln_gpt *m, int64_t BT) {
     return (float)(m->be->sum(m->be, m->losses, BT) / (double)BT);
@@ -248,13 +261,21 @@ kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *
     return m->be->synchronize(m->be);
 }
 
-/* Blocks and embedding backward, after the head's. */
+/* ln_f, the blocks and the embedding backward, after the classifier's (d.dln holds the
+ * gradient of ln_f's output). Each part's gradients are final once its own backward has run,
+ * except wte's, which the classifier's backward also adds to: they are final with wpe's, last. */
 static kiln_status body_backward(kiln_gpt *m, int64_t B, int64_t T) {
-    for (int64_t l = m->cfg.n_layer - 1; l >= 0; l--)
-        block_backward(m, l, B, T);
-    embed_backward(m, B, T);
+    int64_t L = m->cfg.n_layer;
     m->have_targets = 0;
     m->logits_valid = 0; /* they now hold their gradient, or nothing */
+    head_layernorm_backward(m, B * T);
+    KILN_CHECK(report_grads(m, L));
+    for (int64_t l = L - 1; l >= 0; l--) {
+        block_backward(m, l, B, T);
+        KILN_CHECK(report_grads(m, l));
+    }
+    embed_backward(m, B, T);
+    KILN_CHECK(report_grads(m, -1));
     return m->be->synchronize(m->be);
 }
 
@@ -284,7 +305,6 @@ kiln_status kiln_gpt_backward(kiln_gpt *m, float grad_scale) {
         for (int64_t r0 = 0; r0 < BT; r0 += m->logit_rows) /* the chunks again */
             head_rows(m, r0, BT - r0 < m->logit_rows ? BT - r0 : m->logit_rows, dloss, 1);
     }
-    head_layernorm_backward(m, BT);
     return body_backward(m, B, T);
 }
 
@@ -302,8 +322,12 @@ kiln_status kiln_gpt_forward_backward(kiln_gpt *m, const int32_t *inputs, const 
     float l = mean_loss(m, BT);
     if (loss)
         *loss = l;
-    head_layernorm_backward(m, BT);
     return body_backward(m, B, T);
+}
+
+void kiln_gpt_set_grad_ready(kiln_gpt *m, kiln_grad_ready_fn fn, void *ctx) {
+    m->grad_ready = fn;
+    m->grad_ready_ctx = fn ? ctx : NULL;
 }
 
 void kiln_gpt_zero_grad(kiln_gpt *m) {

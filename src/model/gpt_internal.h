@@ -94,7 +94,14 @@ struct kiln_gpt {
     int64_t B, T;      /* sizes of the last forward */
     int have_targets;  /* the last forward had targets and backward may run */
     int logits_valid;  /* kiln_gpt_logits holds the last forward's logits */
+
+    kiln_grad_ready_fn grad_ready; /* kiln_gpt_set_grad_ready (NULL: none) */
+    void *grad_ready_ctx;
 };
+
+/* gpt_layout.c: the gradient slab's range [*lo, *hi) of one part of the model, which backward
+ * finishes as a whole: block `part` (0..L-1), ln_f (L) or the embeddings wte and wpe (-1). */
+void kiln__gpt_part_range(const kiln_gpt *m, int64_t part, int64_t *lo, int64_t *hi);
 
 /* gpt_plan.c: lay out every activation and scratch buffer of m (sizes from m->cfg, m->opt,
  * m->maxB, m->maxT and the backend) in one arena, buffers whose lifetimes in a step do not

@@ -69,6 +69,22 @@ static int64_t build_layout(kiln_gpt *m) {
     return lb.offset;
 }
 
+/* Part p's first tensor is t[2 + 12 p] for the blocks and for ln_f (p = L: ln_f.weight), so
+ * each part runs from its first tensor to the next part's; the embeddings start at 0 (wte's
+ * padded rows are theirs) and the last part ends at the slab's end. */
+void kiln__gpt_part_range(const kiln_gpt *m, int64_t part, int64_t *lo, int64_t *hi) {
+    int64_t L = m->cfg.n_layer;
+    *lo = part < 0 ? 0 : m->tensors[2 + 12 * part].offset;
+    *hi = part < L ? m->tensors[2 + 12 * (part + 1)].offset : m->slab_len;
+}
+
+int kiln_gpt_grad_ranges(const kiln_gpt *m, int64_t *lo, int64_t *hi, int max) {
+    int n = (int)m->cfg.n_layer + 2;
+    for (int i = 0; i < n && i < max; i++) /* backward's order: ln_f, blocks L-1..0, embeddings */
+        kiln__gpt_part_range(m, m->cfg.n_layer - i, &lo[i], &hi[i]);
+    return n;
+}
+
 /* Point views at the slabs, following the tensor table's order. */
 static void bind_params(const kiln_gpt *m, gpt_params *v, void *slab) {
     const kiln_tensor_info *t = m->tensors;

@@ -15,7 +15,7 @@ static const char *num(char *buf, size_t cap, const char *fmt, double v) {
     return buf;
 }
 
-kiln_status kiln__train_metrics_write(FILE *f, const char *path, const train_step_metrics *s) {
+kiln_status kiln__train_metrics_write(FILE *f, const char *path, const kiln_step_info *s) {
     char a[32], b[32];
     int n = fprintf(f,
                     "{\"step\": %lld, \"loss\": %s, \"lr\": %.6g, \"grad_norm\": %s, "
@@ -37,7 +37,7 @@ kiln_status kiln__train_metrics_write(FILE *f, const char *path, const train_ste
     return KILN_OK;
 }
 
-void kiln__train_metrics_console(FILE *log, const train_step_metrics *s) {
+void kiln__train_metrics_console(FILE *log, const kiln_step_info *s) {
     if (!log)
         return;
     fprintf(log,

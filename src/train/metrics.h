@@ -6,19 +6,9 @@
 #include <stdio.h>
 
 #include "kiln/status.h"
+#include "kiln/train.h"
 
-typedef struct train_step_metrics {
-    int64_t step, steps;
-    float loss, lr, grad_norm;
-    double ms, tokens_per_s, mfu;
-    float val_loss; /* NaN when this step did not evaluate */
-    float loss_scale; /* fp16's loss scale after the step (0: no loss scaling) */
-    int skipped;      /* this step's update was skipped (an fp16 overflow) */
-    int64_t skipped_total;
-    size_t rss;     /* peak resident bytes so far */
-} train_step_metrics;
-
-kiln_status kiln__train_metrics_write(FILE *f, const char *path, const train_step_metrics *s);
-void kiln__train_metrics_console(FILE *log, const train_step_metrics *s);
+kiln_status kiln__train_metrics_write(FILE *f, const char *path, const kiln_step_info *s);
+void kiln__train_metrics_console(FILE *log, const kiln_step_info *s);
 
 #endif

@@ -77,22 +77,30 @@ done:
     return s;
 }
 
-typedef struct trainer {
-    const kiln_train_config *cfg;
+/* The trainer between steps: what kiln_trainer_create builds and every step uses. */
+struct kiln_trainer {
+    kiln_train_config cfg;  /* a copy; the strings and the log in it are the caller's */
+    kiln_lr_schedule sched; /* cfg.lr with total_steps resolved */
     kiln_loader *train, *val;
     kiln_gpt *model;
     kiln_optim *opt;
-    int32_t *inputs, *targets;
+    int32_t *inputs, *targets; /* (B,T): the last micro-batch */
     FILE *metrics;
-    double flops_per_step;
-    double peak;
+    double flops_per_step; /* model FLOPs of one optimizer step */
+    double peak;           /* GFLOP/s: MFU's denominator */
     kiln_train_memory plan;
     kiln_loss_scaler scaler; /* fp16 only */
     int save_existed;   /* the --save file existed before this run */
     int64_t saved_step; /* the step whose weights were last saved in this run (-1: none) */
-} trainer;
+    /* the run so far, for kiln_trainer_result */
+    int64_t steps_done;
+    float first_loss, last_loss, last_val_loss;
+    double later_ms; /* the time of the steps after the first, ms */
+};
 
-static void trainer_free(trainer *t) {
+void kiln_trainer_free(kiln_trainer *t) {
+    if (!t)
+        return;
     if (t->metrics)
         fclose(t->metrics);
     free(t->inputs);
@@ -101,9 +109,10 @@ static void trainer_free(trainer *t) {
     kiln_gpt_free(t->model);
     kiln_loader_close(t->val);
     kiln_loader_close(t->train);
+    free(t);
 }
 
-static kiln_status build_optimizer(trainer *t) {
+static kiln_status build_optimizer(kiln_trainer *t) {
     int n = kiln_gpt_num_tensors(t->model);
     kiln_param_range *r = calloc((size_t)n, sizeof *r);
     if (!r)
@@ -114,10 +123,11 @@ static kiln_status build_optimizer(trainer *t) {
         r[i].numel = ti->numel;
         r[i].decay = ti->decay;
     }
+    const kiln_train_config *cfg = &t->cfg;
     kiln_optim_slab slab = {.n = kiln_gpt_slab_len(t->model),
                             .work = kiln_gpt_dtype(t->model),
-                            .stochastic_seed = t->cfg->stochastic_rounding ? t->cfg->seed * 2 + 1 : 0};
-    kiln_status s = kiln_optim_create(&t->opt, &t->cfg->optim, &slab, r, n,
+                            .stochastic_seed = cfg->stochastic_rounding ? cfg->seed * 2 + 1 : 0};
+    kiln_status s = kiln_optim_create(&t->opt, &cfg->optim, &slab, r, n,
                                       kiln_gpt_backend(t->model));
     free(r);
     return s;
@@ -125,8 +135,8 @@ static kiln_status build_optimizer(trainer *t) {
 
 #define MIB (1024.0 * 1024.0)
 
-static void print_plan(const trainer *t) {
-    FILE *log = t->cfg->log;
+static void print_plan(const kiln_trainer *t) {
+    FILE *log = t->cfg.log;
     if (!log)
         return;
     const kiln_gpt_config *c = kiln_gpt_get_config(t->model);
@@ -138,7 +148,7 @@ static void print_plan(const trainer *t) {
             (long long)c->vocab_size, (long long)c->padded_vocab_size, (long long)c->max_seq_len,
             (double)kiln_gpt_config_num_params(c) / 1e6, kiln_dtype_name(o->dtype),
             kiln_recompute_name(o->recompute));
-    kiln_train_memory_print(log, &t->plan, t->cfg->B, t->cfg->T);
+    kiln_train_memory_print(log, &t->plan, t->cfg.B, t->cfg.T);
     fprintf(log, "compute: %.2f GFLOP per step; MFU against %.1f GFLOP/s (%s products: %s)\n",
             t->flops_per_step / 1e9, t->peak, kiln_dtype_name(o->dtype),
             kiln_backend_cpu_gemm_name(o->dtype));
@@ -201,8 +211,8 @@ void kiln_train_memory_print(FILE *log, const kiln_train_memory *p, int64_t B, i
 /* The whole plan against what the machine can give, before any of it is taken (and before
  * OpenBLAS's buffers or the peak measurement): a plan that cannot fit fails now with both
  * figures, not minutes later in an allocation. */
-static kiln_status check_plan(trainer *t, const kiln_gpt_config *mc) {
-    const kiln_train_config *cfg = t->cfg;
+static kiln_status check_plan(kiln_trainer *t, const kiln_gpt_config *mc) {
+    const kiln_train_config *cfg = &t->cfg;
     kiln_train_memory *p = &t->plan;
     KILN_CHECK(kiln_train_memory_plan(cfg, mc, p));
     if (p->total <= p->available && p->headroom <= p->available - p->total)
@@ -247,10 +257,12 @@ static kiln_status open_metrics(FILE **out, const char *path) {
     return KILN_OK;
 }
 
-static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
-    memset(t, 0, sizeof *t);
-    t->cfg = cfg;
+/* Everything before the first step, into t (zeroed, its cfg set); kiln_trainer_free undoes
+ * whatever part of it was done. */
+static kiln_status trainer_init(kiln_trainer *t) {
+    const kiln_train_config *cfg = &t->cfg;
     t->saved_step = -1;
+    t->last_val_loss = NAN;
     if (cfg->B < 1 || cfg->T < 1 || cfg->grad_accum < 1 || cfg->steps < 0)
         return kiln_error_setf(KILN_ERR_CONFIG, "batch, sequence, accumulation must be positive");
     if (cfg->eval_every < 0 || (cfg->eval_every > 0 && !cfg->val_path))
@@ -259,10 +271,10 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
                                "and the interval must be >= 0",
                                (long long)cfg->eval_every);
     KILN_CHECK(kiln_optim_config_check(&cfg->optim));
-    kiln_lr_schedule sched = cfg->lr;
-    if (sched.total_steps <= 0)
-        sched.total_steps = cfg->steps;
-    KILN_CHECK(kiln_lr_schedule_check(&sched));
+    t->sched = cfg->lr;
+    if (t->sched.total_steps <= 0)
+        t->sched.total_steps = cfg->steps;
+    KILN_CHECK(kiln_lr_schedule_check(&t->sched));
     kiln_loader_config lc = {.path = cfg->train_path, .B = cfg->B, .T = cfg->T, .rank = 0,
                              .world = 1, .seed = cfg->seed, .shuffle = 1};
     KILN_CHECK(kiln_loader_open(&t->train, &lc));
@@ -308,6 +320,13 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
     kiln_backend *cpu = kiln_backend_cpu();
     if (cpu->prepare)
         KILN_CHECK(cpu->prepare(cpu));
+    /* MFU is against the matrix-product rate of the precision trained in (bf16 products run
+     * at about twice fp32's here; fp16 products widen to fp32 on the CPU). Measured before
+     * the model exists: its matrices (about 100 MiB) are freed before the plan's memory is
+     * taken, so they never add to the peak. */
+    kiln_dtype peak_dt = cfg->model_opt.dtype == KILN_DTYPE_BF16 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
+    t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops
+                                   : kiln_backend_cpu_peak_gflops_dtype(peak_dt, 3072, 1.0);
     t->plan.process = kiln_current_rss();
     KILN_CHECK(kiln_gpt_create(&t->model, &mc, cfg->B, cfg->T, &cfg->model_opt, NULL));
     KILN_CHECK(build_optimizer(t));
@@ -334,27 +353,34 @@ static kiln_status trainer_init(trainer *t, const kiln_train_config *cfg) {
         KILN_CHECK(open_metrics(&t->metrics, cfg->metrics_path));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
                         (double)cfg->grad_accum;
-    /* MFU is against the matrix-product rate of the precision trained in (bf16 products run
-     * at about twice fp32's here; fp16 products widen to fp32 on the CPU) */
-    kiln_dtype peak_dt = cfg->model_opt.dtype == KILN_DTYPE_BF16 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
-    t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops
-                                   : kiln_backend_cpu_peak_gflops_dtype(peak_dt, 3072, 1.0);
     print_plan(t);
     return KILN_OK;
 }
 
-/* One optimizer step over grad_accum micro-batches; returns the mean loss. With fp16
- * working weights the loss is scaled for backward (kiln_loss_scaler) and a step whose
- * gradients overflow is skipped (*skipped = 1, weights unchanged). */
-static kiln_status train_step(trainer *t, int64_t step, float *loss, float *norm, float *lr,
-                              int *skipped) {
-    const kiln_train_config *cfg = t->cfg;
-    kiln_backend *be = kiln_gpt_backend(t->model);
-    float *grads = kiln_gpt_grads(t->model);
-    int64_t n = kiln_gpt_slab_len(t->model);
-    int scaled = kiln_gpt_dtype(t->model) == KILN_DTYPE_F16;
-    float S = scaled ? t->scaler.scale : 1.0f;
-    *skipped = 0;
+kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg) {
+    *out = NULL;
+    kiln_trainer *t = calloc(1, sizeof *t);
+    if (!t)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the trainer");
+    t->cfg = *cfg;
+    kiln_status s = trainer_init(t);
+    if (s) {
+        kiln_trainer_free(t);
+        return s;
+    }
+    *out = t;
+    return KILN_OK;
+}
+
+/* A step runs in phases, so that data parallelism can put its communication between them:
+ * (a) forward and backward over the micro-batches, (b) the gradients' synchronisation,
+ * (c) the global norm, the non-finite checks and the clip coefficient, (d) the update.
+ * The loss scale S (fp16; 1 otherwise) multiplies the gradients from (a) to (c). */
+
+/* (a) The step's gradients, summed over grad_accum micro-batches into the zeroed slab;
+ * *loss is their mean loss. */
+static kiln_status forward_backward(kiln_trainer *t, float S, float *loss) {
+    const kiln_train_config *cfg = &t->cfg;
     kiln_gpt_zero_grad(t->model);
     double sum = 0.0;
     for (int64_t micro = 0; micro < cfg->grad_accum; micro++) {
@@ -365,53 +391,84 @@ static kiln_status train_step(trainer *t, int64_t step, float *loss, float *norm
         sum += l;
     }
     *loss = (float)(sum / (double)cfg->grad_accum);
-    if (cfg->inject_nonfinite_step == step + 1) { /* a fault on purpose, for tests */
+    if (cfg->inject_nonfinite_step == t->steps_done + 1) { /* a fault on purpose, for tests */
+        kiln_backend *be = kiln_gpt_backend(t->model);
         float inf = INFINITY;
-        be->copy(be, grads, &inf, sizeof inf, KILN_COPY_TO_DEVICE);
+        be->copy(be, kiln_gpt_grads(t->model), &inf, sizeof inf, KILN_COPY_TO_DEVICE);
     }
-    if (!isfinite(*loss))
-        return kiln_error_setf(KILN_ERR_RANGE, "loss is %f at step %lld; weights unchanged", *loss,
-                               (long long)step + 1);
-    kiln_lr_schedule sched = cfg->lr;
-    if (sched.total_steps <= 0)
-        sched.total_steps = cfg->steps;
-    *lr = kiln_lr_at(&sched, step);
-    /* The norm of the gradients as the loss scale left them; the optimizer then reads them
-     * divided by the scale and clipped (torch.nn.utils.clip_grad_norm_: max_norm / (norm +
-     * 1e-6) when < 1). */
-    double norm_scaled = sqrt(be->sumsq(be, KILN_DTYPE_F32, grads, n));
-    *norm = (float)(norm_scaled / S);
+    return KILN_OK;
+}
+
+/* (b) Every process's gradients made the same (their mean over the processes). One process:
+ * nothing to do. */
+static kiln_status sync_gradients(kiln_trainer *t) {
+    (void)t;
+    return KILN_OK;
+}
+
+/* (c) The norm of the gradients as the loss scale left them; the optimizer then reads them
+ * divided by the scale and clipped (torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6)
+ * when < 1), the factor in *coef. A non-finite loss or norm stops the run before the update,
+ * except an fp16 overflow, which skips the update (mt->skipped) and backs the scale off. */
+static kiln_status clip_coefficient(kiln_trainer *t, float S, kiln_step_info *mt,
+                                    double *coef) {
+    const kiln_train_config *cfg = &t->cfg;
+    kiln_backend *be = kiln_gpt_backend(t->model);
+    int scaled = kiln_gpt_dtype(t->model) == KILN_DTYPE_F16;
+    if (!isfinite(mt->loss))
+        return kiln_error_setf(KILN_ERR_RANGE, "loss is %f at step %lld; weights unchanged",
+                               mt->loss, (long long)mt->step);
+    double sumsq = be->sumsq(be, KILN_DTYPE_F32, kiln_gpt_grads(t->model),
+                             kiln_gpt_slab_len(t->model));
+    /* hook: with the gradients sharded over processes, the global norm all-reduces sumsq
+     * here, before the root */
+    double norm_scaled = sqrt(sumsq);
+    mt->grad_norm = (float)(norm_scaled / S);
     if (!isfinite(norm_scaled)) {
         if (!scaled) /* never let a non-finite gradient reach the weights */
             return kiln_error_setf(KILN_ERR_RANGE,
-                                   "gradient norm is %f at step %lld; weights unchanged", *norm,
-                                   (long long)step + 1);
-        *skipped = 1; /* an fp16 overflow: skip, and back the scale off */
+                                   "gradient norm is %f at step %lld; weights unchanged",
+                                   mt->grad_norm, (long long)mt->step);
+        mt->skipped = 1;
         return kiln_loss_scaler_update(&t->scaler, 0);
     }
-    double coef = 1.0 / S;
-    if (cfg->grad_clip > 0.0f && (double)cfg->grad_clip / (*norm + 1e-6) < 1.0)
-        coef *= (double)cfg->grad_clip / (*norm + 1e-6);
+    *coef = 1.0 / S;
+    if (cfg->grad_clip > 0.0f && (double)cfg->grad_clip / (mt->grad_norm + 1e-6) < 1.0)
+        *coef *= (double)cfg->grad_clip / (mt->grad_norm + 1e-6);
     if (scaled)
-        KILN_CHECK(kiln_loss_scaler_update(&t->scaler, 1));
-    /* the scale's division and the clipping in the optimizer's own pass */
-    return kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model), grads, *lr, (float)coef);
+        return kiln_loss_scaler_update(&t->scaler, 1);
+    return KILN_OK;
+}
+
+/* One optimizer step: fills mt's loss, lr, grad_norm and skipped. */
+static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
+    float S = kiln_gpt_dtype(t->model) == KILN_DTYPE_F16 ? t->scaler.scale : 1.0f;
+    KILN_CHECK(forward_backward(t, S, &mt->loss));
+    KILN_CHECK(sync_gradients(t));
+    mt->lr = kiln_lr_at(&t->sched, t->steps_done);
+    double coef = 1.0;
+    KILN_CHECK(clip_coefficient(t, S, mt, &coef));
+    if (mt->skipped)
+        return KILN_OK;
+    /* (d) the scale's division and the clipping in the optimizer's own pass */
+    return kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model), kiln_gpt_grads(t->model),
+                                  mt->lr, (float)coef);
 }
 
 /* Weights are saved only when they can be used: every parameter finite, and a finite loss
  * on the last batch (weights of 1e29 are finite, yet overflow in the next forward pass). */
-static kiln_status check_savable(trainer *t) {
+static kiln_status check_savable(kiln_trainer *t) {
     KILN_CHECK(kiln_gpt_check_finite(t->model));
     float loss = 0.0f;
-    KILN_CHECK(kiln_gpt_forward(t->model, t->inputs, t->targets, t->cfg->B, t->cfg->T, &loss));
+    KILN_CHECK(kiln_gpt_forward(t->model, t->inputs, t->targets, t->cfg.B, t->cfg.T, &loss));
     if (!isfinite(loss))
         return kiln_error_setf(KILN_ERR_RANGE,
                                "they are finite but give a loss of %f on the last batch", loss);
     return KILN_OK;
 }
 
-static kiln_status maybe_save(trainer *t, int64_t step) {
-    const kiln_train_config *cfg = t->cfg;
+static kiln_status maybe_save(kiln_trainer *t, int64_t step) {
+    const kiln_train_config *cfg = &t->cfg;
     if (!cfg->save_path)
         return KILN_OK;
     int last = step == cfg->steps;
@@ -447,62 +504,86 @@ static kiln_status maybe_save(trainer *t, int64_t step) {
     return KILN_OK;
 }
 
-kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *res) {
-    trainer t;
-    memset(res, 0, sizeof *res);
-    res->last_val_loss = NAN;
-    kiln_status s = trainer_init(&t, cfg);
-    if (s)
-        goto done;
-    res->peak_gflops = t.peak;
-    /* No steps: the data, the model and the plan are checked; nothing is trained, and
-     * nothing is saved (the starting weights would replace a --save file with nothing
-     * learned). */
-    double total_ms = 0.0;
-    for (int64_t step = 0; step < cfg->steps; step++) {
-        train_step_metrics mt = {.step = step + 1, .steps = cfg->steps, .val_loss = NAN};
-        double t0 = kiln_time_ms();
-        int skipped = 0;
-        KILN_CHECK_GOTO(s, train_step(&t, step, &mt.loss, &mt.grad_norm, &mt.lr, &skipped), done);
-        if (kiln_gpt_dtype(t.model) == KILN_DTYPE_F16) {
-            mt.loss_scale = t.scaler.scale;
-            mt.skipped = skipped;
-            mt.skipped_total = t.scaler.skipped;
-        }
-        mt.ms = kiln_time_ms() - t0;
-        mt.tokens_per_s = (double)(cfg->B * cfg->T * cfg->grad_accum) / (mt.ms / 1e3);
-        mt.mfu = t.flops_per_step / (mt.ms / 1e3) / (t.peak * 1e9);
-        int last = step + 1 == cfg->steps;
-        /* Validation data is evaluated every eval_every steps, and always after the last. */
-        if (t.val && (last || (cfg->eval_every > 0 && (step + 1) % cfg->eval_every == 0))) {
-            double vl = 0.0;
-            KILN_CHECK_GOTO(s, kiln_evaluate(t.model, t.val, cfg->B, cfg->T, cfg->eval_batches,
-                                             &vl, NULL), done);
-            mt.val_loss = (float)vl;
-            res->last_val_loss = (float)vl;
-        }
-        mt.rss = kiln_peak_rss();
-        kiln__train_metrics_console(cfg->log, &mt);
-        if (t.metrics)
-            KILN_CHECK_GOTO(s, kiln__train_metrics_write(t.metrics, cfg->metrics_path, &mt), done);
-        if (step == 0)
-            res->first_loss = mt.loss;
-        else
-            total_ms += mt.ms;
-        res->last_loss = mt.loss;
-        res->steps = step + 1;
-        KILN_CHECK_GOTO(s, maybe_save(&t, step + 1), done);
+kiln_status kiln_trainer_evaluate(kiln_trainer *t, double *val_loss) {
+    if (!t->val)
+        return kiln_error_setf(KILN_ERR_CONFIG, "no validation data to evaluate (a val_path)");
+    KILN_CHECK(kiln_evaluate(t->model, t->val, t->cfg.B, t->cfg.T, t->cfg.eval_batches, val_loss,
+                             NULL));
+    t->last_val_loss = (float)*val_loss;
+    return KILN_OK;
+}
+
+kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
+    const kiln_train_config *cfg = &t->cfg;
+    if (t->steps_done >= cfg->steps)
+        return kiln_error_setf(KILN_ERR_ARG, "the run's %lld steps are done",
+                               (long long)cfg->steps);
+    kiln_step_info mt = {.step = t->steps_done + 1, .steps = cfg->steps, .val_loss = NAN};
+    double t0 = kiln_time_ms();
+    KILN_CHECK(train_step(t, &mt));
+    if (kiln_gpt_dtype(t->model) == KILN_DTYPE_F16) {
+        mt.loss_scale = t->scaler.scale;
+        mt.skipped_total = t->scaler.skipped;
     }
-    if (res->steps > 1) {
-        res->mean_ms = total_ms / (double)(res->steps - 1);
+    mt.ms = kiln_time_ms() - t0;
+    mt.tokens_per_s = (double)(cfg->B * cfg->T * cfg->grad_accum) / (mt.ms / 1e3);
+    mt.mfu = t->flops_per_step / (mt.ms / 1e3) / (t->peak * 1e9);
+    if (t->steps_done == 0)
+        t->first_loss = mt.loss;
+    else
+        t->later_ms += mt.ms;
+    t->last_loss = mt.loss;
+    t->steps_done = mt.step;
+    /* Validation data is evaluated every eval_every steps, and always after the last. */
+    int due = mt.step == cfg->steps || (cfg->eval_every > 0 && mt.step % cfg->eval_every == 0);
+    if (t->val && due) {
+        double vl = 0.0;
+        KILN_CHECK(kiln_trainer_evaluate(t, &vl));
+        mt.val_loss = (float)vl;
+    }
+    mt.rss = kiln_peak_rss();
+    kiln__train_metrics_console(cfg->log, &mt);
+    if (t->metrics)
+        KILN_CHECK(kiln__train_metrics_write(t->metrics, cfg->metrics_path, &mt));
+    if (info)
+        *info = mt;
+    return maybe_save(t, mt.step);
+}
+
+int64_t kiln_trainer_steps_done(const kiln_trainer *t) { return t->steps_done; }
+kiln_gpt *kiln_trainer_model(kiln_trainer *t) { return t->model; }
+kiln_optim *kiln_trainer_optim(kiln_trainer *t) { return t->opt; }
+
+void kiln_trainer_result(const kiln_trainer *t, kiln_train_result *res) {
+    const kiln_train_config *cfg = &t->cfg;
+    memset(res, 0, sizeof *res);
+    res->steps = t->steps_done;
+    res->first_loss = t->first_loss;
+    res->last_loss = t->last_loss;
+    res->last_val_loss = t->last_val_loss;
+    res->peak_gflops = t->peak;
+    if (t->steps_done > 1) { /* the first step (warming caches and pages) is left out */
+        res->mean_ms = t->later_ms / (double)(t->steps_done - 1);
         res->tokens_per_s = (double)(cfg->B * cfg->T * cfg->grad_accum) / (res->mean_ms / 1e3);
-        res->mfu = t.flops_per_step / (res->mean_ms / 1e3) / (t.peak * 1e9);
+        res->mfu = t->flops_per_step / (res->mean_ms / 1e3) / (t->peak * 1e9);
     }
     res->peak_rss = kiln_peak_rss();
-    res->planned_peak = t.plan.process + t.plan.total;
-    res->skipped_steps = t.scaler.skipped;
-    res->loss_scale = t.scaler.scale;
-done:
-    trainer_free(&t);
+    res->planned_peak = t->plan.process + t->plan.total;
+    res->skipped_steps = t->scaler.skipped;
+    res->loss_scale = t->scaler.scale;
+}
+
+/* No steps: the data, the model and the plan are checked; nothing is trained, and nothing is
+ * saved (the starting weights would replace a --save file with nothing learned). */
+kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *res) {
+    kiln_trainer *t = NULL;
+    memset(res, 0, sizeof *res);
+    res->last_val_loss = NAN;
+    kiln_status s = kiln_trainer_create(&t, cfg);
+    while (s == KILN_OK && kiln_trainer_steps_done(t) < cfg->steps)
+        s = kiln_trainer_step(t, NULL);
+    if (t)
+        kiln_trainer_result(t, res);
+    kiln_trainer_free(t);
     return s;
 }

@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "kiln/checkpoint.h"
@@ -13,7 +14,8 @@
 #include "test.h"
 
 static char dir[256];
-static char shard_path[300], val_shard_path[300], metrics_path[300], weights_path[300];
+static char shard_path[300], val_shard_path[300], metrics_path[300], weights_path[300],
+    weights2_path[300];
 
 static void make_data(void) {
     test_tmpdir(dir, sizeof dir, "test_train");
@@ -21,6 +23,7 @@ static void make_data(void) {
     test_path(val_shard_path, sizeof val_shard_path, dir, "val_000.bin");
     test_path(metrics_path, sizeof metrics_path, dir, "metrics.jsonl");
     test_path(weights_path, sizeof weights_path, dir, "w.safetensors");
+    test_path(weights2_path, sizeof weights2_path, dir, "w2.safetensors");
     /* A learnable sequence: each id determines the next. Validation follows another rule,
      * so that evaluating the training data instead would show. */
     int32_t ids[4000];
@@ -165,11 +168,106 @@ static void test_validation_and_mismatch(void) {
     CHECK_TRUE(strstr(kiln_error_message(), "/nonexistent/kiln/shard.bin") != NULL);
 }
 
+/* The trainer object: create and N steps is kiln_train, bit for bit (the losses, the saved
+ * weights, the result), and each step's figures are filled. fp32 with accumulation and
+ * evaluation every 2 steps; bf16 (saved from the master weights). The trainer keeps its own
+ * copy of the config: the caller's struct changed after create changes nothing. */
+static void check_trainer_is_kiln_train(kiln_dtype dt) {
+    kiln_train_config c = tiny_run();
+    c.steps = 6;
+    c.model_opt.dtype = dt;
+    c.save_path = weights_path;
+    if (dt == KILN_DTYPE_F32) {
+        c.grad_accum = 2;
+        c.val_path = val_shard_path;
+        c.eval_every = 4;
+        c.eval_batches = 2;
+    }
+    kiln_train_result want, got;
+    CHECK_OK(kiln_train(&c, &want));
+    CHECK_INT_EQ(want.steps, 6);
+
+    kiln_train_config mine = c;
+    mine.save_path = weights2_path;
+    kiln_trainer *t = NULL;
+    CHECK_OK(kiln_trainer_create(&t, &mine));
+    if (!t)
+        return;
+    mine.steps = 1; /* the trainer's copy is what counts */
+    mine.B = 1;
+    mine.save_path = NULL;
+    kiln_trainer_result(t, &got);
+    CHECK_INT_EQ(got.steps, 0);
+    CHECK_INT_EQ(kiln_trainer_steps_done(t), 0);
+    CHECK_TRUE(kiln_trainer_model(t) != NULL);
+    CHECK_TRUE(kiln_trainer_optim(t) != NULL);
+    float first = NAN, last = NAN;
+    for (int64_t k = 1; k <= c.steps; k++) {
+        kiln_step_info info;
+        memset(&info, 0xff, sizeof info);
+        CHECK_OK(kiln_trainer_step(t, &info));
+        CHECK_INT_EQ(kiln_trainer_steps_done(t), k);
+        CHECK_INT_EQ(info.step, k);
+        CHECK_INT_EQ(info.steps, c.steps);
+        CHECK_TRUE(isfinite(info.loss) && info.loss > 0);
+        CHECK_TRUE(info.lr > 0 && info.lr <= c.lr.lr);
+        CHECK_TRUE(isfinite(info.grad_norm) && info.grad_norm > 0);
+        CHECK_TRUE(info.ms > 0 && info.tokens_per_s > 0 && info.mfu > 0);
+        CHECK_TRUE(info.rss > 0);
+        CHECK_TRUE(info.loss_scale == 0 && info.skipped == 0 && info.skipped_total == 0);
+        int evaluated = c.val_path && (k % c.eval_every == 0 || k == c.steps);
+        CHECK_INT_EQ(!isnan(info.val_loss), evaluated);
+        if (k == 1)
+            first = info.loss;
+        last = info.loss;
+    }
+    CHECK_STATUS(kiln_trainer_step(t, NULL), KILN_ERR_ARG); /* the run's steps are done */
+    CHECK_TRUE(memcmp(&first, &want.first_loss, sizeof first) == 0);
+    CHECK_TRUE(memcmp(&last, &want.last_loss, sizeof last) == 0);
+    kiln_trainer_result(t, &got);
+    CHECK_INT_EQ(got.steps, want.steps);
+    CHECK_TRUE(memcmp(&got.first_loss, &want.first_loss, sizeof got.first_loss) == 0);
+    CHECK_TRUE(memcmp(&got.last_loss, &want.last_loss, sizeof got.last_loss) == 0);
+    CHECK_TRUE(memcmp(&got.last_val_loss, &want.last_val_loss, sizeof got.last_val_loss) == 0);
+    CHECK_TRUE(got.peak_gflops == want.peak_gflops);
+    CHECK_TRUE(got.mean_ms > 0 && got.tokens_per_s > 0 && got.mfu > 0);
+    double vl = NAN;
+    if (c.val_path) {
+        CHECK_OK(kiln_trainer_evaluate(t, &vl));
+        CHECK_TRUE((float)vl == want.last_val_loss); /* the same weights, the same batches */
+    } else {
+        CHECK_STATUS(kiln_trainer_evaluate(t, &vl), KILN_ERR_CONFIG);
+    }
+    /* the weights: the two saved files, byte for byte */
+    size_t na = 0, nb = 0;
+    void *a = test_slurp(weights_path, &na), *b = test_slurp(weights2_path, &nb);
+    CHECK_TRUE(a && b && na == nb && na > 0 && memcmp(a, b, na) == 0);
+    free(a);
+    free(b);
+    /* and the trainer's working weights are those of kiln_train's file */
+    kiln_gpt *m = kiln_trainer_model(t), *ref = NULL;
+    CHECK_OK(kiln_gpt_create(&ref, kiln_gpt_get_config(m), c.B, c.T, &c.model_opt, NULL));
+    if (ref && kiln_gpt_load_safetensors(ref, weights_path) == KILN_OK)
+        CHECK_TRUE(memcmp(kiln_gpt_params(ref), kiln_gpt_params(m),
+                          (size_t)kiln_gpt_slab_len(m) * kiln_dtype_size(dt)) == 0);
+    else
+        CHECK_TRUE(0);
+    kiln_gpt_free(ref);
+    kiln_trainer_free(t);
+    kiln_trainer_free(NULL);
+}
+
+static void test_trainer_object(void) {
+    check_trainer_is_kiln_train(KILN_DTYPE_F32);
+    check_trainer_is_kiln_train(KILN_DTYPE_BF16);
+}
+
 int main(void) {
     make_data();
     RUN_TEST(test_loss_falls_and_runs_repeat);
     RUN_TEST(test_every_optimizer_learns);
     RUN_TEST(test_validation_and_mismatch);
+    RUN_TEST(test_trainer_object);
     test_rmtree(dir);
     TEST_MAIN_END();
 }

@@ -358,8 +358,15 @@ int cmd_train(int argc, char **argv) {
         tool_report("train", s);
         return 1;
     }
+    /* The loop over steps (kiln_train's): the place for what runs between them. */
+    kiln_trainer *tr = NULL;
     kiln_train_result res;
-    s = kiln_train(&cfg, &res);
+    s = kiln_trainer_create(&tr, &cfg);
+    while (s == KILN_OK && kiln_trainer_steps_done(tr) < cfg.steps)
+        s = kiln_trainer_step(tr, NULL);
+    if (s == KILN_OK)
+        kiln_trainer_result(tr, &res);
+    kiln_trainer_free(tr);
     if (s) {
         tool_report("train", s);
         return 1;
