@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what is missing, build with warnings as errors, and run every test:
 #   1. all CTest suites (unit, reference against PyTorch and tiktoken, fault injection)
-#   2. the unit tests and the command tests again under AddressSanitizer and
+#   2. the unit, command and multi-process tests again under AddressSanitizer and
 #      UndefinedBehaviorSanitizer
 #   3. the fuzzers for a bounded time (clang's libFuzzer)
 # Each stage is its own build folder: build-test, build-asan, build-fuzz.
@@ -27,7 +27,7 @@ stage "unit and command tests under AddressSanitizer + UndefinedBehaviorSanitize
 if cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WERROR=ON -DKILN_SANITIZE=ON >/dev/null &&
    cmake --build build-asan -j"$jobs"; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan -L "unit|cli" --output-on-failure -j1 || failed+=("sanitizers")
+    ctest --test-dir build-asan -L "unit|cli|dist" --output-on-failure -j1 || failed+=("sanitizers")
 else
   failed+=("sanitizer build")
 fi

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kiln/comm.h"
+#include "kiln/dp.h"
 #include "kiln/model.h"
 #include "kiln/optim.h"
 #include "kiln/status.h"
@@ -44,6 +46,13 @@ typedef struct kiln_train_config {
     kiln_loss_scaler loss_scaler;
     kiln_dtype save_dtype;     /* the dtype weights are saved in (fp32) */
     int64_t inject_nonfinite_step; /* tests: make one gradient infinite at this step (0: never) */
+    /* Data parallelism. comm NULL (or a communicator of one rank) trains in this process
+     * alone. With N ranks every rank runs the same configuration (checked at start: a hash
+     * of the configuration, the data and the starting weights is compared across ranks), B
+     * is each rank's micro-batch, and a step takes N x B x grad_accum sequences: the result
+     * equals one process with batch N x B. Only rank 0 prints, writes metrics and saves. */
+    kiln_comm *comm;
+    kiln_dp_config dp;
     FILE *log;                /* console lines (NULL: silent) */
 } kiln_train_config;
 
@@ -104,12 +113,17 @@ typedef struct kiln_step_info {
     float lr;               /* the learning rate the step used */
     float grad_norm;        /* the gradients' global norm before clipping (unscaled) */
     double ms;              /* the step (forward, backward, optimizer), not evaluation or saving */
-    double tokens_per_s;    /* B x T x grad_accum over ms */
+    double tokens_per_s;    /* world x B x T x grad_accum over ms: every rank's tokens */
     double mfu;             /* model FLOPs per second over peak_gflops */
     size_t rss;             /* peak resident bytes so far */
     float loss_scale;       /* fp16: the loss scale after the step (0: no loss scaling) */
     int skipped;            /* fp16: this step's update was skipped for an overflow */
     int64_t skipped_total;  /* fp16: steps skipped so far */
+    int world;              /* data-parallel ranks (1: one process) */
+    double comm_ms;         /* time in communication (gradient buckets on the thread, the
+                               global sums and the gather of shards) */
+    double comm_hidden;     /* the fraction of comm_ms that overlapped compute */
+    uint64_t comm_bytes;    /* payload bytes this rank sent */
 } kiln_step_info;
 
 /* Everything kiln_train checks and builds before its first step: the configuration, the

@@ -28,6 +28,10 @@ kiln_status kiln__train_metrics_write(FILE *f, const char *path, const kiln_step
     if (n > 0 && s->loss_scale > 0)
         n = fprintf(f, ", \"loss_scale\": %.9g, \"skipped\": %d, \"skipped_total\": %lld",
                     s->loss_scale, s->skipped, (long long)s->skipped_total);
+    if (n > 0 && s->world > 1)
+        n = fprintf(f, ", \"world\": %d, \"comm_ms\": %.3f, \"comm_hidden\": %.4f, "
+                       "\"comm_bytes\": %llu",
+                    s->world, s->comm_ms, s->comm_hidden, (unsigned long long)s->comm_bytes);
     if (n > 0)
         n = fprintf(f, "}\n");
     if (n < 0 || fflush(f) != 0) {
@@ -49,6 +53,8 @@ void kiln__train_metrics_console(FILE *log, const kiln_step_info *s) {
         fprintf(log, " | val %.4f", s->val_loss);
     if (s->loss_scale > 0)
         fprintf(log, " | scale %g%s", s->loss_scale, s->skipped ? " (overflow: step skipped)" : "");
+    if (s->world > 1)
+        fprintf(log, " | comm %.1f ms (%.0f%% hidden)", s->comm_ms, 100.0 * s->comm_hidden);
     fprintf(log, "\n");
     fflush(log);
 }

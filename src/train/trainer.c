@@ -13,6 +13,7 @@
 #include "kiln/loader.h"
 #include "kiln/train.h"
 #include "train/metrics.h"
+#include "train/trainer_internal.h"
 
 kiln_train_config kiln_train_config_default(void) {
     kiln_train_config c;
@@ -77,27 +78,6 @@ done:
     return s;
 }
 
-/* The trainer between steps: what kiln_trainer_create builds and every step uses. */
-struct kiln_trainer {
-    kiln_train_config cfg;  /* a copy; the strings and the log in it are the caller's */
-    kiln_lr_schedule sched; /* cfg.lr with total_steps resolved */
-    kiln_loader *train, *val;
-    kiln_gpt *model;
-    kiln_optim *opt;
-    int32_t *inputs, *targets; /* (B,T): the last micro-batch */
-    FILE *metrics;
-    double flops_per_step; /* model FLOPs of one optimizer step */
-    double peak;           /* GFLOP/s: MFU's denominator */
-    kiln_train_memory plan;
-    kiln_loss_scaler scaler; /* fp16 only */
-    int save_existed;   /* the --save file existed before this run */
-    int64_t saved_step; /* the step whose weights were last saved in this run (-1: none) */
-    /* the run so far, for kiln_trainer_result */
-    int64_t steps_done;
-    float first_loss, last_loss, last_val_loss;
-    double later_ms; /* the time of the steps after the first, ms */
-};
-
 void kiln_trainer_free(kiln_trainer *t) {
     if (!t)
         return;
@@ -105,6 +85,7 @@ void kiln_trainer_free(kiln_trainer *t) {
         fclose(t->metrics);
     free(t->inputs);
     free(t->targets);
+    kiln_dp_free(t->dp);
     kiln_optim_free(t->opt);
     kiln_gpt_free(t->model);
     kiln_loader_close(t->val);
@@ -125,6 +106,8 @@ static kiln_status build_optimizer(kiln_trainer *t) {
     }
     const kiln_train_config *cfg = &t->cfg;
     kiln_optim_slab slab = {.n = kiln_gpt_slab_len(t->model),
+                            .lo = t->shard_lo,
+                            .hi = t->shard_hi,
                             .work = kiln_gpt_dtype(t->model),
                             .stochastic_seed = cfg->stochastic_rounding ? cfg->seed * 2 + 1 : 0};
     kiln_status s = kiln_optim_create(&t->opt, &cfg->optim, &slab, r, n,
@@ -176,10 +159,15 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
     KILN_CHECK(kiln_gpt_memory_plan_for(mc, cfg->B, cfg->T, &cfg->model_opt, NULL, &model));
     kiln_dtype dt = cfg->model_opt.dtype;
     int64_t slab = (int64_t)(model.params / kiln_dtype_size(dt));
-    size_t state = kiln_optim_state_bytes_for(&cfg->optim, slab, dt);
+    /* ZeRO 1 and 2: each rank's optimizer owns a world-th of the slab (its largest shard) */
+    int world = cfg->comm ? kiln_comm_size(cfg->comm) : 1;
+    int64_t owned = world > 1 && cfg->dp.zero >= 1 ? (slab + world - 1) / world + 16 : slab;
+    if (owned > slab)
+        owned = slab;
+    size_t state = kiln_optim_state_bytes_for(&cfg->optim, owned, dt);
     p->params = model.params;
     p->grads = model.grads;
-    p->master = dt == KILN_DTYPE_F32 ? 0 : (size_t)slab * sizeof(float);
+    p->master = dt == KILN_DTYPE_F32 ? 0 : (size_t)owned * sizeof(float);
     p->moments = state - p->master;
     p->activations = model.activations;
     p->workspace = model.workspace;
@@ -257,10 +245,48 @@ static kiln_status open_metrics(FILE **out, const char *path) {
     return KILN_OK;
 }
 
+/* The starting weights in fp32: into the optimizer's master copy when the working weights are
+ * narrower (then rounded into them), else into the working weights themselves. A master copy
+ * of a shard (ZeRO) is cut from the whole slab's, which also gives every working weight. */
+static kiln_status init_weights(kiln_trainer *t) {
+    const kiln_train_config *cfg = &t->cfg;
+    float *master = kiln_optim_master(t->opt);
+    int64_t n = kiln_gpt_slab_len(t->model);
+    if (!master) {
+        if (cfg->init_path)
+            return kiln_gpt_load_safetensors(t->model, cfg->init_path);
+        kiln_gpt_init_weights(t->model, cfg->seed);
+        return KILN_OK;
+    }
+    int whole = t->shard_lo == 0 && t->shard_hi == n;
+    float *full = whole ? master : malloc((size_t)n * sizeof *full);
+    if (!full)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the starting weights");
+    kiln_status s = KILN_OK;
+    if (cfg->init_path)
+        s = kiln_gpt_load_slab(t->model, cfg->init_path, full, KILN_DTYPE_F32);
+    else
+        kiln_gpt_init_weights_f32(t->model, cfg->seed, full);
+    if (s == KILN_OK && whole)
+        s = kiln_optim_write_working(t->opt, kiln_gpt_params(t->model));
+    if (s == KILN_OK && !whole) {
+        memcpy(master, full + t->shard_lo, (size_t)(t->shard_hi - t->shard_lo) * sizeof *full);
+        kiln_convert(kiln_gpt_params(t->model), kiln_gpt_dtype(t->model), full, KILN_DTYPE_F32, n);
+    }
+    if (!whole)
+        free(full);
+    return s;
+}
+
 /* Everything before the first step, into t (zeroed, its cfg set); kiln_trainer_free undoes
  * whatever part of it was done. */
 static kiln_status trainer_init(kiln_trainer *t) {
     const kiln_train_config *cfg = &t->cfg;
+    kiln__trainer_dist_setup(t);
+    if (t->rank != 0) { /* one console and one metrics file: rank 0's */
+        t->cfg.log = NULL;
+        t->cfg.metrics_path = NULL;
+    }
     t->saved_step = -1;
     t->last_val_loss = NAN;
     if (cfg->B < 1 || cfg->T < 1 || cfg->grad_accum < 1 || cfg->steps < 0)
@@ -275,12 +301,15 @@ static kiln_status trainer_init(kiln_trainer *t) {
     if (t->sched.total_steps <= 0)
         t->sched.total_steps = cfg->steps;
     KILN_CHECK(kiln_lr_schedule_check(&t->sched));
-    kiln_loader_config lc = {.path = cfg->train_path, .B = cfg->B, .T = cfg->T, .rank = 0,
-                             .world = 1, .seed = cfg->seed, .shuffle = 1};
+    /* each rank its slice of every global batch of world x B sequences */
+    kiln_loader_config lc = {.path = cfg->train_path, .B = cfg->B, .T = cfg->T, .rank = t->rank,
+                             .world = t->world, .seed = cfg->seed, .shuffle = 1};
     KILN_CHECK(kiln_loader_open(&t->train, &lc));
     /* Validation data is opened (and checked) now, not at the first evaluation. */
     if (cfg->val_path) {
-        KILN_CHECK(kiln_eval_loader_open(&t->val, cfg->val_path, cfg->B, cfg->T));
+        kiln_loader_config vc = {.path = cfg->val_path, .B = cfg->B, .T = cfg->T,
+                                 .rank = t->rank, .world = t->world, .shuffle = 0};
+        KILN_CHECK(kiln_loader_open(&t->val, &vc));
         if (kiln_loader_vocab_size(t->val) != kiln_loader_vocab_size(t->train))
             return kiln_error_setf(KILN_ERR_CONFIG,
                                    "%s holds a %lld-token vocabulary but %s holds %lld",
@@ -329,21 +358,9 @@ static kiln_status trainer_init(kiln_trainer *t) {
                                    : kiln_backend_cpu_peak_gflops_dtype(peak_dt, 3072, 1.0);
     t->plan.process = kiln_current_rss();
     KILN_CHECK(kiln_gpt_create(&t->model, &mc, cfg->B, cfg->T, &cfg->model_opt, NULL));
+    KILN_CHECK(kiln__trainer_dist_start(t));
     KILN_CHECK(build_optimizer(t));
-    /* The starting weights in fp32: into the optimizer's master copy when the working weights
-     * are narrower (then rounded into them), else into the working weights themselves. */
-    float *master = kiln_optim_master(t->opt);
-    if (master) {
-        if (cfg->init_path)
-            KILN_CHECK(kiln_gpt_load_slab(t->model, cfg->init_path, master, KILN_DTYPE_F32));
-        else
-            kiln_gpt_init_weights_f32(t->model, cfg->seed, master);
-        KILN_CHECK(kiln_optim_write_working(t->opt, kiln_gpt_params(t->model)));
-    } else if (cfg->init_path) {
-        KILN_CHECK(kiln_gpt_load_safetensors(t->model, cfg->init_path));
-    } else {
-        kiln_gpt_init_weights(t->model, cfg->seed);
-    }
+    KILN_CHECK(init_weights(t));
     t->scaler = cfg->loss_scaler;
     t->inputs = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->inputs);
     t->targets = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->targets);
@@ -363,7 +380,9 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
     if (!t)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the trainer");
     t->cfg = *cfg;
-    kiln_status s = trainer_init(t);
+    kiln_status s = kiln__trainer_agree(t, trainer_init(t), "to start");
+    if (s == KILN_OK)
+        s = kiln__trainer_dist_check(t, kiln_gpt_get_config(t->model));
     if (s) {
         kiln_trainer_free(t);
         return s;
@@ -378,50 +397,48 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
  * The loss scale S (fp16; 1 otherwise) multiplies the gradients from (a) to (c). */
 
 /* (a) The step's gradients, summed over grad_accum micro-batches into the zeroed slab;
- * *loss is their mean loss. */
+ * *loss is their mean loss (this rank's). With several ranks the loss is also divided by
+ * the world, so that the sum the reduction makes is the mean over every rank's batch, and
+ * the last micro-batch's backward hands each finished range of gradients to the reduction. */
 static kiln_status forward_backward(kiln_trainer *t, float S, float *loss) {
     const kiln_train_config *cfg = &t->cfg;
     kiln_gpt_zero_grad(t->model);
     double sum = 0.0;
+    float scale = S / (float)(cfg->grad_accum * t->world);
     for (int64_t micro = 0; micro < cfg->grad_accum; micro++) {
         float l = 0.0f;
         KILN_CHECK(kiln_loader_next(t->train, t->inputs, t->targets));
+        if (t->dp && micro == cfg->grad_accum - 1)
+            KILN_CHECK(kiln_dp_begin(t->dp, kiln_gpt_grads(t->model)));
         KILN_CHECK(kiln_gpt_forward_backward(t->model, t->inputs, t->targets, cfg->B, cfg->T,
-                                             S / (float)cfg->grad_accum, &l));
+                                             scale, &l));
         sum += l;
     }
     *loss = (float)(sum / (double)cfg->grad_accum);
-    if (cfg->inject_nonfinite_step == t->steps_done + 1) { /* a fault on purpose, for tests */
-        kiln_backend *be = kiln_gpt_backend(t->model);
-        float inf = INFINITY;
-        be->copy(be, kiln_gpt_grads(t->model), &inf, sizeof inf, KILN_COPY_TO_DEVICE);
-    }
     return KILN_OK;
 }
 
-/* (b) Every process's gradients made the same (their mean over the processes). One process:
- * nothing to do. */
-static kiln_status sync_gradients(kiln_trainer *t) {
-    (void)t;
-    return KILN_OK;
+/* (b) Every process's gradients made the same (their mean over the processes; with ZeRO 2,
+ * on this rank's shard), then the loss and the gradients' sum of squares over all ranks. A
+ * fault injected on purpose (tests) makes one gradient infinite, after the reduction. */
+static kiln_status sync_gradients(kiln_trainer *t, float *loss, double *sumsq) {
+    int inject = t->cfg.inject_nonfinite_step == t->steps_done + 1;
+    return kiln__trainer_dist_sync(t, loss, sumsq, inject);
 }
 
-/* (c) The norm of the gradients as the loss scale left them; the optimizer then reads them
- * divided by the scale and clipped (torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6)
- * when < 1), the factor in *coef. A non-finite loss or norm stops the run before the update,
- * except an fp16 overflow, which skips the update (mt->skipped) and backs the scale off. */
-static kiln_status clip_coefficient(kiln_trainer *t, float S, kiln_step_info *mt,
+/* (c) The norm of the gradients as the loss scale left them (sumsq: their sum of squares);
+ * the optimizer then reads them divided by the scale and clipped (torch.nn.utils.
+ * clip_grad_norm_: max_norm / (norm + 1e-6) when < 1), the factor in *coef. A non-finite loss
+ * or norm stops the run before the update, except an fp16 overflow, which skips the update
+ * (mt->skipped) and backs the scale off. Every rank sees the same loss and norm, so every
+ * rank decides alike. */
+static kiln_status clip_coefficient(kiln_trainer *t, float S, double sumsq, kiln_step_info *mt,
                                     double *coef) {
     const kiln_train_config *cfg = &t->cfg;
-    kiln_backend *be = kiln_gpt_backend(t->model);
     int scaled = kiln_gpt_dtype(t->model) == KILN_DTYPE_F16;
     if (!isfinite(mt->loss))
         return kiln_error_setf(KILN_ERR_RANGE, "loss is %f at step %lld; weights unchanged",
                                mt->loss, (long long)mt->step);
-    double sumsq = be->sumsq(be, KILN_DTYPE_F32, kiln_gpt_grads(t->model),
-                             kiln_gpt_slab_len(t->model));
-    /* hook: with the gradients sharded over processes, the global norm all-reduces sumsq
-     * here, before the root */
     double norm_scaled = sqrt(sumsq);
     mt->grad_norm = (float)(norm_scaled / S);
     if (!isfinite(norm_scaled)) {
@@ -444,15 +461,18 @@ static kiln_status clip_coefficient(kiln_trainer *t, float S, kiln_step_info *mt
 static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
     float S = kiln_gpt_dtype(t->model) == KILN_DTYPE_F16 ? t->scaler.scale : 1.0f;
     KILN_CHECK(forward_backward(t, S, &mt->loss));
-    KILN_CHECK(sync_gradients(t));
+    double sumsq = 0.0;
+    KILN_CHECK(sync_gradients(t, &mt->loss, &sumsq));
     mt->lr = kiln_lr_at(&t->sched, t->steps_done);
     double coef = 1.0;
-    KILN_CHECK(clip_coefficient(t, S, mt, &coef));
+    KILN_CHECK(clip_coefficient(t, S, sumsq, mt, &coef));
     if (mt->skipped)
         return KILN_OK;
-    /* (d) the scale's division and the clipping in the optimizer's own pass */
-    return kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model), kiln_gpt_grads(t->model),
-                                  mt->lr, (float)coef);
+    /* (d) the scale's division and the clipping in the optimizer's own pass, over this
+     * rank's range; then every rank's updated range to every rank */
+    KILN_CHECK(kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model),
+                                      kiln_gpt_grads(t->model), mt->lr, (float)coef));
+    return kiln__trainer_dist_gather(t);
 }
 
 /* Weights are saved only when they can be used: every parameter finite, and a finite loss
@@ -474,7 +494,8 @@ static kiln_status maybe_save(kiln_trainer *t, int64_t step) {
     int last = step == cfg->steps;
     if (!last && !(cfg->save_every > 0 && step % cfg->save_every == 0))
         return KILN_OK;
-    kiln_status s = check_savable(t);
+    /* every rank checks (its own last batch), and all learn whether any failed */
+    kiln_status s = kiln__trainer_agree(t, check_savable(t), "the check of its weights");
     if (s == KILN_ERR_RANGE) {
         char why[512], kept[512];
         snprintf(why, sizeof why, "%s", kiln_error_message());
@@ -491,13 +512,23 @@ static kiln_status maybe_save(kiln_trainer *t, int64_t step) {
                                (long long)step, why, kept);
     }
     KILN_CHECK(s);
-    /* from the fp32 master weights when there are some: the exact values, in any dtype */
-    float *master = kiln_optim_master(t->opt);
-    if (master)
-        KILN_CHECK(kiln_gpt_save_slab(t->model, cfg->save_path, master, KILN_DTYPE_F32,
-                                      cfg->save_dtype));
-    else
-        KILN_CHECK(kiln_gpt_save_safetensors(t->model, cfg->save_path, cfg->save_dtype));
+    /* from the fp32 master weights when there are some: the exact values, in any dtype
+     * (with ZeRO each rank holds a shard of them: gathered first). Rank 0 writes. */
+    float *master = kiln_optim_master(t->opt), *full = NULL;
+    int64_t n = kiln_gpt_slab_len(t->model);
+    if (master && (t->shard_lo != 0 || t->shard_hi != n)) {
+        KILN_CHECK(kiln__trainer_gather_master(t, &full));
+        master = full;
+    }
+    if (t->rank == 0) {
+        if (master)
+            s = kiln_gpt_save_slab(t->model, cfg->save_path, master, KILN_DTYPE_F32,
+                                   cfg->save_dtype);
+        else
+            s = kiln_gpt_save_safetensors(t->model, cfg->save_path, cfg->save_dtype);
+    }
+    free(full);
+    KILN_CHECK(s);
     t->saved_step = step;
     if (cfg->log)
         fprintf(cfg->log, "saved weights to %s (step %lld)\n", cfg->save_path, (long long)step);
@@ -509,6 +540,9 @@ kiln_status kiln_trainer_evaluate(kiln_trainer *t, double *val_loss) {
         return kiln_error_setf(KILN_ERR_CONFIG, "no validation data to evaluate (a val_path)");
     KILN_CHECK(kiln_evaluate(t->model, t->val, t->cfg.B, t->cfg.T, t->cfg.eval_batches, val_loss,
                              NULL));
+    /* each rank evaluated its slice of every batch: the mean of the means is one process's
+     * mean over batches of world x B */
+    KILN_CHECK(kiln__trainer_dist_mean(t, val_loss));
     t->last_val_loss = (float)*val_loss;
     return KILN_OK;
 }
@@ -526,7 +560,8 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
         mt.skipped_total = t->scaler.skipped;
     }
     mt.ms = kiln_time_ms() - t0;
-    mt.tokens_per_s = (double)(cfg->B * cfg->T * cfg->grad_accum) / (mt.ms / 1e3);
+    mt.tokens_per_s = (double)(cfg->B * cfg->T * cfg->grad_accum * t->world) / (mt.ms / 1e3);
+    kiln__trainer_dist_stats(t, &mt);
     mt.mfu = t->flops_per_step / (mt.ms / 1e3) / (t->peak * 1e9);
     if (t->steps_done == 0)
         t->first_loss = mt.loss;
@@ -564,7 +599,8 @@ void kiln_trainer_result(const kiln_trainer *t, kiln_train_result *res) {
     res->peak_gflops = t->peak;
     if (t->steps_done > 1) { /* the first step (warming caches and pages) is left out */
         res->mean_ms = t->later_ms / (double)(t->steps_done - 1);
-        res->tokens_per_s = (double)(cfg->B * cfg->T * cfg->grad_accum) / (res->mean_ms / 1e3);
+        res->tokens_per_s =
+            (double)(cfg->B * cfg->T * cfg->grad_accum * t->world) / (res->mean_ms / 1e3);
         res->mfu = t->flops_per_step / (res->mean_ms / 1e3) / (t->peak * 1e9);
     }
     res->peak_rss = kiln_peak_rss();

@@ -193,7 +193,9 @@ int cmd_train(int argc, char **argv) {
     const char *precision = "fp32", *save_dtype = "fp32", *recompute = "none", *plan_memory = NULL;
     int64_t chunk = cfg.model_opt.classifier_chunk;
     double loss_scale = cfg.loss_scaler.scale;
-    int64_t inject = 0;
+    int64_t inject = 0, zero = 0;
+    double bucket_mb = (double)kiln_dp_config_default().bucket_bytes / (1 << 20);
+    const char *reduce_dtype = "fp32";
     const tool_flag flags[] = {
         {"model", TOOL_FLAG_STRING, &model, "preset name or model JSON file"},
         {"layers", TOOL_FLAG_INT, &layers, "override the number of layers (0: keep)"},
@@ -252,6 +254,14 @@ int cmd_train(int argc, char **argv) {
          "rows of logits at a time in the fused classifier + cross-entropy (0: all at once)"},
         {"inject-nonfinite", TOOL_FLAG_INT, &inject,
          "fault injection: make a gradient infinite at step N (fp16: an overflow to skip)"},
+        {"zero", TOOL_FLAG_INT, &zero,
+         "data parallel: 0 replicates the optimizer state on every rank, 1 shards it, 2 shards "
+         "the gradients' reduction too"},
+        {"bucket-mb", TOOL_FLAG_FLOAT, &bucket_mb,
+         "data parallel: MiB of gradients per bucket, each reduced as soon as backward finishes "
+         "it (0: one reduction after backward)"},
+        {"reduce-dtype", TOOL_FLAG_STRING, &reduce_dtype,
+         "data parallel: the dtype gradients travel in, fp32 or bf16 (added in fp32)"},
         {"plan", TOOL_FLAG_BOOL, &plan,
          "print the memory plan and the largest batch that fits; allocate and train nothing"},
         {"plan-memory", TOOL_FLAG_STRING, &plan_memory,
@@ -304,6 +314,11 @@ int cmd_train(int argc, char **argv) {
         s = kiln_dtype_parse(save_dtype, &cfg.save_dtype);
     if (!s)
         s = kiln_recompute_parse(recompute, &cfg.model_opt.recompute);
+    if (!s)
+        s = kiln_dtype_parse(reduce_dtype, &cfg.dp.reduce_dtype);
+    if (!s && (zero < 0 || zero > 2 || !(bucket_mb >= 0) || bucket_mb > 1e6))
+        s = kiln_error_setf(KILN_ERR_ARG, "--zero must be 0, 1 or 2 and --bucket-mb a number of "
+                                          "MiB >= 0");
     if (!s && (chunk < 0 || !(loss_scale > 0) || isinf(loss_scale)))
         s = kiln_error_setf(KILN_ERR_ARG, "--classifier-chunk must be >= 0 and --loss-scale a "
                                           "finite number > 0");
@@ -349,28 +364,60 @@ int cmd_train(int argc, char **argv) {
     cfg.stochastic_rounding = stochastic;
     cfg.inject_nonfinite_step = inject;
     cfg.loss_scaler.scale = (float)loss_scale;
+    cfg.dp.zero = (int)zero;
+    cfg.dp.bucket_bytes = (int64_t)(bucket_mb * (1 << 20));
     if (plan)
         return print_plan(&cfg, plan_memory);
-    tool_precision_note(cfg.model_opt.dtype);
-    /* A --save that could never be written fails now, not after hours of training. */
-    if (cfg.save_path && ((s = tool_make_parent_dirs(cfg.save_path)) ||
-                          (s = kiln_file_check_replaceable(cfg.save_path)))) {
+    /* one process, or a rank of many when mpirun or srun started several */
+    kiln_comm *comm = NULL;
+    if ((s = kiln_comm_init_auto(&comm))) {
         tool_report("train", s);
         return 1;
     }
+    int rank = kiln_comm_rank(comm), world = kiln_comm_size(comm);
+    char what[64];
+    snprintf(what, sizeof what, world > 1 ? "train (rank %d of %d)" : "train", rank, world);
+    cfg.comm = comm;
+    if (rank == 0)
+        tool_precision_note(cfg.model_opt.dtype);
+    /* A --save that could never be written fails now, not after hours of training. */
+    if (rank == 0 && cfg.save_path && ((s = tool_make_parent_dirs(cfg.save_path)) ||
+                                       (s = kiln_file_check_replaceable(cfg.save_path)))) {
+        tool_report(what, s);
+        if (world > 1)
+            kiln_comm_abort(comm, 1, "rank 0 cannot write its --save file");
+        kiln_comm_free(comm);
+        return 1;
+    }
+    if (world > 1 && rank == 0)
+        printf("data parallel: %d ranks (%s), ZeRO %d, gradient buckets of %.1f MiB, reduced in "
+               "%s; a step takes %d x %lld sequences of %lld tokens\n",
+               world, kiln_comm_kind(comm), cfg.dp.zero, (double)cfg.dp.bucket_bytes / (1 << 20),
+               kiln_dtype_name(cfg.dp.reduce_dtype), world, (long long)(B * accum), (long long)T);
     /* The loop over steps (kiln_train's): the place for what runs between them. */
     kiln_trainer *tr = NULL;
     kiln_train_result res;
+    int started = 0;
     s = kiln_trainer_create(&tr, &cfg);
+    started = s == KILN_OK;
     while (s == KILN_OK && kiln_trainer_steps_done(tr) < cfg.steps)
         s = kiln_trainer_step(tr, NULL);
     if (s == KILN_OK)
         kiln_trainer_result(tr, &res);
-    kiln_trainer_free(tr);
     if (s) {
-        tool_report("train", s);
+        tool_report(what, s);
+        /* every rank agreed on a failed start; a failed step may be this rank's alone, and
+         * the others would wait for it in their next collective: end them all */
+        if (world > 1 && started)
+            kiln_comm_abort(comm, 1, "a rank failed during training; every rank stops");
+        kiln_trainer_free(tr);
+        kiln_comm_free(comm);
         return 1;
     }
+    kiln_trainer_free(tr);
+    kiln_comm_free(comm);
+    if (rank != 0)
+        return 0;
     if (steps == 0)
         printf("--steps 0: the data, the model and the memory plan are good; nothing was trained "
                "and nothing saved\n");

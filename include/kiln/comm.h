@@ -1,0 +1,139 @@
+/* kiln: communicators, for training on several processes (data, tensor and pipeline
+ * parallelism).
+ *
+ * NCCL's shape: an opaque handle, every call returns a kiln_status, collectives read
+ * (send, recv, count, dtype, op, comm). Two kinds: "single" (one process, rank 0 of 1: every
+ * collective is a copy, or nothing in place) and "mpi" (MPI_COMM_WORLD and groups split
+ * from it; kiln built with MPI only). Counts are in elements of dtype.
+ *
+ * Every rank of a communicator calls its collectives in the same order with the same
+ * counts, dtype, op and root, as MPI and NCCL require; a rank that does not hangs the
+ * others. Calls come from one thread at a time, not necessarily the main one
+ * (MPI_THREAD_SERIALIZED: a communication thread may make them); never from two at once.
+ * Counts past INT_MAX work: kiln cuts them into pieces MPI takes. */
+#ifndef KILN_COMM_H
+#define KILN_COMM_H
+
+#include <stdint.h>
+
+#include "kiln/dtype.h"
+#include "kiln/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_comm kiln_comm;                 /* opaque */
+typedef struct kiln_comm_request kiln_comm_request; /* a non-blocking operation in flight */
+
+typedef enum kiln_reduce_op { KILN_REDUCE_SUM, KILN_REDUCE_MAX, KILN_REDUCE_MIN } kiln_reduce_op;
+#define KILN_REDUCE_OP_COUNT 3
+
+/* 1 when this kiln was built with MPI, else 0. */
+int kiln_comm_have_mpi(void);
+
+/* ---- making and freeing ---- */
+
+/* One process: rank 0 of 1. */
+kiln_status kiln_comm_init_single(kiln_comm **out);
+/* MPI_COMM_WORLD (a duplicate of it, errors returned rather than fatal). Initialises MPI
+ * (MPI_Init_thread, MPI_THREAD_SERIALIZED) unless the program did already; either way an
+ * MPI below MPI_THREAD_SERIALIZED is KILN_ERR_UNSUPPORTED. MPI can be initialised once per
+ * process: after kiln finalised it, this fails. KILN_ERR_UNSUPPORTED when kiln was built
+ * without MPI. */
+kiln_status kiln_comm_init_mpi(kiln_comm **out);
+/* What the launch asks for: "mpi" when mpirun/mpiexec started this process
+ * (OMPI_COMM_WORLD_SIZE, MPI_LOCALNRANKS, PMI_SIZE, PMIX_RANK, ...) or srun did with more
+ * than one task (SLURM_STEP_NUM_TASKS or SLURM_NTASKS > 1), else "single". Under srun
+ * MPI's rank and size must be SLURM_PROCID and the task count: an MPI without Slurm support
+ * starts N processes of one rank each, and that is an error naming both. A launch of
+ * several processes on a kiln without MPI is KILN_ERR_UNSUPPORTED (never N runs that each
+ * believe they are alone). */
+kiln_status kiln_comm_init_auto(kiln_comm **out);
+/* NULL safe. Freeing the last MPI communicator (the world one, once the groups split from
+ * it are freed) calls MPI_Finalize when kiln called MPI_Init. */
+void kiln_comm_free(kiln_comm *c);
+
+int kiln_comm_rank(const kiln_comm *c);
+int kiln_comm_size(const kiln_comm *c);
+const char *kiln_comm_kind(const kiln_comm *c); /* "single", "mpi" */
+
+/* Sub-groups (tensor or pipeline parallel groups): every rank of c calls it; those with the
+ * same color (>= 0) form one communicator, ranked by key (ties by their rank in c). */
+kiln_status kiln_comm_split(kiln_comm *c, int color, int key, kiln_comm **out);
+
+/* ---- collectives ----
+ * dtype: reductions take F32, BF16 and F16; broadcast, allgather, send and recv move any
+ * dtype as bytes. Reductions of BF16 and F16 add (or compare) in fp32 per element and round
+ * to nearest even each time two partial results meet: each of the size()-1 combinations an
+ * element goes through rounds once, a relative error of 2^-8 (BF16) or 2^-11 (F16) per
+ * combination. F32 reductions are MPI's own. NaN propagates through BF16/F16 MAX and MIN.
+ *
+ * Invalid arguments are KILN_ERR_ARG with a message: a NULL buffer with a count > 0,
+ * negative counts, a dtype or op out of range, root or peer out of range, peer == self,
+ * buffers that overlap other than in the in-place layouts below. An MPI failure is
+ * KILN_ERR_IO with MPI's error string. */
+
+/* recv = op over ranks of send, count elements. send == recv is in place. */
+kiln_status kiln_comm_allreduce(const void *send, void *recv, int64_t count, kiln_dtype dt,
+                                kiln_reduce_op op, kiln_comm *c);
+/* send holds sum(counts) elements; rank r receives counts[r] elements, the r-th consecutive
+ * piece reduced over ranks. counts has size() entries, the same on every rank. In place:
+ * recv == send (the result lands at the start) or recv == send + the rank's offset (NCCL's
+ * layout); in place the rest of send is left undefined. */
+kiln_status kiln_comm_reduce_scatter(const void *send, void *recv, const int64_t *counts,
+                                     kiln_dtype dt, kiln_reduce_op op, kiln_comm *c);
+/* Rank r contributes counts[r] elements from send; recv gets all sum(counts), in rank order.
+ * In place: send points into recv at rank r's piece. */
+kiln_status kiln_comm_allgather(const void *send, void *recv, const int64_t *counts, kiln_dtype dt,
+                                kiln_comm *c);
+/* buf of root to every rank's buf. */
+kiln_status kiln_comm_broadcast(void *buf, int64_t count, kiln_dtype dt, int root, kiln_comm *c);
+/* Point to point, blocking; tag >= 0 (at most 32767 is portable; MPI_TAG_UB is checked). */
+kiln_status kiln_comm_send(const void *buf, int64_t count, kiln_dtype dt, int peer, int tag,
+                           kiln_comm *c);
+/* count must be the count the peer sent (both sides cut past INT_MAX the same way); any
+ * other is KILN_ERR_IO naming both. */
+kiln_status kiln_comm_recv(void *buf, int64_t count, kiln_dtype dt, int peer, int tag,
+                           kiln_comm *c);
+kiln_status kiln_comm_barrier(kiln_comm *c);
+
+/* ---- non-blocking forms ----
+ * *req is set; complete it with kiln_comm_wait (which frees it) or poll it with
+ * kiln_comm_test (which frees it when *done). Buffers stay untouched until completion.
+ * Requests complete in any order; the collectives start in call order on every rank. */
+kiln_status kiln_comm_iallreduce(const void *send, void *recv, int64_t count, kiln_dtype dt,
+                                 kiln_reduce_op op, kiln_comm *c, kiln_comm_request **req);
+kiln_status kiln_comm_ireduce_scatter(const void *send, void *recv, const int64_t *counts,
+                                      kiln_dtype dt, kiln_reduce_op op, kiln_comm *c,
+                                      kiln_comm_request **req);
+kiln_status kiln_comm_iallgather(const void *send, void *recv, const int64_t *counts, kiln_dtype dt,
+                                 kiln_comm *c, kiln_comm_request **req);
+kiln_status kiln_comm_ibroadcast(void *buf, int64_t count, kiln_dtype dt, int root, kiln_comm *c,
+                                 kiln_comm_request **req);
+/* Frees req, also when it fails. */
+kiln_status kiln_comm_wait(kiln_comm_request *req);
+/* *done = 1 (and req freed) when complete, else 0. A failure frees req too. */
+kiln_status kiln_comm_test(kiln_comm_request *req, int *done);
+/* Lets MPI advance outstanding non-blocking operations: call it between pieces of compute
+ * (MPI progresses them only inside its calls). Nothing for "single". */
+void kiln_comm_progress(kiln_comm *c);
+
+/* ---- metrics ---- */
+/* Payload bytes this rank has sent, as the textbook algorithm of each collective counts
+ * them (what the network must carry, whatever MPI picked): ring allreduce 2(n-1)/n x bytes;
+ * ring reduce-scatter and allgather every piece but one (n-1 of n for equal pieces); a
+ * chain broadcast the buffer once on every rank but the root's predecessor; send its
+ * bytes. 0 for "single". */
+uint64_t kiln_comm_bytes_sent(const kiln_comm *c);
+/* Seconds spent inside blocking calls and kiln_comm_wait. */
+double kiln_comm_wait_seconds(const kiln_comm *c);
+
+/* End every rank's process now with this exit code (MPI_Abort), after printing msg on this
+ * rank's stderr. "single" exits the process. Never returns. */
+void kiln_comm_abort(kiln_comm *c, int code, const char *msg) __attribute__((noreturn));
+
+#ifdef __cplusplus
+}
+#endif
+#endif

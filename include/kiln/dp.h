@@ -1,0 +1,82 @@
+/* kiln: data parallelism over a communicator (kiln/comm.h): gradient buckets reduced while
+ * backward still computes, and ZeRO's shards of the optimizer state and gradients.
+ *
+ * Every rank holds the whole parameter and gradient slabs (n elements). The slab is cut into
+ * world shards, contiguous and in rank order; rank r's optimizer owns shard r ([lo, hi) of
+ * kiln_dp_shard) when zero >= 1, and the whole slab when zero == 0. A step:
+ *
+ *   kiln_dp_begin(dp, grads)            before the last micro-batch's backward
+ *   kiln_dp_ready(dp, lo, hi)           from the model's grad-ready callback (kiln/model.h):
+ *                                       a bucket whose ranges are all final is handed to a
+ *                                       communication thread and reduced at once
+ *   kiln_dp_finish(dp)                  after backward: waits for the last buckets
+ *   kiln_dp_allreduce_sums(dp, v, k)    global scalars (the loss, the gradients' sum of squares)
+ *   (the optimizer updates its range)
+ *   kiln_dp_gather(dp, params, dtype)   zero >= 1: every rank's updated shard to every rank
+ *
+ * After finish the gradients hold the SUM over ranks (the caller scales the loss by 1/world
+ * to average): everywhere for zero 0 and 1, on this rank's shard only for zero 2 (reduced
+ * by reduce-scatter; the rest of the slab is then undefined). Buckets are reduced in the
+ * order backward finishes them (the head, then blocks L-1..0, then the embeddings); with
+ * bucket_bytes 0 the whole slab is one reduction after backward.
+ *
+ * MPI calls come from the communication thread while backward runs and from the calling
+ * thread between finish and the next begin, never both at once (MPI_THREAD_SERIALIZED). */
+#ifndef KILN_DP_H
+#define KILN_DP_H
+
+#include <stdint.h>
+
+#include "kiln/comm.h"
+#include "kiln/dtype.h"
+#include "kiln/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_dp_config {
+    int zero;                /* 0: replicated; 1: optimizer state sharded; 2: gradients too */
+    int64_t bucket_bytes;    /* about this many bytes of fp32 gradients per bucket (0: one) */
+    kiln_dtype reduce_dtype; /* F32, or BF16: gradients travel in bf16, added in fp32 */
+} kiln_dp_config;
+
+/* zero 0, buckets of 25 MiB, fp32 reduction. */
+kiln_dp_config kiln_dp_config_default(void);
+
+typedef struct kiln_dp kiln_dp; /* opaque */
+
+/* A data-parallel engine over comm (which must outlive it) for a slab of n elements whose
+ * gradients backward reports in the nranges ranges [lo[i], hi[i]), in report order (they
+ * must cover [0, n) exactly; kiln_gpt_grad_ranges gives them). Starts the thread. */
+kiln_status kiln_dp_create(kiln_dp **out, kiln_comm *comm, const kiln_dp_config *cfg, int64_t n,
+                           const int64_t *lo, const int64_t *hi, int nranges);
+void kiln_dp_free(kiln_dp *dp); /* NULL safe */
+
+/* This rank's shard of the slab: what its optimizer updates ([0, n) for zero 0). */
+void kiln_dp_shard(const kiln_dp *dp, int64_t *lo, int64_t *hi);
+/* Shard r's range, for any rank r. */
+void kiln_dp_shard_of(const kiln_dp *dp, int r, int64_t *lo, int64_t *hi);
+int kiln_dp_num_buckets(const kiln_dp *dp);
+
+kiln_status kiln_dp_begin(kiln_dp *dp, float *grads);
+void kiln_dp_ready(kiln_dp *dp, int64_t lo, int64_t hi);
+kiln_status kiln_dp_finish(kiln_dp *dp);
+/* v[0..k) = the sum over ranks of each v[i] (doubles), k <= 8. */
+kiln_status kiln_dp_allreduce_sums(kiln_dp *dp, double *v, int k);
+/* zero >= 1: params (the whole slab, dtype) gets every shard from its owner. */
+kiln_status kiln_dp_gather(kiln_dp *dp, void *params, kiln_dtype dt);
+
+typedef struct kiln_dp_stats {
+    double comm_s;    /* seconds the gradient reductions took (on the thread) */
+    double exposed_s; /* seconds the caller waited for them in kiln_dp_finish */
+    double other_s;   /* seconds in allreduce_sums and gather (never hidden) */
+    uint64_t bytes;   /* payload bytes this rank sent (kiln_comm_bytes_sent's count) */
+} kiln_dp_stats;
+/* Totals since the last call (then reset). hidden = 1 - exposed_s / comm_s. */
+kiln_dp_stats kiln_dp_take_stats(kiln_dp *dp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

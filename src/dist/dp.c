@@ -1,0 +1,364 @@
+/* Data parallelism: gradient buckets reduced on a communication thread while backward
+ * computes, ZeRO shards, and the gather of updated shards (kiln/dp.h). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kiln/core.h"
+#include "kiln/dp.h"
+
+#define SHARD_ALIGN 16 /* elements: shard edges on 64-byte lines of fp32 */
+
+typedef struct bucket {
+    int64_t lo, hi;   /* slab elements */
+    int last_range;   /* the range whose report completes it */
+} bucket;
+
+struct kiln_dp {
+    kiln_comm *comm;
+    kiln_dp_config cfg;
+    int rank, world;
+    int64_t n;
+    int64_t *shard_lo, *shard_hi; /* world entries */
+    int64_t *range_lo, *range_hi;
+    int nranges;
+    bucket *buckets;
+    int nbuckets;
+    int64_t *counts;   /* world entries, scratch of the thread's reduce-scatter */
+    uint16_t *staging; /* bf16 reduction: the largest bucket */
+    float *grads;
+    int next_range;   /* the range kiln_dp_ready expects next */
+    int in_step;
+    /* the thread, and what it shares with the caller (under mu) */
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int posted, done, quit;
+    kiln_status error;
+    char error_msg[512];
+    double comm_s, exposed_s, other_s;
+    uint64_t bytes_at_take;
+};
+
+kiln_dp_config kiln_dp_config_default(void) {
+    kiln_dp_config c = {.zero = 0, .bucket_bytes = (int64_t)25 << 20, .reduce_dtype = KILN_DTYPE_F32};
+    return c;
+}
+
+void kiln_dp_shard_of(const kiln_dp *dp, int r, int64_t *lo, int64_t *hi) {
+    *lo = dp->shard_lo[r];
+    *hi = dp->shard_hi[r];
+}
+
+void kiln_dp_shard(const kiln_dp *dp, int64_t *lo, int64_t *hi) {
+    if (dp->cfg.zero == 0) {
+        *lo = 0;
+        *hi = dp->n;
+        return;
+    }
+    kiln_dp_shard_of(dp, dp->rank, lo, hi);
+}
+
+int kiln_dp_num_buckets(const kiln_dp *dp) { return dp->nbuckets; }
+
+static int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+    int64_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
+    return hi > lo ? hi - lo : 0;
+}
+
+/* One bucket's reduction, on the thread: the sum over ranks into the gradients (all of the
+ * bucket, or for zero 2 this rank's part of it). */
+static kiln_status reduce_bucket(kiln_dp *dp, const bucket *b) {
+    int64_t len = b->hi - b->lo;
+    float *g = dp->grads + b->lo;
+    int bf16 = dp->cfg.reduce_dtype == KILN_DTYPE_BF16;
+    void *buf = bf16 ? (void *)dp->staging : (void *)g;
+    kiln_dtype dt = bf16 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
+    if (bf16)
+        kiln_convert(dp->staging, KILN_DTYPE_BF16, g, KILN_DTYPE_F32, len);
+    if (dp->cfg.zero < 2) {
+        KILN_CHECK(kiln_comm_allreduce(buf, buf, len, dt, KILN_REDUCE_SUM, dp->comm));
+        if (bf16)
+            kiln_convert(g, KILN_DTYPE_F32, dp->staging, KILN_DTYPE_BF16, len);
+        return KILN_OK;
+    }
+    int64_t before = 0;
+    for (int r = 0; r < dp->world; r++) {
+        dp->counts[r] = overlap(b->lo, b->hi, dp->shard_lo[r], dp->shard_hi[r]);
+        if (r < dp->rank)
+            before += dp->counts[r];
+    }
+    size_t esz = kiln_dtype_size(dt);
+    void *mine = (char *)buf + before * (int64_t)esz; /* NCCL's in-place layout */
+    KILN_CHECK(kiln_comm_reduce_scatter(buf, mine, dp->counts, dt, KILN_REDUCE_SUM, dp->comm));
+    if (bf16 && dp->counts[dp->rank] > 0)
+        kiln_convert(g + before, KILN_DTYPE_F32, mine, KILN_DTYPE_BF16, dp->counts[dp->rank]);
+    return KILN_OK;
+}
+
+static void *thread_main(void *arg) {
+    kiln_dp *dp = arg;
+    pthread_mutex_lock(&dp->mu);
+    for (;;) {
+        while (!dp->quit && dp->done == dp->posted)
+            pthread_cond_wait(&dp->cv, &dp->mu);
+        if (dp->quit)
+            break;
+        int i = dp->done;
+        int failed = dp->error != KILN_OK;
+        pthread_mutex_unlock(&dp->mu);
+        kiln_status s = KILN_OK;
+        double t0 = kiln_time_ms();
+        if (!failed) /* after a failure the ranks are out of step: reduce nothing more */
+            s = reduce_bucket(dp, &dp->buckets[i]);
+        double ms = kiln_time_ms() - t0;
+        pthread_mutex_lock(&dp->mu);
+        if (s != KILN_OK && dp->error == KILN_OK) {
+            dp->error = s;
+            snprintf(dp->error_msg, sizeof dp->error_msg, "%s", kiln_error_message());
+        }
+        dp->comm_s += ms / 1e3;
+        dp->done++;
+        pthread_cond_broadcast(&dp->cv);
+    }
+    pthread_mutex_unlock(&dp->mu);
+    return NULL;
+}
+
+static kiln_status check_ranges(int64_t n, const int64_t *lo, const int64_t *hi, int k) {
+    if (k < 1)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: no gradient ranges");
+    int64_t top = n;
+    for (int i = 0; i < k; i++) {
+        if (hi[i] != top || lo[i] > hi[i])
+            return kiln_error_setf(KILN_ERR_ARG,
+                                   "data parallel: gradient range %d [%lld, %lld) does not end "
+                                   "where the one before starts (%lld): the ranges must tile "
+                                   "the slab downwards",
+                                   i, (long long)lo[i], (long long)hi[i], (long long)top);
+        top = lo[i];
+    }
+    if (top != 0)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: the gradient ranges stop at %lld, "
+                                             "not at 0", (long long)top);
+    return KILN_OK;
+}
+
+static kiln_status build(kiln_dp *dp, const int64_t *lo, const int64_t *hi, int k) {
+    int W = dp->world;
+    dp->shard_lo = calloc((size_t)W, sizeof(int64_t));
+    dp->shard_hi = calloc((size_t)W, sizeof(int64_t));
+    dp->counts = calloc((size_t)W, sizeof(int64_t));
+    dp->range_lo = malloc((size_t)k * sizeof(int64_t));
+    dp->range_hi = malloc((size_t)k * sizeof(int64_t));
+    dp->buckets = calloc((size_t)k, sizeof(bucket));
+    if (!dp->shard_lo || !dp->shard_hi || !dp->counts || !dp->range_lo || !dp->range_hi ||
+        !dp->buckets)
+        return kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
+    memcpy(dp->range_lo, lo, (size_t)k * sizeof(int64_t));
+    memcpy(dp->range_hi, hi, (size_t)k * sizeof(int64_t));
+    dp->nranges = k;
+    /* shards: equal pieces, edges rounded to SHARD_ALIGN */
+    int64_t units = (dp->n + SHARD_ALIGN - 1) / SHARD_ALIGN;
+    for (int r = 0; r < W; r++) {
+        int64_t a = units * r / W * SHARD_ALIGN, b = units * (r + 1) / W * SHARD_ALIGN;
+        dp->shard_lo[r] = a < dp->n ? a : dp->n;
+        dp->shard_hi[r] = b < dp->n ? b : dp->n;
+    }
+    /* buckets: consecutive ranges in report order until bucket_bytes of fp32 gradients */
+    int64_t cap = dp->cfg.bucket_bytes > 0 ? dp->cfg.bucket_bytes / (int64_t)sizeof(float)
+                                           : dp->n + 1;
+    int64_t largest = 0;
+    for (int i = 0; i < k;) {
+        bucket *b = &dp->buckets[dp->nbuckets++];
+        b->hi = hi[i];
+        while (i < k && (b->hi - lo[i] <= cap || b->hi == hi[i]))
+            i++;
+        b->lo = lo[i - 1];
+        b->last_range = i - 1;
+        if (b->hi - b->lo > largest)
+            largest = b->hi - b->lo;
+    }
+    if (dp->cfg.reduce_dtype == KILN_DTYPE_BF16) {
+        dp->staging = malloc((size_t)(largest > 0 ? largest : 1) * sizeof(uint16_t));
+        if (!dp->staging)
+            return kiln_error_setf(KILN_ERR_NOMEM,
+                                   "data parallel: cannot allocate %lld bf16 elements for the "
+                                   "reduction", (long long)largest);
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_dp_create(kiln_dp **out, kiln_comm *comm, const kiln_dp_config *cfg, int64_t n,
+                           const int64_t *lo, const int64_t *hi, int nranges) {
+    *out = NULL;
+    if (!comm || !cfg || n < 1)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: no communicator or empty slab");
+    if (cfg->zero < 0 || cfg->zero > 2)
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "data parallel: ZeRO stage %d is not one of 0, 1, 2", cfg->zero);
+    if (cfg->bucket_bytes < 0)
+        return kiln_error_setf(KILN_ERR_CONFIG, "data parallel: bucket size must be >= 0");
+    if (cfg->reduce_dtype != KILN_DTYPE_F32 && cfg->reduce_dtype != KILN_DTYPE_BF16)
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "data parallel: gradients are reduced in fp32 or bf16, not %s",
+                               kiln_dtype_name(cfg->reduce_dtype));
+    KILN_CHECK(check_ranges(n, lo, hi, nranges));
+    kiln_dp *dp = calloc(1, sizeof *dp);
+    if (!dp)
+        return kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
+    dp->comm = comm;
+    dp->cfg = *cfg;
+    dp->rank = kiln_comm_rank(comm);
+    dp->world = kiln_comm_size(comm);
+    dp->n = n;
+    dp->bytes_at_take = kiln_comm_bytes_sent(comm);
+    pthread_mutex_init(&dp->mu, NULL);
+    pthread_cond_init(&dp->cv, NULL);
+    kiln_status s = build(dp, lo, hi, nranges);
+    if (s == KILN_OK) {
+        if (pthread_create(&dp->thread, NULL, thread_main, dp) != 0)
+            s = kiln_error_setf(KILN_ERR_IO, "data parallel: cannot start the communication thread");
+        else
+            dp->thread_started = 1;
+    }
+    if (s != KILN_OK) {
+        kiln_dp_free(dp);
+        return s;
+    }
+    *out = dp;
+    return KILN_OK;
+}
+
+void kiln_dp_free(kiln_dp *dp) {
+    if (!dp)
+        return;
+    if (dp->thread_started) {
+        pthread_mutex_lock(&dp->mu);
+        dp->quit = 1;
+        pthread_cond_broadcast(&dp->cv);
+        pthread_mutex_unlock(&dp->mu);
+        pthread_join(dp->thread, NULL);
+    }
+    pthread_cond_destroy(&dp->cv);
+    pthread_mutex_destroy(&dp->mu);
+    free(dp->shard_lo);
+    free(dp->shard_hi);
+    free(dp->counts);
+    free(dp->range_lo);
+    free(dp->range_hi);
+    free(dp->buckets);
+    free(dp->staging);
+    free(dp);
+}
+
+kiln_status kiln_dp_begin(kiln_dp *dp, float *grads) {
+    if (dp->in_step)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: begin twice without finish");
+    pthread_mutex_lock(&dp->mu);
+    dp->posted = dp->done = 0;
+    pthread_mutex_unlock(&dp->mu);
+    dp->grads = grads;
+    dp->next_range = 0;
+    dp->in_step = 1;
+    return KILN_OK;
+}
+
+static void post(kiln_dp *dp, int upto) {
+    pthread_mutex_lock(&dp->mu);
+    if (upto > dp->posted) {
+        dp->posted = upto;
+        pthread_cond_broadcast(&dp->cv);
+    }
+    pthread_mutex_unlock(&dp->mu);
+}
+
+void kiln_dp_ready(kiln_dp *dp, int64_t lo, int64_t hi) {
+    if (!dp->in_step || dp->next_range >= dp->nranges)
+        return;
+    int i = dp->next_range;
+    if (dp->range_lo[i] != lo || dp->range_hi[i] != hi) {
+        /* out of the order the buckets were built for: no bucket starts early; finish
+         * reduces what is left and reports the mismatch */
+        dp->next_range = dp->nranges + 1;
+        return;
+    }
+    dp->next_range++;
+    int b = dp->posted;
+    while (b < dp->nbuckets && dp->buckets[b].last_range < dp->next_range)
+        b++;
+    post(dp, b);
+}
+
+kiln_status kiln_dp_finish(kiln_dp *dp) {
+    if (!dp->in_step)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: finish without begin");
+    int out_of_order = dp->next_range > dp->nranges;
+    double t0 = kiln_time_ms();
+    post(dp, dp->nbuckets); /* whatever backward did not report (one bucket: all of it) */
+    pthread_mutex_lock(&dp->mu);
+    while (dp->done < dp->posted)
+        pthread_cond_wait(&dp->cv, &dp->mu);
+    kiln_status s = dp->error;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", dp->error_msg);
+    pthread_mutex_unlock(&dp->mu);
+    dp->exposed_s += (kiln_time_ms() - t0) / 1e3;
+    dp->in_step = 0;
+    if (s != KILN_OK)
+        return kiln_error_setf(s, "data parallel: reducing gradients on rank %d: %s", dp->rank, msg);
+    if (out_of_order)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: backward reported its gradient "
+                                             "ranges out of the expected order");
+    return KILN_OK;
+}
+
+kiln_status kiln_dp_allreduce_sums(kiln_dp *dp, double *v, int k) {
+    if (k < 1 || k > 8)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: %d sums (1 to 8)", k);
+    if (dp->in_step)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: sums during backward");
+    /* doubles as pairs of nothing MPI reduces: the sums travel as fp32 would lose the
+     * loss's digits, so each double goes as its value in a float pair (hi, lo) */
+    float pairs[16];
+    for (int i = 0; i < k; i++) {
+        pairs[2 * i] = (float)v[i];
+        pairs[2 * i + 1] = (float)(v[i] - (double)pairs[2 * i]);
+    }
+    double t0 = kiln_time_ms();
+    KILN_CHECK(kiln_comm_allreduce(pairs, pairs, 2 * k, KILN_DTYPE_F32, KILN_REDUCE_SUM, dp->comm));
+    dp->other_s += (kiln_time_ms() - t0) / 1e3;
+    for (int i = 0; i < k; i++)
+        v[i] = (double)pairs[2 * i] + (double)pairs[2 * i + 1];
+    return KILN_OK;
+}
+
+kiln_status kiln_dp_gather(kiln_dp *dp, void *params, kiln_dtype dt) {
+    if (dp->cfg.zero == 0)
+        return KILN_OK;
+    for (int r = 0; r < dp->world; r++)
+        dp->counts[r] = dp->shard_hi[r] - dp->shard_lo[r];
+    size_t esz = kiln_dtype_size(dt);
+    double t0 = kiln_time_ms();
+    KILN_CHECK(kiln_comm_allgather((char *)params + dp->shard_lo[dp->rank] * (int64_t)esz, params,
+                                   dp->counts, dt, dp->comm));
+    dp->other_s += (kiln_time_ms() - t0) / 1e3;
+    return KILN_OK;
+}
+
+kiln_dp_stats kiln_dp_take_stats(kiln_dp *dp) {
+    kiln_dp_stats st;
+    pthread_mutex_lock(&dp->mu);
+    uint64_t b = kiln_comm_bytes_sent(dp->comm);
+    st.comm_s = dp->comm_s;
+    st.exposed_s = dp->exposed_s;
+    st.other_s = dp->other_s;
+    st.bytes = b - dp->bytes_at_take;
+    dp->comm_s = dp->exposed_s = dp->other_s = 0.0;
+    dp->bytes_at_take = b;
+    pthread_mutex_unlock(&dp->mu);
+    return st;
+}

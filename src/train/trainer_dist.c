@@ -1,0 +1,239 @@
+/* What data parallelism adds to the trainer: the same start on every rank, the gradient
+ * reduction between backward and the norm, the gather of updated shards, and the figures. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "kiln/core.h"
+#include "train/trainer_internal.h"
+
+void kiln__trainer_dist_setup(kiln_trainer *t) {
+    t->comm = t->cfg.comm;
+    t->rank = t->comm ? kiln_comm_rank(t->comm) : 0;
+    t->world = t->comm ? kiln_comm_size(t->comm) : 1;
+}
+
+kiln_status kiln__trainer_agree(kiln_trainer *t, kiln_status local, const char *what) {
+    if (t->world <= 1)
+        return local;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", local != KILN_OK ? kiln_error_message() : "");
+    /* the highest failed rank + 1 (0: none); floats hold these integers exactly */
+    float failed = local != KILN_OK ? (float)(t->rank + 1) : 0.0f;
+    kiln_status s = kiln_comm_allreduce(&failed, &failed, 1, KILN_DTYPE_F32, KILN_REDUCE_MAX,
+                                        t->comm);
+    if (local != KILN_OK)
+        return kiln_error_setf(local, "%s", msg);
+    if (s != KILN_OK)
+        return s;
+    if (failed > 0.0f)
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "rank %d failed %s (its message says why); rank %d stops too",
+                               (int)failed - 1, what, t->rank);
+    return KILN_OK;
+}
+
+static void grad_ready(void *ctx, int64_t lo, int64_t hi) { kiln_dp_ready(ctx, lo, hi); }
+
+kiln_status kiln__trainer_dist_start(kiln_trainer *t) {
+    int64_t n = kiln_gpt_slab_len(t->model);
+    t->shard_lo = 0;
+    t->shard_hi = n;
+    if (t->world <= 1)
+        return KILN_OK;
+    enum { MAXR = 4096 };
+    int64_t *lo = malloc(MAXR * sizeof *lo), *hi = malloc(MAXR * sizeof *hi);
+    kiln_status s = KILN_OK;
+    if (!lo || !hi) {
+        s = kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
+        goto done;
+    }
+    int k = kiln_gpt_grad_ranges(t->model, lo, hi, MAXR);
+    if (k > MAXR) {
+        s = kiln_error_setf(KILN_ERR_CONFIG, "data parallel: %d gradient ranges (at most %d)", k,
+                            MAXR);
+        goto done;
+    }
+    KILN_CHECK_GOTO(s, kiln_dp_create(&t->dp, t->comm, &t->cfg.dp, n, lo, hi, k), done);
+    kiln_gpt_set_grad_ready(t->model, grad_ready, t->dp);
+    kiln_dp_shard(t->dp, &t->shard_lo, &t->shard_hi);
+done:
+    free(lo);
+    free(hi);
+    return s;
+}
+
+/* ---- the same start on every rank ---- */
+
+typedef struct hasher {
+    uint64_t v[96];
+    int n;
+} hasher;
+
+static void put_i(hasher *h, int64_t x) { h->v[h->n++] = (uint64_t)x; }
+static void put_f(hasher *h, double x) {
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    h->v[h->n++] = u;
+}
+
+/* Everything that must be equal on every rank for the ranks to train one model. */
+static uint64_t config_hash(const kiln_trainer *t, const kiln_gpt_config *mc) {
+    const kiln_train_config *c = &t->cfg;
+    hasher h = {.n = 0};
+    put_i(&h, mc->n_layer), put_i(&h, mc->n_head), put_i(&h, mc->n_embd);
+    put_i(&h, mc->max_seq_len), put_i(&h, mc->vocab_size);
+    put_i(&h, c->B), put_i(&h, c->T), put_i(&h, c->grad_accum), put_i(&h, c->steps);
+    put_i(&h, c->eval_every), put_i(&h, c->eval_batches), put_i(&h, !!c->val_path);
+    put_i(&h, c->optim.kind), put_f(&h, c->optim.beta1), put_f(&h, c->optim.beta2);
+    put_f(&h, c->optim.eps), put_f(&h, c->optim.weight_decay), put_f(&h, c->optim.momentum);
+    put_f(&h, c->optim.dampening), put_i(&h, c->optim.nesterov), put_f(&h, c->optim.alpha);
+    put_i(&h, t->sched.kind), put_f(&h, t->sched.lr), put_f(&h, t->sched.min_lr);
+    put_i(&h, t->sched.warmup_steps), put_i(&h, t->sched.total_steps);
+    put_f(&h, c->grad_clip), put_i(&h, (int64_t)c->seed);
+    put_i(&h, c->model_opt.dtype), put_i(&h, c->model_opt.recompute);
+    put_i(&h, c->model_opt.fuse_gelu), put_i(&h, c->model_opt.fuse_residual_ln);
+    put_i(&h, c->model_opt.classifier_chunk), put_i(&h, c->stochastic_rounding);
+    put_f(&h, c->loss_scaler.scale), put_i(&h, c->loss_scaler.interval);
+    put_i(&h, c->save_dtype), put_i(&h, c->inject_nonfinite_step);
+    put_i(&h, c->dp.zero), put_i(&h, c->dp.bucket_bytes), put_i(&h, c->dp.reduce_dtype);
+    return XXH3_64bits(h.v, (size_t)h.n * sizeof h.v[0]);
+}
+
+static uint64_t data_hash(const kiln_trainer *t) {
+    hasher h = {.n = 0};
+    put_i(&h, kiln_loader_num_tokens(t->train));
+    put_i(&h, kiln_loader_num_windows(t->train));
+    put_i(&h, (int64_t)kiln_loader_tokenizer_id(t->train));
+    put_i(&h, kiln_loader_vocab_size(t->train));
+    put_i(&h, t->val ? kiln_loader_num_tokens(t->val) : -1);
+    return XXH3_64bits(h.v, (size_t)h.n * sizeof h.v[0]);
+}
+
+kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc) {
+    if (t->world <= 1)
+        return KILN_OK;
+    const int K = 3;
+    uint64_t mine[3] = {config_hash(t, mc), data_hash(t), 0};
+    kiln_gpt *m = t->model;
+    mine[2] = XXH3_64bits(kiln_gpt_params(m),
+                          (size_t)kiln_gpt_slab_len(m) * kiln_dtype_size(kiln_gpt_dtype(m)));
+    uint64_t *all = calloc((size_t)t->world * K, sizeof *all);
+    int64_t *counts = calloc((size_t)t->world, sizeof *counts);
+    kiln_status s = KILN_OK;
+    if (!all || !counts) {
+        s = kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
+        goto done;
+    }
+    /* 3 hashes as 6 floats' bytes: allgather moves bytes */
+    for (int r = 0; r < t->world; r++)
+        counts[r] = 2 * K;
+    memcpy(all + (size_t)t->rank * K, mine, sizeof mine);
+    KILN_CHECK_GOTO(s, kiln_comm_allgather(all + (size_t)t->rank * K, all, counts, KILN_DTYPE_F32,
+                                           t->comm), done);
+    static const char *what[3] = {"configuration (model, batch, optimizer, schedule, precision, "
+                                  "seed or data-parallel flags)",
+                                  "training or validation data", "starting weights"};
+    for (int k = 0; k < K; k++) {
+        char differ[256] = "";
+        size_t used = 0;
+        for (int r = 1; r < t->world; r++)
+            if (all[(size_t)r * K + k] != all[k] && used < sizeof differ - 16)
+                used += (size_t)snprintf(differ + used, sizeof differ - used, "%s%d",
+                                         used ? ", " : "", r);
+        if (used) {
+            s = kiln_error_setf(KILN_ERR_CONFIG,
+                                "the ranks do not train the same model: the %s of rank(s) %s "
+                                "differ(s) from rank 0's; every rank must be started with the "
+                                "same flags and files",
+                                what[k], differ);
+            goto done;
+        }
+    }
+done:
+    free(all);
+    free(counts);
+    return s;
+}
+
+/* ---- a step ---- */
+
+kiln_status kiln__trainer_dist_sync(kiln_trainer *t, float *loss, double *sumsq, int inject) {
+    kiln_backend *be = kiln_gpt_backend(t->model);
+    float *g = kiln_gpt_grads(t->model);
+    float inf = INFINITY;
+    if (t->world <= 1) {
+        if (inject)
+            be->copy(be, g, &inf, sizeof inf, KILN_COPY_TO_DEVICE);
+        *sumsq = be->sumsq(be, KILN_DTYPE_F32, g, kiln_gpt_slab_len(t->model));
+        return KILN_OK;
+    }
+    KILN_CHECK(kiln_dp_finish(t->dp));
+    /* each rank's shard of the (reduced) gradients: together the whole slab once */
+    int64_t lo, hi;
+    kiln_dp_shard_of(t->dp, t->rank, &lo, &hi);
+    if (inject && hi > lo)
+        be->copy(be, g + lo, &inf, sizeof inf, KILN_COPY_TO_DEVICE);
+    double v[2] = {*loss, hi > lo ? be->sumsq(be, KILN_DTYPE_F32, g + lo, hi - lo) : 0.0};
+    KILN_CHECK(kiln_dp_allreduce_sums(t->dp, v, 2));
+    *loss = (float)(v[0] / t->world);
+    *sumsq = v[1];
+    return KILN_OK;
+}
+
+kiln_status kiln__trainer_dist_gather(kiln_trainer *t) {
+    if (!t->dp)
+        return KILN_OK;
+    return kiln_dp_gather(t->dp, kiln_gpt_params(t->model), kiln_gpt_dtype(t->model));
+}
+
+kiln_status kiln__trainer_dist_mean(kiln_trainer *t, double *v) {
+    if (!t->dp)
+        return KILN_OK;
+    KILN_CHECK(kiln_dp_allreduce_sums(t->dp, v, 1));
+    *v /= t->world;
+    return KILN_OK;
+}
+
+kiln_status kiln__trainer_gather_master(kiln_trainer *t, float **full) {
+    int64_t n = kiln_gpt_slab_len(t->model);
+    *full = malloc((size_t)n * sizeof **full);
+    if (!*full)
+        return kiln_error_setf(KILN_ERR_NOMEM,
+                               "cannot allocate %lld floats to gather the master weights",
+                               (long long)n);
+    int64_t *counts = calloc((size_t)t->world, sizeof *counts);
+    if (!counts) {
+        free(*full);
+        *full = NULL;
+        return kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
+    }
+    for (int r = 0; r < t->world; r++) {
+        int64_t lo, hi;
+        kiln_dp_shard_of(t->dp, r, &lo, &hi);
+        counts[r] = hi - lo;
+    }
+    memcpy(*full + t->shard_lo, kiln_optim_master(t->opt),
+           (size_t)(t->shard_hi - t->shard_lo) * sizeof(float));
+    kiln_status s = kiln_comm_allgather(*full + t->shard_lo, *full, counts, KILN_DTYPE_F32,
+                                        t->comm);
+    free(counts);
+    if (s != KILN_OK) {
+        free(*full);
+        *full = NULL;
+    }
+    return s;
+}
+
+void kiln__trainer_dist_stats(kiln_trainer *t, kiln_step_info *mt) {
+    mt->world = t->world;
+    if (!t->dp)
+        return;
+    kiln_dp_stats st = kiln_dp_take_stats(t->dp);
+    double all = st.comm_s + st.other_s, exposed = st.exposed_s + st.other_s;
+    mt->comm_ms = all * 1e3;
+    mt->comm_hidden = all > 0 ? fmax(0.0, 1.0 - exposed / all) : 0.0;
+    mt->comm_bytes = st.bytes;
+}

@@ -1,0 +1,65 @@
+/* The trainer's state, shared by trainer.c (one process) and trainer_dist.c (what data
+ * parallelism adds between its phases). */
+#ifndef KILN_TRAIN_TRAINER_INTERNAL_H
+#define KILN_TRAIN_TRAINER_INTERNAL_H
+
+#include <stdio.h>
+
+#include "kiln/loader.h"
+#include "kiln/train.h"
+
+/* The trainer between steps: what kiln_trainer_create builds and every step uses. */
+struct kiln_trainer {
+    kiln_train_config cfg;  /* a copy; the strings and the log in it are the caller's */
+    kiln_lr_schedule sched; /* cfg.lr with total_steps resolved */
+    kiln_loader *train, *val;
+    kiln_gpt *model;
+    kiln_optim *opt;
+    int32_t *inputs, *targets; /* (B,T): the last micro-batch */
+    FILE *metrics;
+    double flops_per_step; /* model FLOPs of one optimizer step */
+    double peak;           /* GFLOP/s: MFU's denominator */
+    kiln_train_memory plan;
+    kiln_loss_scaler scaler; /* fp16 only */
+    int save_existed;   /* the --save file existed before this run */
+    int64_t saved_step; /* the step whose weights were last saved in this run (-1: none) */
+    /* the run so far, for kiln_trainer_result */
+    int64_t steps_done;
+    float first_loss, last_loss, last_val_loss;
+    double later_ms; /* the time of the steps after the first, ms */
+    /* data parallelism (trainer_dist.c): world 1 and dp NULL in one process */
+    kiln_comm *comm;
+    int rank, world;
+    kiln_dp *dp;
+    int64_t shard_lo, shard_hi; /* this rank's part of the sums and of the optimizer (zero >= 1) */
+};
+
+
+/* ---- trainer_dist.c ---- */
+/* Rank and world from cfg.comm; no communication. */
+void kiln__trainer_dist_setup(kiln_trainer *t);
+/* After every rank's own start (local: its status): all ranks learn whether any failed, so
+ * that none goes on to wait for the others in a collective. Returns local when it failed,
+ * an error naming the failed rank when another did, else KILN_OK. */
+kiln_status kiln__trainer_agree(kiln_trainer *t, kiln_status local, const char *what);
+/* The data-parallel engine for the model's gradient ranges and the backward callback; sets
+ * shard_lo and shard_hi (the optimizer's range). No communication. */
+kiln_status kiln__trainer_dist_start(kiln_trainer *t);
+/* Every rank has the same configuration, data and starting weights (a hash of each,
+ * gathered and compared); an error on every rank naming the ranks that differ. */
+kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc);
+/* (b) of a step: the gradient reduction's end, then the loss and the gradients' sum of
+ * squares summed over ranks (*loss becomes the mean over ranks). inject: make this rank's
+ * first gradient infinite first (fault injection). One process: the sum of squares alone. */
+kiln_status kiln__trainer_dist_sync(kiln_trainer *t, float *loss, double *sumsq, int inject);
+/* (d)'s end: every rank's updated shard to every rank (zero >= 1). */
+kiln_status kiln__trainer_dist_gather(kiln_trainer *t);
+/* The mean over ranks of a per-rank value (an evaluation's mean loss). */
+kiln_status kiln__trainer_dist_mean(kiln_trainer *t, double *v);
+/* The fp32 master weights of the whole slab in *full (malloc'd; the caller frees), gathered
+ * from every rank's shard (zero >= 1 with narrow working weights). */
+kiln_status kiln__trainer_gather_master(kiln_trainer *t, float **full);
+/* The step's communication figures into mt. */
+void kiln__trainer_dist_stats(kiln_trainer *t, kiln_step_info *mt);
+
+#endif
