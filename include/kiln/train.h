@@ -53,6 +53,12 @@ typedef struct kiln_train_config {
      * equals one process with batch N x B. Only rank 0 prints, writes metrics and saves. */
     kiln_comm *comm;
     kiln_dp_config dp;
+    /* Uneven ranks: rank r takes rank_batches[r] (>= 1) micro-batches of B per step instead
+     * of grad_accum (which must then be 1), e.g. fewer on a slower machine. The gradients are
+     * weighted by tokens, so a step equals one process with batch sum(rank_batches) x B: the
+     * ranks together take that process's batch, rank r the micro-batches numbered from the
+     * sum of those before it. NULL: every rank grad_accum. world entries. */
+    const int64_t *rank_batches;
     FILE *log;                /* console lines (NULL: silent) */
 } kiln_train_config;
 

@@ -89,7 +89,12 @@ void kiln_trainer_free(kiln_trainer *t) {
     kiln_optim_free(t->opt);
     kiln_gpt_free(t->model);
     kiln_loader_close(t->val);
-    kiln_loader_close(t->train);
+    if (t->micro_loaders) /* t->train is the first of them */
+        for (int64_t i = 0; i < t->micro; i++)
+            kiln_loader_close(t->micro_loaders[i]);
+    else
+        kiln_loader_close(t->train);
+    free(t->micro_loaders);
     free(t);
 }
 
@@ -278,6 +283,44 @@ static kiln_status init_weights(kiln_trainer *t) {
     return s;
 }
 
+/* The training data: each rank its slice of every global batch of world x B sequences; with
+ * uneven ranks, rank r's micro-batches are slices offset + m of a batch cut in micro_total
+ * slices of B (offset: the micro-batches of the ranks before it), one loader each. */
+static kiln_status open_train_data(kiln_trainer *t) {
+    const kiln_train_config *cfg = &t->cfg;
+    kiln_loader_config lc = {.path = cfg->train_path, .B = cfg->B, .T = cfg->T, .rank = t->rank,
+                             .world = t->world, .seed = cfg->seed, .shuffle = 1};
+    t->micro = cfg->grad_accum;
+    t->micro_total = cfg->grad_accum * t->world;
+    if (!cfg->rank_batches)
+        return kiln_loader_open(&t->train, &lc);
+    if (cfg->grad_accum != 1)
+        return kiln_error_setf(KILN_ERR_CONFIG, "uneven ranks (rank_batches) set each rank's "
+                                                "micro-batches: grad_accum must be 1");
+    int64_t offset = 0, total = 0;
+    for (int r = 0; r < t->world; r++) {
+        if (cfg->rank_batches[r] < 1 || cfg->rank_batches[r] > 4096)
+            return kiln_error_setf(KILN_ERR_CONFIG,
+                                   "rank %d's micro-batches per step are %lld: 1 to 4096", r,
+                                   (long long)cfg->rank_batches[r]);
+        if (r < t->rank)
+            offset += cfg->rank_batches[r];
+        total += cfg->rank_batches[r];
+    }
+    t->micro = cfg->rank_batches[t->rank];
+    t->micro_total = total;
+    t->micro_loaders = calloc((size_t)t->micro, sizeof *t->micro_loaders);
+    if (!t->micro_loaders)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the loaders");
+    lc.world = (int)total;
+    for (int64_t m = 0; m < t->micro; m++) {
+        lc.rank = (int)(offset + m);
+        KILN_CHECK(kiln_loader_open(&t->micro_loaders[m], &lc));
+    }
+    t->train = t->micro_loaders[0]; /* for the data's vocabulary, tokenizer and size */
+    return KILN_OK;
+}
+
 /* Everything before the first step, into t (zeroed, its cfg set); kiln_trainer_free undoes
  * whatever part of it was done. */
 static kiln_status trainer_init(kiln_trainer *t) {
@@ -301,10 +344,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
     if (t->sched.total_steps <= 0)
         t->sched.total_steps = cfg->steps;
     KILN_CHECK(kiln_lr_schedule_check(&t->sched));
-    /* each rank its slice of every global batch of world x B sequences */
-    kiln_loader_config lc = {.path = cfg->train_path, .B = cfg->B, .T = cfg->T, .rank = t->rank,
-                             .world = t->world, .seed = cfg->seed, .shuffle = 1};
-    KILN_CHECK(kiln_loader_open(&t->train, &lc));
+    KILN_CHECK(open_train_data(t));
     /* Validation data is opened (and checked) now, not at the first evaluation. */
     if (cfg->val_path) {
         kiln_loader_config vc = {.path = cfg->val_path, .B = cfg->B, .T = cfg->T,
@@ -369,7 +409,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
     if (cfg->metrics_path)
         KILN_CHECK(open_metrics(&t->metrics, cfg->metrics_path));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
-                        (double)cfg->grad_accum;
+                        (double)t->micro;
     print_plan(t);
     return KILN_OK;
 }
@@ -396,32 +436,34 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
  * (c) the global norm, the non-finite checks and the clip coefficient, (d) the update.
  * The loss scale S (fp16; 1 otherwise) multiplies the gradients from (a) to (c). */
 
-/* (a) The step's gradients, summed over grad_accum micro-batches into the zeroed slab;
- * *loss is their mean loss (this rank's). With several ranks the loss is also divided by
- * the world, so that the sum the reduction makes is the mean over every rank's batch, and
- * the last micro-batch's backward hands each finished range of gradients to the reduction. */
-static kiln_status forward_backward(kiln_trainer *t, float S, float *loss) {
+/* (a) The step's gradients, summed over this rank's micro-batches into the zeroed slab;
+ * *loss is the sum of their losses. Each micro-batch's loss is divided by every rank's
+ * micro-batches together, so that the sum the reduction makes is the mean over the whole
+ * step's batch, and the last micro-batch's backward hands each finished range of gradients
+ * to the reduction. */
+static kiln_status forward_backward(kiln_trainer *t, float S, double *loss) {
     const kiln_train_config *cfg = &t->cfg;
     kiln_gpt_zero_grad(t->model);
     double sum = 0.0;
-    float scale = S / (float)(cfg->grad_accum * t->world);
-    for (int64_t micro = 0; micro < cfg->grad_accum; micro++) {
+    float scale = S / (float)t->micro_total;
+    for (int64_t micro = 0; micro < t->micro; micro++) {
         float l = 0.0f;
-        KILN_CHECK(kiln_loader_next(t->train, t->inputs, t->targets));
-        if (t->dp && micro == cfg->grad_accum - 1)
+        kiln_loader *ld = t->micro_loaders ? t->micro_loaders[micro] : t->train;
+        KILN_CHECK(kiln_loader_next(ld, t->inputs, t->targets));
+        if (t->dp && micro == t->micro - 1)
             KILN_CHECK(kiln_dp_begin(t->dp, kiln_gpt_grads(t->model)));
         KILN_CHECK(kiln_gpt_forward_backward(t->model, t->inputs, t->targets, cfg->B, cfg->T,
                                              scale, &l));
         sum += l;
     }
-    *loss = (float)(sum / (double)cfg->grad_accum);
+    *loss = sum;
     return KILN_OK;
 }
 
 /* (b) Every process's gradients made the same (their mean over the processes; with ZeRO 2,
  * on this rank's shard), then the loss and the gradients' sum of squares over all ranks. A
  * fault injected on purpose (tests) makes one gradient infinite, after the reduction. */
-static kiln_status sync_gradients(kiln_trainer *t, float *loss, double *sumsq) {
+static kiln_status sync_gradients(kiln_trainer *t, double *loss, double *sumsq) {
     int inject = t->cfg.inject_nonfinite_step == t->steps_done + 1;
     return kiln__trainer_dist_sync(t, loss, sumsq, inject);
 }
@@ -460,9 +502,10 @@ static kiln_status clip_coefficient(kiln_trainer *t, float S, double sumsq, kiln
 /* One optimizer step: fills mt's loss, lr, grad_norm and skipped. */
 static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
     float S = kiln_gpt_dtype(t->model) == KILN_DTYPE_F16 ? t->scaler.scale : 1.0f;
-    KILN_CHECK(forward_backward(t, S, &mt->loss));
-    double sumsq = 0.0;
-    KILN_CHECK(sync_gradients(t, &mt->loss, &sumsq));
+    double loss = 0.0, sumsq = 0.0;
+    KILN_CHECK(forward_backward(t, S, &loss));
+    KILN_CHECK(sync_gradients(t, &loss, &sumsq));
+    mt->loss = (float)loss;
     mt->lr = kiln_lr_at(&t->sched, t->steps_done);
     double coef = 1.0;
     KILN_CHECK(clip_coefficient(t, S, sumsq, mt, &coef));
@@ -560,7 +603,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
         mt.skipped_total = t->scaler.skipped;
     }
     mt.ms = kiln_time_ms() - t0;
-    mt.tokens_per_s = (double)(cfg->B * cfg->T * cfg->grad_accum * t->world) / (mt.ms / 1e3);
+    mt.tokens_per_s = (double)(cfg->B * cfg->T * t->micro_total) / (mt.ms / 1e3);
     kiln__trainer_dist_stats(t, &mt);
     mt.mfu = t->flops_per_step / (mt.ms / 1e3) / (t->peak * 1e9);
     if (t->steps_done == 0)
@@ -600,7 +643,7 @@ void kiln_trainer_result(const kiln_trainer *t, kiln_train_result *res) {
     if (t->steps_done > 1) { /* the first step (warming caches and pages) is left out */
         res->mean_ms = t->later_ms / (double)(t->steps_done - 1);
         res->tokens_per_s =
-            (double)(cfg->B * cfg->T * cfg->grad_accum * t->world) / (res->mean_ms / 1e3);
+            (double)(cfg->B * cfg->T * t->micro_total) / (res->mean_ms / 1e3);
         res->mfu = t->flops_per_step / (res->mean_ms / 1e3) / (t->peak * 1e9);
     }
     res->peak_rss = kiln_peak_rss();

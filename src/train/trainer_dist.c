@@ -93,6 +93,9 @@ static uint64_t config_hash(const kiln_trainer *t, const kiln_gpt_config *mc) {
     put_i(&h, t->sched.kind), put_f(&h, t->sched.lr), put_f(&h, t->sched.min_lr);
     put_i(&h, t->sched.warmup_steps), put_i(&h, t->sched.total_steps);
     put_f(&h, c->grad_clip), put_i(&h, (int64_t)c->seed);
+    put_i(&h, c->rank_batches ? (int64_t)XXH3_64bits(c->rank_batches, (size_t)t->world *
+                                                                       sizeof(int64_t))
+                              : -1);
     put_i(&h, c->model_opt.dtype), put_i(&h, c->model_opt.recompute);
     put_i(&h, c->model_opt.fuse_gelu), put_i(&h, c->model_opt.fuse_residual_ln);
     put_i(&h, c->model_opt.classifier_chunk), put_i(&h, c->stochastic_rounding);
@@ -160,7 +163,7 @@ done:
 
 /* ---- a step ---- */
 
-kiln_status kiln__trainer_dist_sync(kiln_trainer *t, float *loss, double *sumsq, int inject) {
+kiln_status kiln__trainer_dist_sync(kiln_trainer *t, double *loss, double *sumsq, int inject) {
     kiln_backend *be = kiln_gpt_backend(t->model);
     float *g = kiln_gpt_grads(t->model);
     float inf = INFINITY;
@@ -168,6 +171,7 @@ kiln_status kiln__trainer_dist_sync(kiln_trainer *t, float *loss, double *sumsq,
         if (inject)
             be->copy(be, g, &inf, sizeof inf, KILN_COPY_TO_DEVICE);
         *sumsq = be->sumsq(be, KILN_DTYPE_F32, g, kiln_gpt_slab_len(t->model));
+        *loss /= (double)t->micro_total;
         return KILN_OK;
     }
     KILN_CHECK(kiln_dp_finish(t->dp));
@@ -178,7 +182,7 @@ kiln_status kiln__trainer_dist_sync(kiln_trainer *t, float *loss, double *sumsq,
         be->copy(be, g + lo, &inf, sizeof inf, KILN_COPY_TO_DEVICE);
     double v[2] = {*loss, hi > lo ? be->sumsq(be, KILN_DTYPE_F32, g + lo, hi - lo) : 0.0};
     KILN_CHECK(kiln_dp_allreduce_sums(t->dp, v, 2));
-    *loss = (float)(v[0] / t->world);
+    *loss = v[0] / (double)t->micro_total;
     *sumsq = v[1];
     return KILN_OK;
 }

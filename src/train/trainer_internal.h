@@ -13,6 +13,11 @@ struct kiln_trainer {
     kiln_train_config cfg;  /* a copy; the strings and the log in it are the caller's */
     kiln_lr_schedule sched; /* cfg.lr with total_steps resolved */
     kiln_loader *train, *val;
+    /* uneven ranks: this rank's micro-batches come from loaders of their own (one per
+     * micro-batch of the step, as slices of one process's batch), train unused */
+    kiln_loader **micro_loaders;
+    int64_t micro;       /* this rank's micro-batches per step */
+    int64_t micro_total; /* every rank's together: the step's gradients are averaged over them */
     kiln_gpt *model;
     kiln_optim *opt;
     int32_t *inputs, *targets; /* (B,T): the last micro-batch */
@@ -48,10 +53,10 @@ kiln_status kiln__trainer_dist_start(kiln_trainer *t);
 /* Every rank has the same configuration, data and starting weights (a hash of each,
  * gathered and compared); an error on every rank naming the ranks that differ. */
 kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc);
-/* (b) of a step: the gradient reduction's end, then the loss and the gradients' sum of
- * squares summed over ranks (*loss becomes the mean over ranks). inject: make this rank's
+/* (b) of a step: the gradient reduction's end, then the loss (this rank's sum over its
+ * micro-batches in, the mean over every rank's out) and the gradients' sum of squares. inject: make this rank's
  * first gradient infinite first (fault injection). One process: the sum of squares alone. */
-kiln_status kiln__trainer_dist_sync(kiln_trainer *t, float *loss, double *sumsq, int inject);
+kiln_status kiln__trainer_dist_sync(kiln_trainer *t, double *loss, double *sumsq, int inject);
 /* (d)'s end: every rank's updated shard to every rank (zero >= 1). */
 kiln_status kiln__trainer_dist_gather(kiln_trainer *t);
 /* The mean over ranks of a per-rank value (an evaluation's mean loss). */

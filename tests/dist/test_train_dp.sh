@@ -2,7 +2,7 @@
 # Data-parallel training under mpirun, label "dist": N ranks with batch b each equal one
 # process with batch N x b (losses and final weights within 1e-5 over 20 steps) for N = 2
 # and 4, ZeRO 0, 1 and 2, with many gradient buckets and with one; gradient accumulation and
-# evaluation; bf16 working weights; an fp16 overflow skipped on every rank; gradients sent in
+# evaluation; uneven ranks (--rank-batches) equal to one process over the same batch; bf16 working weights; an fp16 overflow skipped on every rank; gradients sent in
 # bf16. Bad starts: ranks given different flags, a rank whose data is missing, a rank killed
 # mid-run: an error on every rank or an end within a bounded time, never a hang, and no
 # --save file of another run overwritten. Uses the cli fixture's byte-level data and tiny
@@ -164,6 +164,28 @@ case_bf16_reduction() {
     # clipping and Adam's normalisation the steps stay close
     same ref r 5e-3 --loss-tol 5e-3
     expect_out_re "reduced in bf16"
+}
+
+case_uneven_ranks() {
+    need_mpi
+    # rank r takes rank_batches[r] micro-batches of 1: together one process's batch of 4
+    one ref 4
+    mpi 2 $TRAIN --batch 1 --rank-batches 3,1 --zero 1 --save u2.st --metrics u2.jsonl
+    expect_ok
+    same ref u2 1e-5
+    mpi 4 $TRAIN --batch 1 --rank-batches 1,1,1,1 --bucket-mb 0.002 --save u4.st --metrics u4.jsonl
+    expect_ok
+    same ref u4 1e-5
+    one ref6 6
+    mpi 3 $TRAIN --batch 2 --rank-batches 1,1,1 --zero 2 --save u3.st --metrics u3.jsonl
+    expect_ok
+    same ref6 u3 1e-5
+    mpi 2 $TRAIN --batch 1 --rank-batches 3 --save x.st
+    expect_usage
+    expect_err "--rank-batches wants 2 counts"
+    mpi 2 $TRAIN --batch 1 --rank-batches 2,1 --grad-accum 2 --save x.st
+    expect_usage
+    check "no weights written by the refused runs" test ! -e x.st
 }
 
 case_flags_differ() {

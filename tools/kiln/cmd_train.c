@@ -175,6 +175,48 @@ static int print_plan(kiln_train_config *cfg, const char *budget_text) {
     return 0;
 }
 
+static int64_t step_micro(const kiln_train_config *cfg, int world) {
+    int64_t n = 0;
+    for (int r = 0; r < world; r++)
+        n += cfg->rank_batches ? cfg->rank_batches[r] : cfg->grad_accum;
+    return n;
+}
+
+/* --rank-batches 3,1: one count per rank, each 1..4096. */
+static int parse_rank_batches(const char *text, int world, int64_t accum, int64_t **out) {
+    *out = NULL;
+    if (accum != 1) {
+        fprintf(stderr, "kiln train: --rank-batches sets each rank's micro-batches; leave "
+                        "--grad-accum at 1\n");
+        return 2;
+    }
+    int64_t *v = calloc((size_t)world, sizeof *v);
+    if (!v)
+        return 1;
+    const char *p = text;
+    int n = 0;
+    for (;;) {
+        char *end = NULL;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || x < 1 || x > 4096 || n >= world)
+            break;
+        v[n++] = x;
+        p = end;
+        if (*p == '\0' && n == world) {
+            *out = v;
+            return 0;
+        }
+        if (*p != ',')
+            break;
+        p++;
+    }
+    fprintf(stderr, "kiln train: --rank-batches wants %d counts of micro-batches (1..4096), "
+                    "one per rank, separated by commas, e.g. %s; got '%s'\n",
+            world, world == 2 ? "3,1" : "2,2,1,1", text);
+    free(v);
+    return 2;
+}
+
 int cmd_train(int argc, char **argv) {
     kiln_train_config cfg = kiln_train_config_default();
     const char *model = "d4", *init = NULL, *data = "data/brown/train_*.bin", *val = NULL;
@@ -195,7 +237,7 @@ int cmd_train(int argc, char **argv) {
     double loss_scale = cfg.loss_scaler.scale;
     int64_t inject = 0, zero = 0;
     double bucket_mb = (double)kiln_dp_config_default().bucket_bytes / (1 << 20);
-    const char *reduce_dtype = "fp32";
+    const char *reduce_dtype = "fp32", *rank_batches = NULL;
     const tool_flag flags[] = {
         {"model", TOOL_FLAG_STRING, &model, "preset name or model JSON file"},
         {"layers", TOOL_FLAG_INT, &layers, "override the number of layers (0: keep)"},
@@ -262,6 +304,9 @@ int cmd_train(int argc, char **argv) {
          "it (0: one reduction after backward)"},
         {"reduce-dtype", TOOL_FLAG_STRING, &reduce_dtype,
          "data parallel: the dtype gradients travel in, fp32 or bf16 (added in fp32)"},
+        {"rank-batches", TOOL_FLAG_STRING, &rank_batches,
+         "data parallel, uneven ranks: micro-batches per step of each rank, e.g. 3,1 (replaces "
+         "--grad-accum; a step equals one process with batch sum x --batch)"},
         {"plan", TOOL_FLAG_BOOL, &plan,
          "print the memory plan and the largest batch that fits; allocate and train nothing"},
         {"plan-memory", TOOL_FLAG_STRING, &plan_memory,
@@ -389,11 +434,18 @@ int cmd_train(int argc, char **argv) {
         kiln_comm_free(comm);
         return 1;
     }
+    int64_t *per_rank = NULL;
+    if (rank_batches && (rc = parse_rank_batches(rank_batches, world, accum, &per_rank))) {
+        kiln_comm_free(comm);
+        return rc;
+    }
+    cfg.rank_batches = per_rank;
     if (world > 1 && rank == 0)
         printf("data parallel: %d ranks (%s), ZeRO %d, gradient buckets of %.1f MiB, reduced in "
-               "%s; a step takes %d x %lld sequences of %lld tokens\n",
+               "%s; a step takes %lld sequences of %lld tokens%s\n",
                world, kiln_comm_kind(comm), cfg.dp.zero, (double)cfg.dp.bucket_bytes / (1 << 20),
-               kiln_dtype_name(cfg.dp.reduce_dtype), world, (long long)(B * accum), (long long)T);
+               kiln_dtype_name(cfg.dp.reduce_dtype), (long long)(B * step_micro(&cfg, world)),
+               (long long)T, per_rank ? " (uneven ranks: --rank-batches)" : "");
     /* The loop over steps (kiln_train's): the place for what runs between them. */
     kiln_trainer *tr = NULL;
     kiln_train_result res;
@@ -412,10 +464,12 @@ int cmd_train(int argc, char **argv) {
             kiln_comm_abort(comm, 1, "a rank failed during training; every rank stops");
         kiln_trainer_free(tr);
         kiln_comm_free(comm);
+        free(per_rank);
         return 1;
     }
     kiln_trainer_free(tr);
     kiln_comm_free(comm);
+    free(per_rank);
     if (rank != 0)
         return 0;
     if (steps == 0)
