@@ -67,6 +67,10 @@ kiln_status kiln_dp_allreduce_sums(kiln_dp *dp, double *v, int k);
 /* zero >= 1: params (the whole slab, dtype) gets every shard from its owner. */
 kiln_status kiln_dp_gather(kiln_dp *dp, void *params, kiln_dtype dt);
 
+/* x (n floats, the same slab on every rank) = its mean over the ranks, in fp32; timed as
+ * other_s (local SGD's averaging of the weights). Not during backward. */
+kiln_status kiln_dp_average(kiln_dp *dp, float *x, int64_t n);
+
 typedef struct kiln_dp_stats {
     double comm_s;    /* seconds the gradient reductions took (on the thread) */
     double exposed_s; /* seconds the caller waited for them in kiln_dp_finish */

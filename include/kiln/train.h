@@ -59,6 +59,14 @@ typedef struct kiln_train_config {
      * ranks together take that process's batch, rank r the micro-batches numbered from the
      * sum of those before it. NULL: every rank grad_accum. world entries. */
     const int64_t *rank_batches;
+    /* Less traffic: local SGD. local_steps H > 0: the ranks step alone (their own batches,
+     * optimizers and norms, no gradient reduction) and every H steps (and after the last)
+     * average their weights; with outer_lr and outer_momentum, DiLoCo's outer step instead:
+     * the change of the averaged weights since the last average is an outer gradient, to
+     * which Nesterov momentum (outer_momentum) and outer_lr apply. outer_lr 1 and momentum 0
+     * is plain averaging. Needs dp.zero 0. */
+    int64_t local_steps;
+    float outer_lr, outer_momentum;
     FILE *log;                /* console lines (NULL: silent) */
 } kiln_train_config;
 

@@ -349,6 +349,19 @@ kiln_status kiln_dp_gather(kiln_dp *dp, void *params, kiln_dtype dt) {
     return KILN_OK;
 }
 
+kiln_status kiln_dp_average(kiln_dp *dp, float *x, int64_t n) {
+    if (dp->in_step)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: averaging during backward");
+    double t0 = kiln_time_ms();
+    KILN_CHECK(kiln_comm_allreduce(x, x, n, KILN_DTYPE_F32, KILN_REDUCE_SUM, dp->comm));
+    float inv = 1.0f / (float)dp->world;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= inv;
+    dp->other_s += (kiln_time_ms() - t0) / 1e3;
+    return KILN_OK;
+}
+
 kiln_dp_stats kiln_dp_take_stats(kiln_dp *dp) {
     kiln_dp_stats st;
     pthread_mutex_lock(&dp->mu);

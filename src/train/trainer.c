@@ -33,6 +33,8 @@ kiln_train_config kiln_train_config_default(void) {
     c.model_opt = kiln_gpt_options_default();
     c.save_dtype = KILN_DTYPE_F32;
     c.loss_scaler = kiln_loss_scaler_default();
+    c.dp = kiln_dp_config_default();
+    c.outer_lr = 1.0f;
     return c;
 }
 
@@ -86,6 +88,8 @@ void kiln_trainer_free(kiln_trainer *t) {
     free(t->inputs);
     free(t->targets);
     kiln_dp_free(t->dp);
+    free(t->outer_weights);
+    free(t->outer_velocity);
     kiln_optim_free(t->opt);
     kiln_gpt_free(t->model);
     kiln_loader_close(t->val);
@@ -170,6 +174,8 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
     if (owned > slab)
         owned = slab;
     size_t state = kiln_optim_state_bytes_for(&cfg->optim, owned, dt);
+    if (world > 1 && cfg->local_steps > 0 && (cfg->outer_lr != 1.0f || cfg->outer_momentum != 0.0f))
+        state += (size_t)slab * 2 * sizeof(float); /* DiLoCo's outer weights and momentum */
     p->params = model.params;
     p->grads = model.grads;
     p->master = dt == KILN_DTYPE_F32 ? 0 : (size_t)owned * sizeof(float);
@@ -401,6 +407,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
     KILN_CHECK(kiln__trainer_dist_start(t));
     KILN_CHECK(build_optimizer(t));
     KILN_CHECK(init_weights(t));
+    KILN_CHECK(kiln__trainer_local_start(t));
     t->scaler = cfg->loss_scaler;
     t->inputs = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->inputs);
     t->targets = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->targets);
@@ -445,12 +452,13 @@ static kiln_status forward_backward(kiln_trainer *t, float S, double *loss) {
     const kiln_train_config *cfg = &t->cfg;
     kiln_gpt_zero_grad(t->model);
     double sum = 0.0;
-    float scale = S / (float)t->micro_total;
+    /* local SGD: each rank's own mean */
+    float scale = S / (float)(t->cfg.local_steps > 0 ? t->micro : t->micro_total);
     for (int64_t micro = 0; micro < t->micro; micro++) {
         float l = 0.0f;
         kiln_loader *ld = t->micro_loaders ? t->micro_loaders[micro] : t->train;
         KILN_CHECK(kiln_loader_next(ld, t->inputs, t->targets));
-        if (t->dp && micro == t->micro - 1)
+        if (t->dp && !t->cfg.local_steps && micro == t->micro - 1)
             KILN_CHECK(kiln_dp_begin(t->dp, kiln_gpt_grads(t->model)));
         KILN_CHECK(kiln_gpt_forward_backward(t->model, t->inputs, t->targets, cfg->B, cfg->T,
                                              scale, &l));
@@ -515,6 +523,8 @@ static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
      * rank's range; then every rank's updated range to every rank */
     KILN_CHECK(kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model),
                                       kiln_gpt_grads(t->model), mt->lr, (float)coef));
+    if (t->cfg.local_steps > 0)
+        return kiln__trainer_local_sync_due(t, mt->step) ? kiln__trainer_outer_step(t) : KILN_OK;
     return kiln__trainer_dist_gather(t);
 }
 

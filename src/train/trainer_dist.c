@@ -102,6 +102,7 @@ static uint64_t config_hash(const kiln_trainer *t, const kiln_gpt_config *mc) {
     put_f(&h, c->loss_scaler.scale), put_i(&h, c->loss_scaler.interval);
     put_i(&h, c->save_dtype), put_i(&h, c->inject_nonfinite_step);
     put_i(&h, c->dp.zero), put_i(&h, c->dp.bucket_bytes), put_i(&h, c->dp.reduce_dtype);
+    put_i(&h, c->local_steps), put_f(&h, c->outer_lr), put_f(&h, c->outer_momentum);
     return XXH3_64bits(h.v, (size_t)h.n * sizeof h.v[0]);
 }
 
@@ -158,6 +159,8 @@ kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc)
 done:
     free(all);
     free(counts);
+    if (t->dp) /* the start's own traffic is not the first step's */
+        (void)kiln_dp_take_stats(t->dp);
     return s;
 }
 
@@ -172,6 +175,13 @@ kiln_status kiln__trainer_dist_sync(kiln_trainer *t, double *loss, double *sumsq
             be->copy(be, g, &inf, sizeof inf, KILN_COPY_TO_DEVICE);
         *sumsq = be->sumsq(be, KILN_DTYPE_F32, g, kiln_gpt_slab_len(t->model));
         *loss /= (double)t->micro_total;
+        return KILN_OK;
+    }
+    if (t->cfg.local_steps > 0) { /* local SGD: this rank's own gradients, loss and norm */
+        if (inject)
+            be->copy(be, g, &inf, sizeof inf, KILN_COPY_TO_DEVICE);
+        *sumsq = be->sumsq(be, KILN_DTYPE_F32, g, kiln_gpt_slab_len(t->model));
+        *loss /= (double)t->micro;
         return KILN_OK;
     }
     KILN_CHECK(kiln_dp_finish(t->dp));
@@ -229,6 +239,66 @@ kiln_status kiln__trainer_gather_master(kiln_trainer *t, float **full) {
         *full = NULL;
     }
     return s;
+}
+
+/* ---- local SGD and DiLoCo ---- */
+
+kiln_status kiln__trainer_local_start(kiln_trainer *t) {
+    const kiln_train_config *c = &t->cfg;
+    if (c->local_steps < 0)
+        return kiln_error_setf(KILN_ERR_CONFIG, "local steps must be >= 0");
+    if (c->local_steps == 0)
+        return KILN_OK;
+    if (c->dp.zero != 0)
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "local SGD keeps a whole optimizer on every rank: it needs ZeRO 0, "
+                               "not %d", c->dp.zero);
+    if (!(c->outer_lr > 0.0f && c->outer_lr <= 2.0f) ||
+        !(c->outer_momentum >= 0.0f && c->outer_momentum < 1.0f))
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "the outer learning rate must be in (0, 2] and the outer momentum "
+                               "in [0, 1) (got %g, %g)",
+                               (double)c->outer_lr, (double)c->outer_momentum);
+    if (t->world <= 1 || (c->outer_lr == 1.0f && c->outer_momentum == 0.0f))
+        return KILN_OK; /* plain averaging keeps nothing */
+    int64_t n = kiln_gpt_slab_len(t->model);
+    t->outer_weights = malloc((size_t)n * sizeof(float));
+    t->outer_velocity = calloc((size_t)n, sizeof(float));
+    if (!t->outer_weights || !t->outer_velocity)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate DiLoCo's outer state (2 x %lld "
+                                               "floats)", (long long)n);
+    float *master = kiln_optim_master(t->opt);
+    if (master)
+        memcpy(t->outer_weights, master, (size_t)n * sizeof(float));
+    else
+        memcpy(t->outer_weights, kiln_gpt_params(t->model), (size_t)n * sizeof(float));
+    return KILN_OK;
+}
+
+int kiln__trainer_local_sync_due(const kiln_trainer *t, int64_t step) {
+    return t->world > 1 && (step % t->cfg.local_steps == 0 || step == t->cfg.steps);
+}
+
+kiln_status kiln__trainer_outer_step(kiln_trainer *t) {
+    int64_t n = kiln_gpt_slab_len(t->model);
+    float *master = kiln_optim_master(t->opt);
+    float *x = master ? master : (float *)kiln_gpt_params(t->model);
+    KILN_CHECK(kiln_dp_average(t->dp, x, n));
+    if (t->outer_weights) {
+        /* DiLoCo: outer gradient d = w - avg; v = mu v + d; w -= lr (d + mu v) (Nesterov) */
+        float *w = t->outer_weights, *v = t->outer_velocity;
+        float mu = t->cfg.outer_momentum, lr = t->cfg.outer_lr;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float d = w[i] - x[i];
+            v[i] = mu * v[i] + d;
+            w[i] -= lr * (d + mu * v[i]);
+            x[i] = w[i];
+        }
+    }
+    if (master)
+        KILN_CHECK(kiln_optim_write_working(t->opt, kiln_gpt_params(t->model)));
+    return KILN_OK;
 }
 
 void kiln__trainer_dist_stats(kiln_trainer *t, kiln_step_info *mt) {

@@ -37,6 +37,9 @@ struct kiln_trainer {
     int rank, world;
     kiln_dp *dp;
     int64_t shard_lo, shard_hi; /* this rank's part of the sums and of the optimizer (zero >= 1) */
+    /* local SGD / DiLoCo: the weights at the last average, and the outer momentum (fp32,
+     * whole slab; NULL for plain averaging) */
+    float *outer_weights, *outer_velocity;
 };
 
 
@@ -64,6 +67,11 @@ kiln_status kiln__trainer_dist_mean(kiln_trainer *t, double *v);
 /* The fp32 master weights of the whole slab in *full (malloc'd; the caller frees), gathered
  * from every rank's shard (zero >= 1 with narrow working weights). */
 kiln_status kiln__trainer_gather_master(kiln_trainer *t, float **full);
+/* Local SGD: whether this step averages (every local_steps, and the last). */
+int kiln__trainer_local_sync_due(const kiln_trainer *t, int64_t step);
+/* Local SGD's average of the weights, or DiLoCo's outer step (cfg.outer_lr, momentum). */
+kiln_status kiln__trainer_outer_step(kiln_trainer *t);
+kiln_status kiln__trainer_local_start(kiln_trainer *t);
 /* The step's communication figures into mt. */
 void kiln__trainer_dist_stats(kiln_trainer *t, kiln_step_info *mt);
 

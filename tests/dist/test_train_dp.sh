@@ -2,7 +2,8 @@
 # Data-parallel training under mpirun, label "dist": N ranks with batch b each equal one
 # process with batch N x b (losses and final weights within 1e-5 over 20 steps) for N = 2
 # and 4, ZeRO 0, 1 and 2, with many gradient buckets and with one; gradient accumulation and
-# evaluation; uneven ranks (--rank-batches) equal to one process over the same batch; bf16 working weights; an fp16 overflow skipped on every rank; gradients sent in
+# evaluation; uneven ranks (--rank-batches) equal to one process over the same batch; local
+# SGD and DiLoCo; bf16 working weights; an fp16 overflow skipped on every rank; gradients sent in
 # bf16. Bad starts: ranks given different flags, a rank whose data is missing, a rank killed
 # mid-run: an error on every rank or an end within a bounded time, never a hang, and no
 # --save file of another run overwritten. Uses the cli fixture's byte-level data and tiny
@@ -185,6 +186,50 @@ case_uneven_ranks() {
     expect_err "--rank-batches wants 2 counts"
     mpi 2 $TRAIN --batch 1 --rank-batches 2,1 --grad-accum 2 --save x.st
     expect_usage
+    check "no weights written by the refused runs" test ! -e x.st
+}
+
+case_local_sgd() {
+    need_mpi
+    # SGD without momentum or clipping is linear in the gradient: averaging the weights after
+    # every step equals averaging the gradients
+    sgd="--optimizer sgd --momentum 0 --grad-clip 0 --lr 0.05"
+    mpi 2 $TRAIN --batch 2 $sgd --save dp.st --metrics dp.jsonl
+    expect_ok
+    mpi 2 $TRAIN --batch 2 $sgd --local-steps 1 --save l1.st --metrics l1.jsonl
+    expect_ok
+    # the console and metrics give rank 0's own loss between averages: not compared
+    same dp l1 1e-5 --loss-tol 10
+    # H = 4: no traffic on the steps between averages, and the run learns
+    mpi 2 $TRAIN --batch 2 --local-steps 4 --save l4.st --metrics l4.jsonl
+    expect_ok
+    b=$(sed -n 's/.*"step": \([0-9]*\),.*"comm_bytes": \([0-9]*\).*/\1 \2/p' l4.jsonl | tr '\n' ' ')
+    if echo "$b" | awk '{ for (i = 1; i < NF; i += 2) { s = $i; n = $(i + 1)
+            if ((s % 4 == 0 || s == 20) != (n > 0)) exit 1 } exit NF != 40 }'; then
+        ok "bytes sent only on the averaging steps (4, 8, ..., 20)"
+    else
+        bad "bytes sent only on the averaging steps: $b"
+    fi
+    first=$(sed -n '1s/.*"loss": *\([0-9.]*\).*/\1/p' l4.jsonl)
+    last=$(sed -n '$s/.*"loss": *\([0-9.]*\).*/\1/p' l4.jsonl)
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.1) }' &&
+        ok "local SGD learns ($first -> $last)" || bad "local SGD learns ($first -> $last)"
+    # DiLoCo: Nesterov momentum on the averaged change
+    mpi 2 $TRAIN --batch 2 --local-steps 4 --outer-lr 0.7 --outer-momentum 0.9 --save d.st \
+        --metrics d.jsonl
+    expect_ok
+    last=$(sed -n '$s/.*"loss": *\([0-9.]*\).*/\1/p' d.jsonl)
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.1) }' &&
+        ok "DiLoCo learns ($first -> $last)" || bad "DiLoCo learns ($first -> $last)"
+    check "DiLoCo is not plain averaging" sh -c "! cmp -s l4.st d.st"
+    mpi 2 $TRAIN --batch 2 --local-steps 4 --zero 1 --save x.st
+    expect_rc 1
+    n=$(grep -c "needs ZeRO 0" "$W/stderr")
+    [ "$n" -ge 1 ] && ok "local SGD with ZeRO 1 refused ($n messages)" ||
+        bad "local SGD with ZeRO 1 refused"
+    mpi 2 $TRAIN --batch 2 --local-steps 4 --outer-momentum 1 --save x.st
+    expect_rc 1
+    expect_err "outer momentum"
     check "no weights written by the refused runs" test ! -e x.st
 }
 

@@ -235,7 +235,8 @@ int cmd_train(int argc, char **argv) {
     const char *precision = "fp32", *save_dtype = "fp32", *recompute = "none", *plan_memory = NULL;
     int64_t chunk = cfg.model_opt.classifier_chunk;
     double loss_scale = cfg.loss_scaler.scale;
-    int64_t inject = 0, zero = 0;
+    int64_t inject = 0, zero = 0, local_steps = 0;
+    double outer_lr = 1.0, outer_momentum = 0.0;
     double bucket_mb = (double)kiln_dp_config_default().bucket_bytes / (1 << 20);
     const char *reduce_dtype = "fp32", *rank_batches = NULL;
     const tool_flag flags[] = {
@@ -307,6 +308,14 @@ int cmd_train(int argc, char **argv) {
         {"rank-batches", TOOL_FLAG_STRING, &rank_batches,
          "data parallel, uneven ranks: micro-batches per step of each rank, e.g. 3,1 (replaces "
          "--grad-accum; a step equals one process with batch sum x --batch)"},
+        {"local-steps", TOOL_FLAG_INT, &local_steps,
+         "data parallel, less traffic: ranks step alone and average their weights every N "
+         "steps (local SGD; 0: reduce the gradients every step)"},
+        {"outer-lr", TOOL_FLAG_FLOAT, &outer_lr,
+         "with --local-steps: DiLoCo's outer learning rate on the averaged change (1 with "
+         "momentum 0: plain averaging)"},
+        {"outer-momentum", TOOL_FLAG_FLOAT, &outer_momentum,
+         "with --local-steps: DiLoCo's outer Nesterov momentum"},
         {"plan", TOOL_FLAG_BOOL, &plan,
          "print the memory plan and the largest batch that fits; allocate and train nothing"},
         {"plan-memory", TOOL_FLAG_STRING, &plan_memory,
@@ -410,6 +419,9 @@ int cmd_train(int argc, char **argv) {
     cfg.inject_nonfinite_step = inject;
     cfg.loss_scaler.scale = (float)loss_scale;
     cfg.dp.zero = (int)zero;
+    cfg.local_steps = local_steps;
+    cfg.outer_lr = (float)outer_lr;
+    cfg.outer_momentum = (float)outer_momentum;
     cfg.dp.bucket_bytes = (int64_t)(bucket_mb * (1 << 20));
     if (plan)
         return print_plan(&cfg, plan_memory);
