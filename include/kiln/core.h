@@ -37,6 +37,14 @@ size_t kiln_memory_available(const char **what);
 size_t kiln_peak_rss(void);
 /* Resident set size of this process now, in bytes (0 if unknown). */
 size_t kiln_current_rss(void);
+/* Zero [p, p+bytes) and give its whole pages back to the system (madvise MADV_DONTNEED on
+ * private anonymous memory: they read as zeros and take no memory until written again);
+ * the partial pages at either end are zeroed in place. */
+void kiln_memory_discard(void *p, size_t bytes);
+/* Anonymous memory that takes no physical pages until written (mmap), zero-filled; NULL when
+ * the system refuses. kiln_memory_unmap(p, bytes) gives it back. */
+void *kiln_memory_map(size_t bytes);
+void kiln_memory_unmap(void *p, size_t bytes);
 
 /* ---- random numbers ----
  * xoshiro256** seeded through splitmix64; the whole state is plain data so that a

@@ -16,7 +16,8 @@
  *
  * After finish the gradients hold the SUM over ranks (the caller scales the loss by 1/world
  * to average): everywhere for zero 0 and 1, on this rank's shard only for zero 2 (reduced
- * by reduce-scatter; the rest of the slab is then undefined). Buckets are reduced in the
+ * by reduce-scatter; the rest of the slab is then undefined) and 3 (the rest zero again, and
+ * its pages given back). Buckets are reduced in the
  * order backward finishes them (the head, then blocks L-1..0, then the embeddings); with
  * bucket_bytes 0 the whole slab is one reduction after backward.
  *
@@ -36,7 +37,8 @@ extern "C" {
 #endif
 
 typedef struct kiln_dp_config {
-    int zero;                /* 0: replicated; 1: optimizer state sharded; 2: gradients too */
+    int zero;                /* 0: replicated; 1: optimizer state sharded; 2: gradients too;
+                                3: parameters too (gathered per part for use, then dropped) */
     int64_t bucket_bytes;    /* about this many bytes of fp32 gradients per bucket (0: one) */
     kiln_dtype reduce_dtype; /* F32, or BF16: gradients travel in bf16, added in fp32 */
 } kiln_dp_config;
@@ -53,6 +55,9 @@ kiln_status kiln_dp_create(kiln_dp **out, kiln_comm *comm, const kiln_dp_config 
                            const int64_t *lo, const int64_t *hi, int nranges);
 void kiln_dp_free(kiln_dp *dp); /* NULL safe */
 
+/* Shard r of a slab of n elements over world ranks: equal pieces, edges on multiples of 16
+ * elements (what kiln_dp_shard_of gives, without an engine). */
+void kiln_dp_shard_bounds(int64_t n, int world, int r, int64_t *lo, int64_t *hi);
 /* This rank's shard of the slab: what its optimizer updates ([0, n) for zero 0). */
 void kiln_dp_shard(const kiln_dp *dp, int64_t *lo, int64_t *hi);
 /* Shard r's range, for any rank r. */
@@ -70,6 +75,19 @@ kiln_status kiln_dp_gather(kiln_dp *dp, void *params, kiln_dtype dt);
 /* x (n floats, the same slab on every rank) = its mean over the ranks, in fp32; timed as
  * other_s (local SGD's averaging of the weights). Not during backward. */
 kiln_status kiln_dp_average(kiln_dp *dp, float *x, int64_t n);
+
+/* ZeRO 3's parameters: [lo, hi) of buf (the whole slab, dtype dt) from every rank's shard,
+ * in place, queued behind the thread's other work; *ticket for kiln_dp_wait. */
+kiln_status kiln_dp_gather_range_async(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo,
+                                       int64_t hi, uint64_t *ticket);
+/* Wait for a queued job and everything before it (the time waited adds to exposed_s and to
+ * *waited_s, which may be NULL). */
+kiln_status kiln_dp_wait(kiln_dp *dp, uint64_t ticket, double *waited_s);
+/* Wait until the thread has nothing left to do. */
+kiln_status kiln_dp_idle(kiln_dp *dp);
+/* Zero [lo, hi) of buf outside this rank's shard and give its whole pages back
+ * (kiln_memory_discard): a gathered part released, or reduced gradients not this rank's. */
+void kiln_dp_discard_range(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo, int64_t hi);
 
 typedef struct kiln_dp_stats {
     double comm_s;    /* seconds the gradient reductions took (on the thread) */

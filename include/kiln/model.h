@@ -93,6 +93,12 @@ typedef struct kiln_gpt_options {
      * rows at once, and kiln_gpt_logits holds them). */
     int64_t classifier_chunk;
     int inference; /* forward only: no gradients, one block's activations shared by all */
+    /* ZeRO 3: the parameter and gradient slabs are mapped without being touched, so that a
+     * part takes memory only while it is written (its rank's shard, a part gathered for use)
+     * and gives it back when discarded (kiln_memory_discard); host backends only. With it,
+     * forward and backward call the need hook (kiln_gpt_set_param_need) before each use of
+     * a part's parameters. */
+    int sharded;
 } kiln_gpt_options;
 /* fp32, no recompute, both fusions on, classifier_chunk 0, training. */
 kiln_gpt_options kiln_gpt_options_default(void);
@@ -198,6 +204,16 @@ void kiln_gpt_zero_grad(kiln_gpt *m);
  * must not write to the slab outside it. fn NULL clears. */
 typedef void (*kiln_grad_ready_fn)(void *ctx, int64_t lo, int64_t hi);
 void kiln_gpt_set_grad_ready(kiln_gpt *m, kiln_grad_ready_fn fn, void *ctx);
+/* Parameters gathered on demand (ZeRO 3): before forward or backward reads the parameters of
+ * part `part` (-1: the embeddings wte and wpe; 0..L-1: a block; L: ln_f; the parts of
+ * kiln_gpt_grad_ranges), it calls fn(ctx, part, next), and fn must make that part's range of
+ * the parameter slab hold the current weights before it returns. `next` is the part it will
+ * need after this one (-2: none known), which fn may start fetching. A failure stops the pass
+ * with fn's status. NULL clears. */
+typedef kiln_status (*kiln_param_need_fn)(void *ctx, int part, int next);
+void kiln_gpt_set_param_need(kiln_gpt *m, kiln_param_need_fn fn, void *ctx);
+/* [lo, hi) of the parameter slab that part `part` covers (as above). */
+void kiln_gpt_part_range(const kiln_gpt *m, int part, int64_t *lo, int64_t *hi);
 /* The ranges themselves, in the order backward reports them: n_layer + 2 ranges, of which
  * the first `max` are written to lo[] and hi[]; returns their count. */
 int kiln_gpt_grad_ranges(const kiln_gpt *m, int64_t *lo, int64_t *hi, int max);

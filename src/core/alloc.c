@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -150,4 +151,31 @@ size_t kiln_peak_rss(void) {
     if (getrusage(RUSAGE_SELF, &ru) != 0)
         return 0;
     return (size_t)ru.ru_maxrss * 1024; /* Linux reports kilobytes */
+}
+
+void kiln_memory_discard(void *p, size_t bytes) {
+    if (!p || !bytes)
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)p, b = a + bytes;
+    uintptr_t a_up = (a + page - 1) / page * page, b_down = b / page * page;
+    if (a_up >= b_down) { /* no whole page inside */
+        memset(p, 0, bytes);
+        return;
+    }
+    memset(p, 0, a_up - a);
+    memset((void *)b_down, 0, b - b_down);
+    if (madvise((void *)a_up, b_down - a_up, MADV_DONTNEED) != 0)
+        memset((void *)a_up, 0, b_down - a_up); /* not anonymous memory: zero it at least */
+}
+
+void *kiln_memory_map(size_t bytes) {
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void kiln_memory_unmap(void *p, size_t bytes) {
+    if (p)
+        munmap(p, bytes ? bytes : 1);
 }

@@ -16,6 +16,16 @@ typedef struct bucket {
     int last_range;   /* the range whose report completes it */
 } bucket;
 
+/* Work for the thread, done in the order posted (the same on every rank). */
+typedef struct job {
+    int kind;         /* JOB_BUCKET: reduce bucket `index`; JOB_GATHER: [lo, hi) of buf */
+    int index;
+    int64_t lo, hi;
+    void *buf;
+    kiln_dtype dt;
+} job;
+enum { JOB_BUCKET, JOB_GATHER };
+
 struct kiln_dp {
     kiln_comm *comm;
     kiln_dp_config cfg;
@@ -30,22 +40,35 @@ struct kiln_dp {
     uint16_t *staging; /* bf16 reduction: the largest bucket */
     float *grads;
     int next_range;   /* the range kiln_dp_ready expects next */
+    int buckets_posted; /* of this step */
     int in_step;
     /* the thread, and what it shares with the caller (under mu) */
     pthread_t thread;
     int thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int posted, done, quit;
+    job *jobs;        /* a ring of cap jobs; job k is jobs[k % cap] */
+    int64_t cap;
+    uint64_t posted, done; /* jobs posted and done since the start */
+    int quit;
     kiln_status error;
     char error_msg[512];
     double comm_s, exposed_s, other_s;
     uint64_t bytes_at_take;
 };
 
+static void discard_outside_shard(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo, int64_t hi);
+
 kiln_dp_config kiln_dp_config_default(void) {
     kiln_dp_config c = {.zero = 0, .bucket_bytes = (int64_t)25 << 20, .reduce_dtype = KILN_DTYPE_F32};
     return c;
+}
+
+void kiln_dp_shard_bounds(int64_t n, int world, int r, int64_t *lo, int64_t *hi) {
+    int64_t units = (n + SHARD_ALIGN - 1) / SHARD_ALIGN; /* equal pieces, edges aligned */
+    int64_t a = units * r / world * SHARD_ALIGN, b = units * (r + 1) / world * SHARD_ALIGN;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
 }
 
 void kiln_dp_shard_of(const kiln_dp *dp, int r, int64_t *lo, int64_t *hi) {
@@ -69,11 +92,15 @@ static int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
     return hi > lo ? hi - lo : 0;
 }
 
-/* One bucket's reduction, on the thread: the sum over ranks into the gradients (all of the
- * bucket, or for zero 2 this rank's part of it). */
-static kiln_status reduce_bucket(kiln_dp *dp, const bucket *b) {
-    int64_t len = b->hi - b->lo;
-    float *g = dp->grads + b->lo;
+/* MPI's collectives may take scratch the size of what one call moves (Open MPI's in-place
+ * reduce-scatter and allgather do), so no call moves more than PIECE elements: a bucket
+ * holding wte alone would otherwise cost hundreds of MiB of scratch. */
+#define PIECE ((int64_t)4 << 20)
+
+/* [lo, hi) of the gradients summed over ranks: all of it, or (zero >= 2) this rank's part. */
+static kiln_status reduce_piece(kiln_dp *dp, int64_t lo, int64_t hi) {
+    int64_t len = hi - lo;
+    float *g = dp->grads + lo;
     int bf16 = dp->cfg.reduce_dtype == KILN_DTYPE_BF16;
     void *buf = bf16 ? (void *)dp->staging : (void *)g;
     kiln_dtype dt = bf16 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
@@ -87,7 +114,7 @@ static kiln_status reduce_bucket(kiln_dp *dp, const bucket *b) {
     }
     int64_t before = 0;
     for (int r = 0; r < dp->world; r++) {
-        dp->counts[r] = overlap(b->lo, b->hi, dp->shard_lo[r], dp->shard_hi[r]);
+        dp->counts[r] = overlap(lo, hi, dp->shard_lo[r], dp->shard_hi[r]);
         if (r < dp->rank)
             before += dp->counts[r];
     }
@@ -99,6 +126,42 @@ static kiln_status reduce_bucket(kiln_dp *dp, const bucket *b) {
     return KILN_OK;
 }
 
+/* One bucket's reduction, on the thread, piece by piece. With zero 3 the rest of the bucket
+ * (not this rank's) is zeroed again and its pages given back. */
+static kiln_status reduce_bucket(kiln_dp *dp, const bucket *b) {
+    for (int64_t a = b->lo; a < b->hi; a += PIECE)
+        KILN_CHECK(reduce_piece(dp, a, b->hi - a < PIECE ? b->hi : a + PIECE));
+    if (dp->cfg.zero == 3)
+        discard_outside_shard(dp, dp->grads, KILN_DTYPE_F32, b->lo, b->hi);
+    return KILN_OK;
+}
+
+/* [lo, hi) of buf from every rank's shard of it, in place (each rank's own piece is there). */
+static kiln_status gather_piece(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo, int64_t hi) {
+    int64_t before = 0;
+    for (int r = 0; r < dp->world; r++) {
+        dp->counts[r] = overlap(lo, hi, dp->shard_lo[r], dp->shard_hi[r]);
+        if (r < dp->rank)
+            before += dp->counts[r];
+    }
+    size_t esz = kiln_dtype_size(dt);
+    char *base = (char *)buf + lo * (int64_t)esz;
+    return kiln_comm_allgather(base + before * (int64_t)esz, base, dp->counts, dt, dp->comm);
+}
+
+/* In pieces of at most PIECE elements (see above). */
+static kiln_status gather_range(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo, int64_t hi) {
+    for (int64_t a = lo; a < hi; a += PIECE)
+        KILN_CHECK(gather_piece(dp, buf, dt, a, hi - a < PIECE ? hi : a + PIECE));
+    return KILN_OK;
+}
+
+static kiln_status run_job(kiln_dp *dp, const job *j) {
+    if (j->kind == JOB_BUCKET)
+        return reduce_bucket(dp, &dp->buckets[j->index]);
+    return gather_range(dp, j->buf, j->dt, j->lo, j->hi);
+}
+
 static void *thread_main(void *arg) {
     kiln_dp *dp = arg;
     pthread_mutex_lock(&dp->mu);
@@ -107,13 +170,13 @@ static void *thread_main(void *arg) {
             pthread_cond_wait(&dp->cv, &dp->mu);
         if (dp->quit)
             break;
-        int i = dp->done;
+        job j = dp->jobs[dp->done % (uint64_t)dp->cap];
         int failed = dp->error != KILN_OK;
         pthread_mutex_unlock(&dp->mu);
         kiln_status s = KILN_OK;
         double t0 = kiln_time_ms();
         if (!failed) /* after a failure the ranks are out of step: reduce nothing more */
-            s = reduce_bucket(dp, &dp->buckets[i]);
+            s = run_job(dp, &j);
         double ms = kiln_time_ms() - t0;
         pthread_mutex_lock(&dp->mu);
         if (s != KILN_OK && dp->error == KILN_OK) {
@@ -155,19 +218,16 @@ static kiln_status build(kiln_dp *dp, const int64_t *lo, const int64_t *hi, int 
     dp->range_lo = malloc((size_t)k * sizeof(int64_t));
     dp->range_hi = malloc((size_t)k * sizeof(int64_t));
     dp->buckets = calloc((size_t)k, sizeof(bucket));
+    dp->cap = k + 64;
+    dp->jobs = calloc((size_t)dp->cap, sizeof(job));
     if (!dp->shard_lo || !dp->shard_hi || !dp->counts || !dp->range_lo || !dp->range_hi ||
-        !dp->buckets)
+        !dp->buckets || !dp->jobs)
         return kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
     memcpy(dp->range_lo, lo, (size_t)k * sizeof(int64_t));
     memcpy(dp->range_hi, hi, (size_t)k * sizeof(int64_t));
     dp->nranges = k;
-    /* shards: equal pieces, edges rounded to SHARD_ALIGN */
-    int64_t units = (dp->n + SHARD_ALIGN - 1) / SHARD_ALIGN;
-    for (int r = 0; r < W; r++) {
-        int64_t a = units * r / W * SHARD_ALIGN, b = units * (r + 1) / W * SHARD_ALIGN;
-        dp->shard_lo[r] = a < dp->n ? a : dp->n;
-        dp->shard_hi[r] = b < dp->n ? b : dp->n;
-    }
+    for (int r = 0; r < W; r++)
+        kiln_dp_shard_bounds(dp->n, W, r, &dp->shard_lo[r], &dp->shard_hi[r]);
     /* buckets: consecutive ranges in report order until bucket_bytes of fp32 gradients */
     int64_t cap = dp->cfg.bucket_bytes > 0 ? dp->cfg.bucket_bytes / (int64_t)sizeof(float)
                                            : dp->n + 1;
@@ -183,6 +243,8 @@ static kiln_status build(kiln_dp *dp, const int64_t *lo, const int64_t *hi, int 
             largest = b->hi - b->lo;
     }
     if (dp->cfg.reduce_dtype == KILN_DTYPE_BF16) {
+        if (largest > PIECE)
+            largest = PIECE; /* buckets are reduced in pieces */
         dp->staging = malloc((size_t)(largest > 0 ? largest : 1) * sizeof(uint16_t));
         if (!dp->staging)
             return kiln_error_setf(KILN_ERR_NOMEM,
@@ -197,9 +259,9 @@ kiln_status kiln_dp_create(kiln_dp **out, kiln_comm *comm, const kiln_dp_config 
     *out = NULL;
     if (!comm || !cfg || n < 1)
         return kiln_error_setf(KILN_ERR_ARG, "data parallel: no communicator or empty slab");
-    if (cfg->zero < 0 || cfg->zero > 2)
+    if (cfg->zero < 0 || cfg->zero > 3)
         return kiln_error_setf(KILN_ERR_CONFIG,
-                               "data parallel: ZeRO stage %d is not one of 0, 1, 2", cfg->zero);
+                               "data parallel: ZeRO stage %d is not one of 0, 1, 2, 3", cfg->zero);
     if (cfg->bucket_bytes < 0)
         return kiln_error_setf(KILN_ERR_CONFIG, "data parallel: bucket size must be >= 0");
     if (cfg->reduce_dtype != KILN_DTYPE_F32 && cfg->reduce_dtype != KILN_DTYPE_BF16)
@@ -251,6 +313,7 @@ void kiln_dp_free(kiln_dp *dp) {
     free(dp->range_lo);
     free(dp->range_hi);
     free(dp->buckets);
+    free(dp->jobs);
     free(dp->staging);
     free(dp);
 }
@@ -258,22 +321,49 @@ void kiln_dp_free(kiln_dp *dp) {
 kiln_status kiln_dp_begin(kiln_dp *dp, float *grads) {
     if (dp->in_step)
         return kiln_error_setf(KILN_ERR_ARG, "data parallel: begin twice without finish");
-    pthread_mutex_lock(&dp->mu);
-    dp->posted = dp->done = 0;
-    pthread_mutex_unlock(&dp->mu);
     dp->grads = grads;
     dp->next_range = 0;
+    dp->buckets_posted = 0;
     dp->in_step = 1;
     return KILN_OK;
 }
 
-static void post(kiln_dp *dp, int upto) {
+/* Queue a job (waiting for room in the ring); its ticket is its number. */
+static uint64_t post_job(kiln_dp *dp, const job *j) {
     pthread_mutex_lock(&dp->mu);
-    if (upto > dp->posted) {
-        dp->posted = upto;
-        pthread_cond_broadcast(&dp->cv);
-    }
+    while (dp->posted - dp->done >= (uint64_t)dp->cap)
+        pthread_cond_wait(&dp->cv, &dp->mu);
+    uint64_t ticket = dp->posted;
+    dp->jobs[ticket % (uint64_t)dp->cap] = *j;
+    dp->posted++;
+    pthread_cond_broadcast(&dp->cv);
     pthread_mutex_unlock(&dp->mu);
+    return ticket;
+}
+
+/* This step's buckets up to (not including) `upto`. */
+static void post(kiln_dp *dp, int upto) {
+    for (; dp->buckets_posted < upto; dp->buckets_posted++) {
+        job j = {.kind = JOB_BUCKET, .index = dp->buckets_posted};
+        post_job(dp, &j);
+    }
+}
+
+/* Wait until every job up to `until` (a count of jobs) is done; the first error, if any. */
+static kiln_status wait_jobs(kiln_dp *dp, uint64_t until, double *waited) {
+    double t0 = kiln_time_ms();
+    pthread_mutex_lock(&dp->mu);
+    while (dp->done < until)
+        pthread_cond_wait(&dp->cv, &dp->mu);
+    kiln_status s = dp->error;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", dp->error_msg);
+    pthread_mutex_unlock(&dp->mu);
+    if (waited)
+        *waited += (kiln_time_ms() - t0) / 1e3;
+    if (s != KILN_OK)
+        return kiln_error_setf(s, "data parallel: communication on rank %d: %s", dp->rank, msg);
+    return KILN_OK;
 }
 
 void kiln_dp_ready(kiln_dp *dp, int64_t lo, int64_t hi) {
@@ -287,7 +377,7 @@ void kiln_dp_ready(kiln_dp *dp, int64_t lo, int64_t hi) {
         return;
     }
     dp->next_range++;
-    int b = dp->posted;
+    int b = dp->buckets_posted;
     while (b < dp->nbuckets && dp->buckets[b].last_range < dp->next_range)
         b++;
     post(dp, b);
@@ -297,19 +387,14 @@ kiln_status kiln_dp_finish(kiln_dp *dp) {
     if (!dp->in_step)
         return kiln_error_setf(KILN_ERR_ARG, "data parallel: finish without begin");
     int out_of_order = dp->next_range > dp->nranges;
-    double t0 = kiln_time_ms();
     post(dp, dp->nbuckets); /* whatever backward did not report (one bucket: all of it) */
     pthread_mutex_lock(&dp->mu);
-    while (dp->done < dp->posted)
-        pthread_cond_wait(&dp->cv, &dp->mu);
-    kiln_status s = dp->error;
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", dp->error_msg);
+    uint64_t all = dp->posted;
     pthread_mutex_unlock(&dp->mu);
-    dp->exposed_s += (kiln_time_ms() - t0) / 1e3;
+    kiln_status s = wait_jobs(dp, all, &dp->exposed_s);
     dp->in_step = 0;
     if (s != KILN_OK)
-        return kiln_error_setf(s, "data parallel: reducing gradients on rank %d: %s", dp->rank, msg);
+        return s;
     if (out_of_order)
         return kiln_error_setf(KILN_ERR_ARG, "data parallel: backward reported its gradient "
                                              "ranges out of the expected order");
@@ -328,6 +413,7 @@ kiln_status kiln_dp_allreduce_sums(kiln_dp *dp, double *v, int k) {
         pairs[2 * i] = (float)v[i];
         pairs[2 * i + 1] = (float)(v[i] - (double)pairs[2 * i]);
     }
+    KILN_CHECK(kiln_dp_idle(dp));
     double t0 = kiln_time_ms();
     KILN_CHECK(kiln_comm_allreduce(pairs, pairs, 2 * k, KILN_DTYPE_F32, KILN_REDUCE_SUM, dp->comm));
     dp->other_s += (kiln_time_ms() - t0) / 1e3;
@@ -339,12 +425,9 @@ kiln_status kiln_dp_allreduce_sums(kiln_dp *dp, double *v, int k) {
 kiln_status kiln_dp_gather(kiln_dp *dp, void *params, kiln_dtype dt) {
     if (dp->cfg.zero == 0)
         return KILN_OK;
-    for (int r = 0; r < dp->world; r++)
-        dp->counts[r] = dp->shard_hi[r] - dp->shard_lo[r];
-    size_t esz = kiln_dtype_size(dt);
+    KILN_CHECK(kiln_dp_idle(dp));
     double t0 = kiln_time_ms();
-    KILN_CHECK(kiln_comm_allgather((char *)params + dp->shard_lo[dp->rank] * (int64_t)esz, params,
-                                   dp->counts, dt, dp->comm));
+    KILN_CHECK(gather_range(dp, params, dt, 0, dp->n));
     dp->other_s += (kiln_time_ms() - t0) / 1e3;
     return KILN_OK;
 }
@@ -352,6 +435,7 @@ kiln_status kiln_dp_gather(kiln_dp *dp, void *params, kiln_dtype dt) {
 kiln_status kiln_dp_average(kiln_dp *dp, float *x, int64_t n) {
     if (dp->in_step)
         return kiln_error_setf(KILN_ERR_ARG, "data parallel: averaging during backward");
+    KILN_CHECK(kiln_dp_idle(dp));
     double t0 = kiln_time_ms();
     KILN_CHECK(kiln_comm_allreduce(x, x, n, KILN_DTYPE_F32, KILN_REDUCE_SUM, dp->comm));
     float inv = 1.0f / (float)dp->world;
@@ -374,4 +458,46 @@ kiln_dp_stats kiln_dp_take_stats(kiln_dp *dp) {
     dp->bytes_at_take = b;
     pthread_mutex_unlock(&dp->mu);
     return st;
+}
+
+kiln_status kiln_dp_idle(kiln_dp *dp) {
+    pthread_mutex_lock(&dp->mu);
+    uint64_t all = dp->posted;
+    pthread_mutex_unlock(&dp->mu);
+    return wait_jobs(dp, all, &dp->other_s);
+}
+
+kiln_status kiln_dp_gather_range_async(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo,
+                                       int64_t hi, uint64_t *ticket) {
+    if (lo < 0 || hi > dp->n || lo > hi)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: gather of [%lld, %lld) outside the "
+                                             "slab of %lld", (long long)lo, (long long)hi,
+                               (long long)dp->n);
+    job j = {.kind = JOB_GATHER, .lo = lo, .hi = hi, .buf = buf, .dt = dt};
+    *ticket = post_job(dp, &j);
+    return KILN_OK;
+}
+
+kiln_status kiln_dp_wait(kiln_dp *dp, uint64_t ticket, double *waited_s) {
+    double w = 0.0;
+    kiln_status s = wait_jobs(dp, ticket + 1, &w);
+    dp->exposed_s += w;
+    if (waited_s)
+        *waited_s += w;
+    return s;
+}
+
+static void discard_outside_shard(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo, int64_t hi) {
+    size_t esz = kiln_dtype_size(dt);
+    int64_t slo = dp->shard_lo[dp->rank], shi = dp->shard_hi[dp->rank];
+    int64_t a = lo, b = hi < slo ? hi : slo; /* [lo, min(hi, slo)) */
+    if (b > a)
+        kiln_memory_discard((char *)buf + a * (int64_t)esz, (size_t)(b - a) * esz);
+    a = lo > shi ? lo : shi; /* [max(lo, shi), hi) */
+    if (hi > a)
+        kiln_memory_discard((char *)buf + a * (int64_t)esz, (size_t)(hi - a) * esz);
+}
+
+void kiln_dp_discard_range(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo, int64_t hi) {
+    discard_outside_shard(dp, buf, dt, lo, hi);
 }

@@ -187,6 +187,21 @@ static kiln_status report_grads(kiln_gpt *m, int64_t part) {
     return KILN_OK;
 }
 
+/* Part `part`'s parameters are about to be read (ZeRO 3: fetched by the caller's hook);
+ * `next` is the part wanted after it (-2: none known). */
+static kiln_status need(kiln_gpt *m, int64_t part, int64_t next) {
+    if (!m->param_need)
+        return KILN_OK;
+    KILN_CHECK(m->be->synchronize(m->be)); /* queued ops may still read the slab */
+    return m->param_need(m->param_need_ctx, (int)part, (int)next);
+}
+
+/* The head's parameters: ln_f and the tied wte. */
+static kiln_status need_head(kiln_gpt *m) {
+    KILN_CHECK(need(m, m->cfg.n_layer, -1));
+    return need(m, -1, -2);
+}
+
 /* The loss over the batch (in fixed order: the same bits on every run). */
 static float mean_loss(kiln_gpt *m, int64_t BT) {
     return (float)(m->be->sum(m->be, m->losses, BT) / (double)BT);
@@ -211,14 +226,22 @@ static kiln_status body_forward(kiln_gpt *m, const int32_t *inputs, const int32_
     memcpy(m->inputs, inputs, (size_t)BT * sizeof *inputs);
     m->B = B;
     m->T = T;
+    int64_t L = m->cfg.n_layer;
+    KILN_CHECK(need(m, -1, 0));
     embed_forward(m, B, T);
-    for (int64_t l = 0; l < m->cfg.n_layer; l++)
-        block_forward(m, l, B, T, l + 1 < m->cfg.n_layer || with_lnf ? BLOCK_TAIL : 0);
+    for (int64_t l = 0; l < L; l++) {
+        int how = l + 1 < L || with_lnf ? BLOCK_TAIL : 0;
+        KILN_CHECK(need(m, l, l + 1));
+        if ((how & BLOCK_TAIL) && m->opt.fuse_residual_ln) /* the next LayerNorm's weights */
+            KILN_CHECK(need(m, l + 1, l + 2 <= L ? l + 2 : -2));
+        block_forward(m, l, B, T, how);
+    }
     return KILN_OK;
 }
 
 kiln_status kiln_gpt_forward_last(kiln_gpt *m, const int32_t *inputs, int64_t B, int64_t T) {
     KILN_CHECK(body_forward(m, inputs, NULL, B, T, 0));
+    KILN_CHECK(need_head(m));
     kiln_backend *be = m->be;
     int64_t C = m->cfg.n_embd;
     const void *x = block_input(m, m->cfg.n_layer);
@@ -236,6 +259,7 @@ kiln_status kiln_gpt_forward_last(kiln_gpt *m, const int32_t *inputs, int64_t B,
 kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
                              int64_t B, int64_t T, float *loss) {
     KILN_CHECK(body_forward(m, inputs, targets, B, T, 1));
+    KILN_CHECK(need_head(m));
     int64_t BT = B * T, C = m->cfg.n_embd, Vp = m->cfg.padded_vocab_size;
     head_layernorm(m, BT);
     if (targets) {
@@ -268,9 +292,11 @@ static kiln_status body_backward(kiln_gpt *m, int64_t B, int64_t T) {
     int64_t L = m->cfg.n_layer;
     m->have_targets = 0;
     m->logits_valid = 0; /* they now hold their gradient, or nothing */
+    KILN_CHECK(need(m, L, L - 1));
     head_layernorm_backward(m, B * T);
     KILN_CHECK(report_grads(m, L));
     for (int64_t l = L - 1; l >= 0; l--) {
+        KILN_CHECK(need(m, l, l - 1 >= 0 ? l - 1 : -2));
         block_backward(m, l, B, T);
         KILN_CHECK(report_grads(m, l));
     }
@@ -292,6 +318,7 @@ kiln_status kiln_gpt_backward(kiln_gpt *m, float grad_scale) {
         return kiln_error_setf(KILN_ERR_ARG, "backward needs a forward with targets before it");
     int64_t B = m->B, T = m->T, BT = B * T;
     float dloss = grad_scale / (float)BT;
+    KILN_CHECK(need_head(m));
     if (m->logits_valid) {
         /* Softmax is recomputed here, in place over the kept logits, rather than kept from
          * forward: one pass over (BT,Vp) costs less than a second buffer of that size. */
@@ -314,6 +341,7 @@ kiln_status kiln_gpt_forward_backward(kiln_gpt *m, const int32_t *inputs, const 
     if (!targets)
         return kiln_error_setf(KILN_ERR_ARG, "forward_backward needs targets");
     KILN_CHECK(body_forward(m, inputs, targets, B, T, 1));
+    KILN_CHECK(need_head(m));
     int64_t BT = B * T;
     head_layernorm(m, BT);
     float dloss = grad_scale / (float)BT;
@@ -328,6 +356,11 @@ kiln_status kiln_gpt_forward_backward(kiln_gpt *m, const int32_t *inputs, const 
 void kiln_gpt_set_grad_ready(kiln_gpt *m, kiln_grad_ready_fn fn, void *ctx) {
     m->grad_ready = fn;
     m->grad_ready_ctx = fn ? ctx : NULL;
+}
+
+void kiln_gpt_set_param_need(kiln_gpt *m, kiln_param_need_fn fn, void *ctx) {
+    m->param_need = fn;
+    m->param_need_ctx = fn ? ctx : NULL;
 }
 
 void kiln_gpt_zero_grad(kiln_gpt *m) {

@@ -97,6 +97,9 @@ struct kiln_gpt {
 
     kiln_grad_ready_fn grad_ready; /* kiln_gpt_set_grad_ready (NULL: none) */
     void *grad_ready_ctx;
+    kiln_param_need_fn param_need; /* kiln_gpt_set_param_need (NULL: every part resident) */
+    void *param_need_ctx;
+    int mapped; /* opt.sharded: params and grads from kiln_memory_map */
 };
 
 /* gpt_layout.c: the gradient slab's range [*lo, *hi) of one part of the model, which backward

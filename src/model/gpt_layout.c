@@ -78,6 +78,10 @@ void kiln__gpt_part_range(const kiln_gpt *m, int64_t part, int64_t *lo, int64_t 
     *hi = part < L ? m->tensors[2 + 12 * (part + 1)].offset : m->slab_len;
 }
 
+void kiln_gpt_part_range(const kiln_gpt *m, int part, int64_t *lo, int64_t *hi) {
+    kiln__gpt_part_range(m, part, lo, hi);
+}
+
 int kiln_gpt_grad_ranges(const kiln_gpt *m, int64_t *lo, int64_t *hi, int max) {
     int n = (int)m->cfg.n_layer + 2;
     for (int i = 0; i < n && i < max; i++) /* backward's order: ln_f, blocks L-1..0, embeddings */
@@ -193,8 +197,10 @@ kiln_status kiln_gpt_memory_plan_for(const kiln_gpt_config *cfg_in, int64_t B, i
 
 /* The model's own memory must fit what the process can still take: one message with the
  * whole plan, before any of it is taken. */
-static kiln_status device_alloc(kiln_gpt *m, void **out, size_t bytes, const char *what) {
-    *out = m->be->alloc(m->be, bytes);
+/* slab: a parameter or gradient slab, mapped untouched when the model is sharded */
+static kiln_status device_alloc(kiln_gpt *m, void **out, size_t bytes, const char *what,
+                                int slab) {
+    *out = slab && m->mapped ? kiln_memory_map(bytes) : m->be->alloc(m->be, bytes);
     if (!*out)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %.1f MiB of %s on the %s backend",
                                (double)bytes / (1024.0 * 1024.0), what, m->be->name);
@@ -240,6 +246,12 @@ kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64
     m->be = be;
     m->maxB = B;
     m->maxT = T;
+    if (o.sharded && strcmp(be->name, "cpu") != 0 && strcmp(be->name, "ref") != 0) {
+        s = kiln_error_setf(KILN_ERR_UNSUPPORTED, "sharded parameters (ZeRO 3) need a host "
+                                                  "backend, not %s", be->name);
+        goto fail;
+    }
+    m->mapped = o.sharded && !o.inference;
     int64_t L = cfg.n_layer;
     m->tensors = calloc((size_t)(4 + 12 * L), sizeof *m->tensors);
     m->p.block = calloc((size_t)L, sizeof *m->p.block);
@@ -253,17 +265,17 @@ kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64
     }
     m->slab_len = build_layout(m);
     KILN_CHECK_GOTO(s, device_alloc(m, &m->params, (size_t)m->slab_len * kiln_dtype_size(m->dt),
-                                    "parameters"),
+                                    "parameters", 1),
                     fail);
     bind_params(m, &m->p, m->params);
     if (!o.inference) {
         KILN_CHECK_GOTO(s, device_alloc(m, (void **)&m->grads,
-                                        (size_t)m->slab_len * sizeof(float), "gradients"),
+                                        (size_t)m->slab_len * sizeof(float), "gradients", 1),
                         fail);
         bind_grads(m, &m->g, m->grads);
     }
     m->acts_bytes = kiln__gpt_plan_acts(m, NULL, &m->workspace_bytes);
-    KILN_CHECK_GOTO(s, device_alloc(m, &m->acts, m->acts_bytes, "activations"), fail);
+    KILN_CHECK_GOTO(s, device_alloc(m, &m->acts, m->acts_bytes, "activations", 0), fail);
     kiln__gpt_plan_acts(m, m->acts, NULL);
     *out = m;
     return KILN_OK;
@@ -285,8 +297,13 @@ void kiln_gpt_free(kiln_gpt *m) {
         return;
     if (m->be) {
         m->be->free(m->be, m->acts);
-        m->be->free(m->be, m->grads);
-        m->be->free(m->be, m->params);
+        if (m->mapped) {
+            kiln_memory_unmap(m->grads, (size_t)m->slab_len * sizeof(float));
+            kiln_memory_unmap(m->params, (size_t)m->slab_len * kiln_dtype_size(m->dt));
+        } else {
+            m->be->free(m->be, m->grads);
+            m->be->free(m->be, m->params);
+        }
     }
     free(m->targets);
     free(m->inputs);

@@ -90,6 +90,9 @@ void kiln_trainer_free(kiln_trainer *t) {
     kiln_dp_free(t->dp);
     free(t->outer_weights);
     free(t->outer_velocity);
+    free(t->part_state);
+    free(t->part_ticket);
+    free(t->part_used);
     kiln_optim_free(t->opt);
     kiln_gpt_free(t->model);
     kiln_loader_close(t->val);
@@ -178,10 +181,25 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
         state += (size_t)slab * 2 * sizeof(float); /* DiLoCo's outer weights and momentum */
     p->params = model.params;
     p->grads = model.grads;
+    if (world > 1 && cfg->dp.zero == 3) { /* this rank's shard and what it gathers */
+        int64_t pe = 0, ge = 0;
+        kiln__zero3_resident(cfg, mc, kiln_comm_rank(cfg->comm), world, slab, &pe, &ge);
+        p->params = (size_t)pe * kiln_dtype_size(dt);
+        p->grads = (size_t)ge * sizeof(float);
+        model.total = model.total - model.params - model.grads + p->params + p->grads;
+    }
     p->master = dt == KILN_DTYPE_F32 ? 0 : (size_t)owned * sizeof(float);
     p->moments = state - p->master;
     p->activations = model.activations;
     p->workspace = model.workspace;
+    if (world > 1) { /* MPI's scratch for a collective of one piece (4M elements) at a time,
+                        in and out, and a bf16 reduction's staging */
+        size_t comm = (size_t)2 * (4 << 20) * sizeof(float);
+        if (cfg->dp.reduce_dtype == KILN_DTYPE_BF16)
+            comm += (size_t)(4 << 20) * 2;
+        p->workspace += comm;
+        model.total += comm;
+    }
     p->batches = (size_t)(cfg->B * cfg->T) * 2 * sizeof(int32_t) * (cfg->val_path ? 2 : 1);
     p->total = model.total + state + p->batches;
     /* The process takes more than its slabs: its code, OpenBLAS's work buffers, the pages
@@ -403,6 +421,8 @@ static kiln_status trainer_init(kiln_trainer *t) {
     t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops
                                    : kiln_backend_cpu_peak_gflops_dtype(peak_dt, 3072, 1.0);
     t->plan.process = kiln_current_rss();
+    /* ZeRO 3: slabs that take memory only where written */
+    t->cfg.model_opt.sharded = cfg->dp.zero == 3 && t->world > 1;
     KILN_CHECK(kiln_gpt_create(&t->model, &mc, cfg->B, cfg->T, &cfg->model_opt, NULL));
     KILN_CHECK(kiln__trainer_dist_start(t));
     KILN_CHECK(build_optimizer(t));
@@ -430,6 +450,8 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
     kiln_status s = kiln__trainer_agree(t, trainer_init(t), "to start");
     if (s == KILN_OK)
         s = kiln__trainer_dist_check(t, kiln_gpt_get_config(t->model));
+    if (s == KILN_OK) /* ZeRO 3: from now on each rank holds its shard of the weights alone */
+        s = kiln__trainer_zero3_drop_all(t);
     if (s) {
         kiln_trainer_free(t);
         return s;
@@ -450,7 +472,12 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
  * to the reduction. */
 static kiln_status forward_backward(kiln_trainer *t, float S, double *loss) {
     const kiln_train_config *cfg = &t->cfg;
-    kiln_gpt_zero_grad(t->model);
+    if (t->zero3) /* the rest of the slab is zero: the last reduction gave its pages back */
+        kiln_gpt_backend(t->model)->zero(kiln_gpt_backend(t->model),
+                                         kiln_gpt_grads(t->model) + t->shard_lo,
+                                         (size_t)(t->shard_hi - t->shard_lo) * sizeof(float));
+    else
+        kiln_gpt_zero_grad(t->model);
     double sum = 0.0;
     /* local SGD: each rank's own mean */
     float scale = S / (float)(t->cfg.local_steps > 0 ? t->micro : t->micro_total);
@@ -525,6 +552,8 @@ static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
                                       kiln_gpt_grads(t->model), mt->lr, (float)coef));
     if (t->cfg.local_steps > 0)
         return kiln__trainer_local_sync_due(t, mt->step) ? kiln__trainer_outer_step(t) : KILN_OK;
+    if (t->zero3) /* gathered weights are stale now: each is gathered again where used */
+        return kiln__trainer_zero3_drop_all(t);
     return kiln__trainer_dist_gather(t);
 }
 
@@ -573,7 +602,9 @@ static kiln_status maybe_save(kiln_trainer *t, int64_t step) {
         KILN_CHECK(kiln__trainer_gather_master(t, &full));
         master = full;
     }
-    if (t->rank == 0) {
+    if (!master) /* ZeRO 3: the working weights from every rank first */
+        s = kiln__trainer_zero3_need_all(t);
+    if (s == KILN_OK && t->rank == 0) {
         if (master)
             s = kiln_gpt_save_slab(t->model, cfg->save_path, master, KILN_DTYPE_F32,
                                    cfg->save_dtype);
@@ -581,6 +612,8 @@ static kiln_status maybe_save(kiln_trainer *t, int64_t step) {
             s = kiln_gpt_save_safetensors(t->model, cfg->save_path, cfg->save_dtype);
     }
     free(full);
+    if (s == KILN_OK && !master)
+        s = kiln__trainer_zero3_drop_all(t);
     KILN_CHECK(s);
     t->saved_step = step;
     if (cfg->log)

@@ -37,6 +37,130 @@ kiln_status kiln__trainer_agree(kiln_trainer *t, kiln_status local, const char *
 
 static void grad_ready(void *ctx, int64_t lo, int64_t hi) { kiln_dp_ready(ctx, lo, hi); }
 
+/* ---- ZeRO 3: parts of the weights gathered for use, kept while there is room ---- */
+
+enum { PART_ABSENT, PART_COMING, PART_HERE };
+enum { PARTS_KEPT = 4 }; /* a block and the next one's (fused tail), ln_f and wte, a prefetch */
+
+static void part_range(kiln_trainer *t, int i, int64_t *lo, int64_t *hi) {
+    kiln_gpt_part_range(t->model, i - 1, lo, hi);
+}
+
+static void part_drop(kiln_trainer *t, int i) {
+    int64_t lo, hi;
+    part_range(t, i, &lo, &hi);
+    kiln_dp_discard_range(t->dp, kiln_gpt_params(t->model), kiln_gpt_dtype(t->model), lo, hi);
+    t->part_state[i] = PART_ABSENT;
+}
+
+/* Room for one more part: the least recently used ones that are here go, but never a or b. */
+static void make_room(kiln_trainer *t, int a, int b) {
+    for (;;) {
+        int held = 0, victim = -1;
+        for (int i = 0; i < t->nparts; i++) {
+            if (t->part_state[i] == PART_ABSENT)
+                continue;
+            held++;
+            if (t->part_state[i] == PART_HERE && i != a && i != b &&
+                (victim < 0 || t->part_used[i] < t->part_used[victim]))
+                victim = i;
+        }
+        if (held < PARTS_KEPT || victim < 0)
+            return;
+        part_drop(t, victim);
+    }
+}
+
+static kiln_status part_fetch(kiln_trainer *t, int i) {
+    int64_t lo, hi;
+    part_range(t, i, &lo, &hi);
+    KILN_CHECK(kiln_dp_gather_range_async(t->dp, kiln_gpt_params(t->model),
+                                          kiln_gpt_dtype(t->model), lo, hi, &t->part_ticket[i]));
+    t->part_state[i] = PART_COMING;
+    t->part_used[i] = ++t->part_clock;
+    return KILN_OK;
+}
+
+static kiln_status param_need(void *ctx, int part, int next) {
+    kiln_trainer *t = ctx;
+    int i = part + 1, j = next >= -1 && next + 1 < t->nparts ? next + 1 : -1;
+    if (i < 0 || i >= t->nparts)
+        return kiln_error_setf(KILN_ERR_ARG, "ZeRO 3: no part %d of the model", part);
+    if (t->part_state[i] == PART_ABSENT) {
+        make_room(t, i, j);
+        KILN_CHECK(part_fetch(t, i));
+    }
+    if (t->part_state[i] == PART_COMING) {
+        KILN_CHECK(kiln_dp_wait(t->dp, t->part_ticket[i], NULL));
+        t->part_state[i] = PART_HERE;
+    }
+    t->part_used[i] = ++t->part_clock;
+    if (j >= 0 && t->part_state[j] == PART_ABSENT) { /* the next part, while this one computes */
+        make_room(t, i, j);
+        KILN_CHECK(part_fetch(t, j));
+    }
+    return KILN_OK;
+}
+
+static int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+    int64_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
+    return hi > lo ? hi - lo : 0;
+}
+
+void kiln__zero3_resident(const kiln_train_config *cfg, const kiln_gpt_config *mc, int rank,
+                          int world, int64_t slab, int64_t *params, int64_t *grads) {
+    int64_t C = mc->n_embd, L = mc->n_layer, lo, hi;
+    kiln_dp_shard_bounds(slab, world, rank, &lo, &hi);
+    /* the parts in slab order: the embeddings, the blocks, ln_f (the rest of the slab) */
+    int64_t kept[PARTS_KEPT] = {0}, largest = 0, at = 0;
+    for (int64_t i = -1; i <= L; i++) {
+        int64_t size = i < 0 ? (mc->padded_vocab_size + mc->max_seq_len) * C
+                             : i < L ? 12 * C * C + 13 * C : slab - at;
+        int64_t extra = size - overlap(at, at + size, lo, hi);
+        at += size;
+        if (extra > largest)
+            largest = extra;
+        for (int k = 0; k < PARTS_KEPT; k++) { /* the PARTS_KEPT largest, kept sorted */
+            if (extra > kept[k]) {
+                int64_t t = kept[k];
+                kept[k] = extra;
+                extra = t;
+            }
+        }
+    }
+    int64_t gathered = 0;
+    for (int k = 0; k < PARTS_KEPT; k++)
+        gathered += kept[k];
+    int64_t bucket = cfg->dp.bucket_bytes > 0 ? cfg->dp.bucket_bytes / (int64_t)sizeof(float)
+                                              : slab;
+    int64_t inflight = 2 * (bucket > largest ? bucket : largest); /* one reducing, one filling */
+    *params = (hi - lo) + (gathered < slab - (hi - lo) ? gathered : slab - (hi - lo));
+    *grads = (hi - lo) + (inflight < slab - (hi - lo) ? inflight : slab - (hi - lo));
+}
+
+kiln_status kiln__trainer_zero3_drop_all(kiln_trainer *t) {
+    if (!t->zero3)
+        return KILN_OK;
+    KILN_CHECK(kiln_dp_idle(t->dp)); /* a part still coming lands before it is dropped */
+    for (int i = 0; i < t->nparts; i++)
+        if (t->part_state[i] != PART_ABSENT)
+            part_drop(t, i);
+    return KILN_OK;
+}
+
+kiln_status kiln__trainer_zero3_need_all(kiln_trainer *t) {
+    if (!t->zero3)
+        return KILN_OK;
+    for (int i = 0; i < t->nparts; i++) {
+        if (t->part_state[i] == PART_ABSENT)
+            KILN_CHECK(part_fetch(t, i));
+    }
+    KILN_CHECK(kiln_dp_idle(t->dp));
+    for (int i = 0; i < t->nparts; i++)
+        t->part_state[i] = PART_HERE;
+    return KILN_OK;
+}
+
 kiln_status kiln__trainer_dist_start(kiln_trainer *t) {
     int64_t n = kiln_gpt_slab_len(t->model);
     t->shard_lo = 0;
@@ -59,6 +183,21 @@ kiln_status kiln__trainer_dist_start(kiln_trainer *t) {
     KILN_CHECK_GOTO(s, kiln_dp_create(&t->dp, t->comm, &t->cfg.dp, n, lo, hi, k), done);
     kiln_gpt_set_grad_ready(t->model, grad_ready, t->dp);
     kiln_dp_shard(t->dp, &t->shard_lo, &t->shard_hi);
+    if (t->cfg.dp.zero == 3) {
+        t->zero3 = 1;
+        t->nparts = k; /* the embeddings, the blocks, ln_f */
+        t->part_state = calloc((size_t)k, sizeof *t->part_state);
+        t->part_ticket = calloc((size_t)k, sizeof *t->part_ticket);
+        t->part_used = calloc((size_t)k, sizeof *t->part_used);
+        if (!t->part_state || !t->part_ticket || !t->part_used) {
+            s = kiln_error_setf(KILN_ERR_NOMEM, "ZeRO 3: out of memory");
+            goto done;
+        }
+        /* every part is here until the start's checks are done (kiln_trainer_create) */
+        for (int i = 0; i < k; i++)
+            t->part_state[i] = PART_HERE;
+        kiln_gpt_set_param_need(t->model, param_need, t);
+    }
 done:
     free(lo);
     free(hi);

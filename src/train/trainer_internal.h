@@ -40,6 +40,12 @@ struct kiln_trainer {
     /* local SGD / DiLoCo: the weights at the last average, and the outer momentum (fp32,
      * whole slab; NULL for plain averaging) */
     float *outer_weights, *outer_velocity;
+    /* ZeRO 3: which parts (index part + 1: the embeddings, blocks, ln_f) hold gathered
+     * weights: PART_ABSENT, PART_COMING (a gather queued, its ticket) or PART_HERE */
+    int zero3;
+    int nparts;
+    signed char *part_state;
+    uint64_t *part_ticket, *part_used, part_clock;
 };
 
 
@@ -72,6 +78,15 @@ int kiln__trainer_local_sync_due(const kiln_trainer *t, int64_t step);
 /* Local SGD's average of the weights, or DiLoCo's outer step (cfg.outer_lr, momentum). */
 kiln_status kiln__trainer_outer_step(kiln_trainer *t);
 kiln_status kiln__trainer_local_start(kiln_trainer *t);
+/* ZeRO 3: every part's gathered weights dropped (after the update made them stale). */
+kiln_status kiln__trainer_zero3_drop_all(kiln_trainer *t);
+/* ZeRO 3: every part's weights gathered (to save them). */
+kiln_status kiln__trainer_zero3_need_all(kiln_trainer *t);
+/* ZeRO 3's plan for rank `rank` of world: the parameter elements it holds at most (its shard,
+ * and the gathered parts the cache keeps beyond it) and the gradient elements (its shard, and
+ * the buckets in flight beyond it). */
+void kiln__zero3_resident(const kiln_train_config *cfg, const kiln_gpt_config *mc, int rank,
+                          int world, int64_t slab, int64_t *params, int64_t *grads);
 /* The step's communication figures into mt. */
 void kiln__trainer_dist_stats(kiln_trainer *t, kiln_step_info *mt);
 

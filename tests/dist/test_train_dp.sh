@@ -1,7 +1,7 @@
 #!/bin/sh
 # Data-parallel training under mpirun, label "dist": N ranks with batch b each equal one
 # process with batch N x b (losses and final weights within 1e-5 over 20 steps) for N = 2
-# and 4, ZeRO 0, 1 and 2, with many gradient buckets and with one; gradient accumulation and
+# and 4, ZeRO 0 to 3, with many gradient buckets and with one; gradient accumulation and
 # evaluation; uneven ranks (--rank-batches) equal to one process over the same batch; local
 # SGD and DiLoCo; bf16 working weights; an fp16 overflow skipped on every rank; gradients sent in
 # bf16. Bad starts: ranks given different flags, a rank whose data is missing, a rank killed
@@ -90,7 +90,7 @@ case_equal_one_process() {
     one ref4 4
     for np in 2 4; do
         b=$((4 / np))
-        for z in 0 1 2; do
+        for z in 0 1 2 3; do
             # 0.002 MiB buckets: about one per block; 0: one reduction after backward
             for mb in 0.002 0; do
                 n=np${np}_z${z}_b$mb
@@ -131,6 +131,11 @@ case_bf16() {
     mpi 2 $TRAIN --batch 2 --precision bf16 --zero 2 --bucket-mb 0.002 --save z2.st \
         --metrics z2.jsonl
     expect_ok
+    mpi 2 $TRAIN --batch 2 --precision bf16 --zero 3 --bucket-mb 0.002 --save z3.st \
+        --metrics z3.jsonl --val-data "$VAL" --eval-every 10 --eval-batches 2
+    expect_ok
+    # ZeRO 3 gathers each block's bf16 weights from their owners: the same bits as ZeRO 0's
+    same z0 z3 1e-6
     # Sharding changes which rank updates a weight, not how: ZeRO 2 equals ZeRO 0 but for
     # the order of the norm's sum
     same z0 z2 1e-6

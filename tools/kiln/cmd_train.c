@@ -299,7 +299,7 @@ int cmd_train(int argc, char **argv) {
          "fault injection: make a gradient infinite at step N (fp16: an overflow to skip)"},
         {"zero", TOOL_FLAG_INT, &zero,
          "data parallel: 0 replicates the optimizer state on every rank, 1 shards it, 2 shards "
-         "the gradients' reduction too"},
+         "the gradients' reduction too, 3 the weights too (gathered per block for use)"},
         {"bucket-mb", TOOL_FLAG_FLOAT, &bucket_mb,
          "data parallel: MiB of gradients per bucket, each reduced as soon as backward finishes "
          "it (0: one reduction after backward)"},
@@ -370,9 +370,9 @@ int cmd_train(int argc, char **argv) {
         s = kiln_recompute_parse(recompute, &cfg.model_opt.recompute);
     if (!s)
         s = kiln_dtype_parse(reduce_dtype, &cfg.dp.reduce_dtype);
-    if (!s && (zero < 0 || zero > 2 || !(bucket_mb >= 0) || bucket_mb > 1e6))
-        s = kiln_error_setf(KILN_ERR_ARG, "--zero must be 0, 1 or 2 and --bucket-mb a number of "
-                                          "MiB >= 0");
+    if (!s && (zero < 0 || zero > 3 || !(bucket_mb >= 0) || bucket_mb > 1e6))
+        s = kiln_error_setf(KILN_ERR_ARG, "--zero must be 0, 1, 2 or 3 and --bucket-mb a number "
+                                          "of MiB >= 0");
     if (!s && (chunk < 0 || !(loss_scale > 0) || isinf(loss_scale)))
         s = kiln_error_setf(KILN_ERR_ARG, "--classifier-chunk must be >= 0 and --loss-scale a "
                                           "finite number > 0");
