@@ -37,6 +37,17 @@ typedef struct kiln_train_config {
                                  finite, or give a non-finite loss, are never saved: the
                                  run stops and the file keeps the last good weights */
     int64_t save_every;       /* also save every N steps (0: only at the end) */
+    /* Checkpoints: every checkpoint_every steps (and after the last) the whole training state
+     * goes to checkpoint_dir/step_<8 digits>/ (model.safetensors, optim_rank<R>.bin per rank,
+     * state.json), written under a temporary name and renamed, then checkpoint_dir/latest
+     * names it. The last checkpoint_keep (3 when 0) stay, and every checkpoint_keep_every-th
+     * (0: none). A checkpoint that cannot be written is a warning: training goes on.
+     * resume_path: a checkpoint folder (its `latest`, or one step folder) to continue from;
+     * its checksums and its configuration's and data's hashes are checked against this run's
+     * first, and a damaged checkpoint gives way to the newest older good one. */
+    const char *checkpoint_dir;
+    int64_t checkpoint_every, checkpoint_keep, checkpoint_keep_every;
+    const char *resume_path;
     double peak_gflops;       /* MFU denominator; <= 0 measures it at start */
     /* Precision and memory: the model's working dtype, recomputation, fusions and classifier
      * chunk (kiln_gpt_options; inference is ignored). With bf16 or fp16 the optimizer keeps

@@ -35,6 +35,7 @@ kiln_train_config kiln_train_config_default(void) {
     c.loss_scaler = kiln_loss_scaler_default();
     c.dp = kiln_dp_config_default();
     c.outer_lr = 1.0f;
+    c.checkpoint_keep = 3;
     return c;
 }
 
@@ -433,6 +434,9 @@ static kiln_status trainer_init(kiln_trainer *t) {
     t->targets = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->targets);
     if (!t->inputs || !t->targets)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate a batch");
+    /* before the metrics file (truncated when opened): a checkpoint that is refused leaves
+     * every file of the run as it was */
+    KILN_CHECK(kiln__trainer_resume(t));
     if (cfg->metrics_path)
         KILN_CHECK(open_metrics(&t->metrics, cfg->metrics_path));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
@@ -651,7 +655,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
     mt.mfu = t->flops_per_step / (mt.ms / 1e3) / (t->peak * 1e9);
     if (t->steps_done == 0)
         t->first_loss = mt.loss;
-    else
+    if (t->steps_done > t->resumed_step) /* this process's first step warms caches: left out */
         t->later_ms += mt.ms;
     t->last_loss = mt.loss;
     t->steps_done = mt.step;
@@ -668,7 +672,8 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
         KILN_CHECK(kiln__train_metrics_write(t->metrics, cfg->metrics_path, &mt));
     if (info)
         *info = mt;
-    return maybe_save(t, mt.step);
+    KILN_CHECK(maybe_save(t, mt.step));
+    return kiln__trainer_checkpoint(t, mt.step);
 }
 
 int64_t kiln_trainer_steps_done(const kiln_trainer *t) { return t->steps_done; }
@@ -683,8 +688,9 @@ void kiln_trainer_result(const kiln_trainer *t, kiln_train_result *res) {
     res->last_loss = t->last_loss;
     res->last_val_loss = t->last_val_loss;
     res->peak_gflops = t->peak;
-    if (t->steps_done > 1) { /* the first step (warming caches and pages) is left out */
-        res->mean_ms = t->later_ms / (double)(t->steps_done - 1);
+    int64_t timed = t->steps_done - t->resumed_step - 1; /* steps in later_ms */
+    if (timed > 0) { /* the first step (warming caches and pages) is left out */
+        res->mean_ms = t->later_ms / (double)timed;
         res->tokens_per_s =
             (double)(cfg->B * cfg->T * t->micro_total) / (res->mean_ms / 1e3);
         res->mfu = t->flops_per_step / (res->mean_ms / 1e3) / (t->peak * 1e9);

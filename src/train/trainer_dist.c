@@ -219,7 +219,7 @@ static void put_f(hasher *h, double x) {
 }
 
 /* Everything that must be equal on every rank for the ranks to train one model. */
-static uint64_t config_hash(const kiln_trainer *t, const kiln_gpt_config *mc) {
+uint64_t kiln__trainer_config_hash(const kiln_trainer *t, const kiln_gpt_config *mc) {
     const kiln_train_config *c = &t->cfg;
     hasher h = {.n = 0};
     put_i(&h, mc->n_layer), put_i(&h, mc->n_head), put_i(&h, mc->n_embd);
@@ -245,7 +245,7 @@ static uint64_t config_hash(const kiln_trainer *t, const kiln_gpt_config *mc) {
     return XXH3_64bits(h.v, (size_t)h.n * sizeof h.v[0]);
 }
 
-static uint64_t data_hash(const kiln_trainer *t) {
+uint64_t kiln__trainer_data_hash(const kiln_trainer *t) {
     hasher h = {.n = 0};
     put_i(&h, kiln_loader_num_tokens(t->train));
     put_i(&h, kiln_loader_num_windows(t->train));
@@ -259,7 +259,7 @@ kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc)
     if (t->world <= 1)
         return KILN_OK;
     const int K = 3;
-    uint64_t mine[3] = {config_hash(t, mc), data_hash(t), 0};
+    uint64_t mine[3] = {kiln__trainer_config_hash(t, mc), kiln__trainer_data_hash(t), 0};
     kiln_gpt *m = t->model;
     mine[2] = XXH3_64bits(kiln_gpt_params(m),
                           (size_t)kiln_gpt_slab_len(m) * kiln_dtype_size(kiln_gpt_dtype(m)));

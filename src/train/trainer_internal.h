@@ -46,7 +46,18 @@ struct kiln_trainer {
     int nparts;
     signed char *part_state;
     uint64_t *part_ticket, *part_used, part_clock;
+    int64_t ckpt_step; /* the step of the last checkpoint written or resumed from (0: none) */
+    int64_t resumed_step; /* the step this process started from (0: not resumed) */
 };
+
+/* ---- trainer_ckpt.c, trainer_resume.c ---- */
+/* The checkpoint due after `step` (checkpoint_every, and the last step), written by every
+ * rank together. A failed write is a warning on the console and KILN_OK: training goes on
+ * and older checkpoints stay; an error only when the ranks can no longer communicate. */
+kiln_status kiln__trainer_checkpoint(kiln_trainer *t, int64_t step);
+/* cfg.resume_path's checkpoint into the trainer (after its weights and optimizer exist, before
+ * any file of the run is written); every rank reads the files itself. */
+kiln_status kiln__trainer_resume(kiln_trainer *t);
 
 
 /* ---- trainer_dist.c ---- */
@@ -87,6 +98,10 @@ kiln_status kiln__trainer_zero3_need_all(kiln_trainer *t);
  * the buckets in flight beyond it). */
 void kiln__zero3_resident(const kiln_train_config *cfg, const kiln_gpt_config *mc, int rank,
                           int world, int64_t slab, int64_t *params, int64_t *grads);
+/* Hashes of what must be equal for the ranks (and a resumed run) to train one model: the
+ * configuration (model, batch, optimizer, schedule, precision, seed, flags) and the data. */
+uint64_t kiln__trainer_config_hash(const kiln_trainer *t, const kiln_gpt_config *mc);
+uint64_t kiln__trainer_data_hash(const kiln_trainer *t);
 /* The step's communication figures into mt. */
 void kiln__trainer_dist_stats(kiln_trainer *t, kiln_step_info *mt);
 

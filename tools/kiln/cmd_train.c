@@ -226,6 +226,8 @@ int cmd_train(int argc, char **argv) {
     int64_t B = cfg.B, T = cfg.T, accum = cfg.grad_accum, steps = cfg.steps;
     int64_t warmup = cfg.lr.warmup_steps, eval_every = 0, eval_batches = cfg.eval_batches;
     int64_t save_every = 0, seed = (int64_t)cfg.seed;
+    const char *ckpt_dir = NULL, *resume = NULL;
+    int64_t ckpt_every = 0, ckpt_keep = cfg.checkpoint_keep, ckpt_keep_every = 0;
     double lr = cfg.lr.lr, min_lr_frac = 0.1, wd = cfg.optim.weight_decay;
     double beta1 = cfg.optim.beta1, beta2 = cfg.optim.beta2, eps = cfg.optim.eps;
     double momentum = cfg.optim.momentum, dampening = cfg.optim.dampening;
@@ -278,6 +280,16 @@ int cmd_train(int argc, char **argv) {
         {"metrics", TOOL_FLAG_STRING, &metrics, "write one JSON object per step to this file"},
         {"save", TOOL_FLAG_STRING, &save, "write the final weights here (safetensors)"},
         {"save-every", TOOL_FLAG_INT, &save_every, "also save every N steps (0: at the end)"},
+        {"checkpoint-dir", TOOL_FLAG_STRING, &ckpt_dir,
+         "write checkpoints (weights, optimizer, data position) into this folder"},
+        {"checkpoint-every", TOOL_FLAG_INT, &ckpt_every,
+         "with --checkpoint-dir: a checkpoint every N steps, and after the last"},
+        {"checkpoint-keep", TOOL_FLAG_INT, &ckpt_keep, "keep the last N checkpoints"},
+        {"checkpoint-keep-every", TOOL_FLAG_INT, &ckpt_keep_every,
+         "also keep every checkpoint whose step is a multiple of N (0: none)"},
+        {"resume", TOOL_FLAG_STRING, &resume,
+         "continue from a checkpoint: a --checkpoint-dir folder (its newest good checkpoint) "
+         "or one step folder in it; run with the same flags"},
         {"peak-gflops", TOOL_FLAG_FLOAT, &peak,
          "MFU denominator (0: measure the GEMM rate of --precision at start)"},
         {"precision", TOOL_FLAG_STRING, &precision,
@@ -346,6 +358,13 @@ int cmd_train(int argc, char **argv) {
                         "and --threads 0..4096\n");
         return 2;
     }
+    int has_ckpt_dir = ckpt_dir && ckpt_dir[0];
+    if (ckpt_every < 0 || ckpt_keep < 1 || ckpt_keep_every < 0 ||
+        has_ckpt_dir != (ckpt_every > 0)) {
+        fprintf(stderr, "kiln train: --checkpoint-dir and --checkpoint-every (>= 1) go together; "
+                        "--checkpoint-keep must be >= 1 and --checkpoint-keep-every >= 0\n");
+        return 2;
+    }
     if (eval_every > 0 && !(val && val[0])) {
         fprintf(stderr, "kiln train: --eval-every %lld needs validation data: name it with "
                         "--val-data\n",
@@ -411,6 +430,11 @@ int cmd_train(int argc, char **argv) {
     cfg.save_path = save && save[0] ? save : NULL;
     cfg.save_every = save_every;
     cfg.peak_gflops = peak;
+    cfg.checkpoint_dir = ckpt_dir && ckpt_dir[0] ? ckpt_dir : NULL;
+    cfg.checkpoint_every = ckpt_every;
+    cfg.checkpoint_keep = ckpt_keep;
+    cfg.checkpoint_keep_every = ckpt_keep_every;
+    cfg.resume_path = resume && resume[0] ? resume : NULL;
     cfg.log = stdout;
     cfg.model_opt.fuse_gelu = fuse_gelu;
     cfg.model_opt.fuse_residual_ln = fuse_ln;

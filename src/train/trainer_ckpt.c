@@ -1,0 +1,482 @@
+/* Writing checkpoints: the whole training state, every rank's part of it, in a folder per step
+ * that appears complete or not at all (trainer_ckpt.h has the format). */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "kiln/checkpoint.h"
+#include "kiln/core.h"
+#include "train/trainer_ckpt.h"
+#include "train/trainer_internal.h"
+
+/* The slabs of this rank's optimizer file, in the order they are written. */
+typedef struct slab_list {
+    const void *p[6];
+    size_t bytes[6];
+    uint32_t flags;
+} slab_list;
+
+static slab_list rank_slabs(kiln_trainer *t) {
+    slab_list l = {.flags = 0};
+    size_t r = (size_t)(t->shard_hi - t->shard_lo), n = (size_t)kiln_gpt_slab_len(t->model);
+    kiln_dtype wd = kiln_gpt_dtype(t->model);
+    const void *p[6] = {kiln_optim_state(t->opt, 0),
+                        kiln_optim_state(t->opt, 1),
+                        kiln_optim_master(t->opt),
+                        wd == KILN_DTYPE_F32 ? NULL
+                                             : (const char *)kiln_gpt_params(t->model) +
+                                                   (size_t)t->shard_lo * kiln_dtype_size(wd),
+                        t->outer_weights,
+                        t->outer_velocity};
+    size_t bytes[6] = {r * 4, r * 4, r * 4, r * kiln_dtype_size(wd), n * 4, n * 4};
+    for (int i = 0; i < 6; i++) {
+        l.p[i] = p[i];
+        l.bytes[i] = p[i] ? bytes[i] : 0;
+        if (p[i])
+            l.flags |= 1u << i;
+    }
+    return l;
+}
+
+/* optim_rank<R>.bin into folder; *size and *hash: the whole file's. */
+static kiln_status write_rank_file(kiln_trainer *t, const char *folder, int64_t step,
+                                   uint64_t *size, uint64_t *hash) {
+    char path[KILN__CKPT_PATH], name[64];
+    snprintf(name, sizeof name, "optim_rank%d.bin", t->rank);
+    KILN_CHECK(kiln__ckpt_path(path, folder, name));
+    slab_list l = rank_slabs(t);
+    kiln__ckpt_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, KILN__CKPT_MAGIC, 8);
+    h.version = KILN__CKPT_VERSION;
+    h.header_bytes = KILN__CKPT_HEADER;
+    h.rank = (uint32_t)t->rank;
+    h.world = (uint32_t)t->world;
+    h.lo = t->shard_lo;
+    h.hi = t->shard_hi;
+    h.n = kiln_gpt_slab_len(t->model);
+    h.work_dtype = (uint32_t)kiln_gpt_dtype(t->model);
+    h.flags = l.flags;
+    h.optim_steps = kiln_optim_steps_taken(t->opt);
+    h.step = step;
+    /* the payload's hash goes in the header, so the slabs are hashed before they are written */
+    XXH3_state_t *st = XXH3_createState();
+    if (!st)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate a hash state");
+    XXH3_64bits_reset(st);
+    for (int i = 0; i < 6; i++) {
+        XXH3_64bits_update(st, l.p[i], l.bytes[i]);
+        h.payload_bytes += l.bytes[i];
+    }
+    h.payload_xxh3 = XXH3_64bits_digest(st);
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, &h, sizeof h);
+    kiln__atomic_file f = KILN__ATOMIC_FILE_INIT;
+    kiln_status s = kiln__atomic_open(&f, path);
+    if (s == KILN_OK)
+        s = kiln__atomic_write(&f, &h, sizeof h);
+    for (int i = 0; i < 6 && s == KILN_OK; i++) {
+        s = kiln__atomic_write(&f, l.p[i], l.bytes[i]);
+        XXH3_64bits_update(st, l.p[i], l.bytes[i]);
+    }
+    if (s == KILN_OK)
+        s = kiln__atomic_commit(&f);
+    else
+        kiln__atomic_abort(&f);
+    *size = sizeof h + h.payload_bytes;
+    *hash = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return s;
+}
+
+kiln_status kiln__ckpt_path(char *out, const char *dir, const char *name) {
+    int k = snprintf(out, KILN__CKPT_PATH, "%s/%s", dir, name);
+    if (k < 0 || k >= KILN__CKPT_PATH)
+        return kiln_error_setf(KILN_ERR_ARG, "the path %s/%s is too long", dir, name);
+    return KILN_OK;
+}
+
+/* Size and XXH3-64 of a whole file, read back (model.safetensors is written by the
+ * safetensors writer, which does not hash). */
+kiln_status kiln__ckpt_hash_file(const char *path, uint64_t *size, uint64_t *hash) {
+    int fd = -1;
+    KILN_CHECK(kiln_file_open_regular(path, &fd, size));
+    XXH3_state_t *st = XXH3_createState();
+    enum { CHUNK = 4 << 20 };
+    char *buf = malloc(CHUNK);
+    kiln_status s = KILN_OK;
+    if (!st || !buf) {
+        s = kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate a buffer to hash %s", path);
+        goto done;
+    }
+    XXH3_64bits_reset(st);
+    uint64_t total = 0;
+    for (;;) {
+        ssize_t k = read(fd, buf, CHUNK);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            s = kiln_error_setf(KILN_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+            goto done;
+        }
+        if (k == 0)
+            break;
+        XXH3_64bits_update(st, buf, (size_t)k);
+        total += (uint64_t)k;
+    }
+    *size = total;
+    *hash = XXH3_64bits_digest(st);
+done:
+    free(buf);
+    if (st)
+        XXH3_freeState(st);
+    close(fd);
+    return s;
+}
+
+/* mkdir that accepts an existing folder. */
+static kiln_status make_dir(const char *path) {
+    if (mkdir(path, 0777) == 0 || errno == EEXIST) {
+        struct stat sb;
+        if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+            return KILN_OK;
+        return kiln_error_setf(KILN_ERR_IO, "%s exists and is not a folder", path);
+    }
+    return kiln_error_setf(KILN_ERR_IO, "cannot create the checkpoint folder %s: %s", path,
+                           strerror(errno));
+}
+
+/* A folder of plain files (a checkpoint's) and the folder itself; best effort. */
+void kiln__ckpt_remove_folder(const char *path) {
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        char p[4096];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+                (void)unlink(p);
+            }
+        closedir(d);
+    }
+    (void)rmdir(path);
+}
+
+/* Rank 0, first: the checkpoint folder exists, a temporary folder from a write that died is
+ * gone, and the new temporary folder is empty. */
+static kiln_status prepare_folder(kiln_trainer *t, const char *tmp) {
+    KILN_CHECK(make_dir(t->cfg.checkpoint_dir));
+    (void)kiln__sync_parent(t->cfg.checkpoint_dir); /* a new folder's own entry is durable */
+    kiln__ckpt_remove_folder(tmp);
+    KILN_CHECK(make_dir(tmp));
+    return KILN_OK;
+}
+
+/* Rank 0: model.safetensors from the fp32 master weights (the whole slab, gathered) or the
+ * working weights, as --save writes them, but always fp32. */
+static kiln_status write_model(kiln_trainer *t, const char *tmp, const float *master,
+                               uint64_t *size, uint64_t *hash) {
+    char path[4096];
+    KILN_CHECK(kiln__ckpt_path(path, tmp, "model.safetensors"));
+    if (master)
+        KILN_CHECK(kiln_gpt_save_slab(t->model, path, master, KILN_DTYPE_F32, KILN_DTYPE_F32));
+    else
+        KILN_CHECK(kiln_gpt_save_safetensors(t->model, path, KILN_DTYPE_F32));
+    return kiln__ckpt_hash_file(path, size, hash);
+}
+
+static int loaders_of(const kiln_trainer *t, int r) {
+    return t->cfg.rank_batches ? (int)t->cfg.rank_batches[r] : 1;
+}
+
+static void put_hex(cJSON *o, const char *k, uint64_t v) {
+    char b[24];
+    snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
+    cJSON_AddStringToObject(o, k, b);
+}
+
+/* Rank 0, last: state.json from every rank's record (file size, hash, loader states). */
+static kiln_status write_state(kiln_trainer *t, const char *tmp, int64_t step, const uint64_t *all,
+                               const int64_t *at, uint64_t msize, uint64_t mhash) {
+    const kiln_gpt_config *mc = kiln_gpt_get_config(t->model);
+    cJSON *j = cJSON_CreateObject();
+    if (!j)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot build state.json");
+    cJSON_AddStringToObject(j, "format", "kiln-checkpoint");
+    cJSON_AddNumberToObject(j, "version", KILN__CKPT_VERSION);
+    cJSON_AddNumberToObject(j, "step", (double)step);
+    put_hex(j, "seed", t->cfg.seed);
+    cJSON_AddNumberToObject(j, "world", t->world);
+    cJSON_AddNumberToObject(j, "zero", t->world > 1 ? t->cfg.dp.zero : 0);
+    put_hex(j, "config_hash", kiln__trainer_config_hash(t, mc));
+    put_hex(j, "data_hash", kiln__trainer_data_hash(t));
+    cJSON *m = cJSON_AddObjectToObject(j, "model");
+    cJSON_AddNumberToObject(m, "n_layer", (double)mc->n_layer);
+    cJSON_AddNumberToObject(m, "n_head", (double)mc->n_head);
+    cJSON_AddNumberToObject(m, "n_embd", (double)mc->n_embd);
+    cJSON_AddNumberToObject(m, "max_seq_len", (double)mc->max_seq_len);
+    cJSON_AddNumberToObject(m, "vocab_size", (double)mc->vocab_size);
+    cJSON_AddStringToObject(m, "dtype", kiln_dtype_name(kiln_gpt_dtype(t->model)));
+    cJSON_AddStringToObject(j, "optimizer", kiln_optim_kind_name(t->cfg.optim.kind));
+    cJSON *ls = cJSON_AddObjectToObject(j, "loss_scaler");
+    cJSON_AddNumberToObject(ls, "scale", (double)t->scaler.scale);
+    cJSON_AddNumberToObject(ls, "clean_steps", (double)t->scaler.clean_steps);
+    cJSON_AddNumberToObject(ls, "skipped", (double)t->scaler.skipped);
+    cJSON_AddNumberToObject(j, "first_loss", (double)t->first_loss);
+    cJSON *ranks = cJSON_AddArrayToObject(j, "ranks");
+    cJSON *files = cJSON_AddArrayToObject(j, "files");
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddItemToArray(files, f);
+    cJSON_AddStringToObject(f, "name", "model.safetensors");
+    cJSON_AddNumberToObject(f, "size", (double)msize);
+    put_hex(f, "xxh3", mhash);
+    for (int r = 0; r < t->world; r++) {
+        const uint64_t *rec = all + at[r];
+        cJSON *ro = cJSON_CreateObject(), *la = cJSON_AddArrayToObject(ro, "loaders");
+        cJSON_AddItemToArray(ranks, ro);
+        for (int k = 0; k < loaders_of(t, r); k++) {
+            cJSON *lo = cJSON_CreateObject();
+            cJSON_AddItemToArray(la, lo);
+            cJSON_AddNumberToObject(lo, "epoch", (double)rec[2 + 3 * k]);
+            cJSON_AddNumberToObject(lo, "position", (double)rec[3 + 3 * k]);
+            put_hex(lo, "seed", rec[4 + 3 * k]);
+        }
+        char name[64];
+        snprintf(name, sizeof name, "optim_rank%d.bin", r);
+        f = cJSON_CreateObject();
+        cJSON_AddItemToArray(files, f);
+        cJSON_AddStringToObject(f, "name", name);
+        cJSON_AddNumberToObject(f, "size", (double)rec[0]);
+        put_hex(f, "xxh3", rec[1]);
+    }
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot print state.json");
+    char path[4096];
+    KILN_CHECK(kiln__ckpt_path(path, tmp, "state.json"));
+    kiln_status s = kiln__write_file_atomic(path, text, strlen(text));
+    free(text);
+    return s;
+}
+
+static int step_of_name(const char *name, int64_t *step) {
+    long long v;
+    int used = 0;
+    if (strncmp(name, "step_", 5) || strlen(name) != 13 ||
+        sscanf(name, "step_%8lld%n", &v, &used) != 1 || used != 13)
+        return 0;
+    *step = v;
+    return 1;
+}
+
+/* Every complete step folder's step, ascending, in *steps (malloc'd). */
+kiln_status kiln__ckpt_list(const char *dir, int64_t **steps, int *count) {
+    *steps = NULL;
+    *count = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return kiln_error_setf(errno == ENOENT ? KILN_ERR_NOT_FOUND : KILN_ERR_IO,
+                               "cannot read the checkpoint folder %s: %s", dir, strerror(errno));
+    struct dirent *e;
+    int cap = 0;
+    kiln_status s = KILN_OK;
+    while ((e = readdir(d))) {
+        int64_t v;
+        if (!step_of_name(e->d_name, &v))
+            continue;
+        if (*count == cap) {
+            cap = cap ? cap * 2 : 16;
+            int64_t *p = realloc(*steps, (size_t)cap * sizeof *p);
+            if (!p) {
+                s = kiln_error_setf(KILN_ERR_NOMEM, "out of memory listing %s", dir);
+                break;
+            }
+            *steps = p;
+        }
+        (*steps)[(*count)++] = v;
+    }
+    closedir(d);
+    for (int i = 1; i < *count; i++) /* insertion sort: a few folders */
+        for (int k = i; k > 0 && (*steps)[k - 1] > (*steps)[k]; k--) {
+            int64_t x = (*steps)[k];
+            (*steps)[k] = (*steps)[k - 1];
+            (*steps)[k - 1] = x;
+        }
+    return s;
+}
+
+/* After a new checkpoint is complete: older ones beyond the last K go, except every M-th;
+ * and temporary folders that writes killed midway left behind (one run writes a folder). */
+static void prune(kiln_trainer *t, int64_t newest) {
+    int64_t *steps = NULL, keep = t->cfg.checkpoint_keep > 0 ? t->cfg.checkpoint_keep : 3;
+    int n = 0;
+    DIR *d = opendir(t->cfg.checkpoint_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        char p[KILN__CKPT_PATH];
+        if (strncmp(e->d_name, ".step_", 6) || len < 10 || strcmp(e->d_name + len - 4, ".tmp") ||
+            kiln__ckpt_path(p, t->cfg.checkpoint_dir, e->d_name) != KILN_OK)
+            continue;
+        kiln__ckpt_remove_folder(p);
+    }
+    if (d)
+        closedir(d);
+    if (kiln__ckpt_list(t->cfg.checkpoint_dir, &steps, &n) != KILN_OK)
+        return;
+    for (int i = 0; i < n - keep; i++) {
+        int64_t m = t->cfg.checkpoint_keep_every;
+        if (steps[i] == newest || (m > 0 && steps[i] % m == 0))
+            continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/" KILN__CKPT_STEP_FMT, t->cfg.checkpoint_dir,
+                 (long long)steps[i]);
+        kiln__ckpt_remove_folder(p);
+    }
+    free(steps);
+}
+
+/* Rank 0, the end: the folder renamed to its name, the rename made durable, latest. */
+static kiln_status publish(kiln_trainer *t, const char *tmp, const char *final, int64_t step) {
+    struct stat sb;
+    if (stat(final, &sb) == 0) /* the same step written by an earlier run: replaced */
+        kiln__ckpt_remove_folder(final);
+    if (rename(tmp, final) != 0)
+        return kiln_error_setf(KILN_ERR_IO, "cannot rename %s to %s: %s", tmp, final,
+                               strerror(errno));
+    KILN_CHECK(kiln__sync_parent(final));
+    char latest[4096], name[32];
+    snprintf(latest, sizeof latest, "%s/latest", t->cfg.checkpoint_dir);
+    int len = snprintf(name, sizeof name, KILN__CKPT_STEP_FMT "\n", (long long)step);
+    return kiln__write_file_atomic(latest, name, (size_t)len);
+}
+
+/* Every rank's record: its file's size and hash, then (epoch, position, seed) per loader. */
+static kiln_status exchange_records(kiln_trainer *t, uint64_t size, uint64_t hash, uint64_t **all,
+                                    int64_t **at) {
+    int64_t *counts = calloc((size_t)t->world, sizeof *counts);
+    *at = calloc((size_t)t->world + 1, sizeof **at);
+    for (int r = 0; counts && *at && r < t->world; r++) {
+        (*at)[r + 1] = (*at)[r] + 2 + 3 * loaders_of(t, r);
+        counts[r] = 2 * (2 + 3 * loaders_of(t, r)); /* u64s moved as pairs of floats' bytes */
+    }
+    *all = *at ? calloc((size_t)(*at)[t->world] + 1, sizeof **all) : NULL;
+    kiln_status s = KILN_OK;
+    if (!counts || !*all) {
+        s = kiln_error_setf(KILN_ERR_NOMEM, "out of memory gathering the checkpoint's records");
+        goto done;
+    }
+    uint64_t *mine = *all + (*at)[t->rank];
+    mine[0] = size;
+    mine[1] = hash;
+    for (int k = 0; k < loaders_of(t, t->rank); k++) {
+        kiln_loader_state ls =
+            kiln_loader_get_state(t->micro_loaders ? t->micro_loaders[k] : t->train);
+        mine[2 + 3 * k] = ls.epoch;
+        mine[3 + 3 * k] = ls.position;
+        mine[4 + 3 * k] = ls.seed;
+    }
+    if (t->world > 1)
+        s = kiln_comm_allgather(mine, *all, counts, KILN_DTYPE_F32, t->comm);
+done:
+    free(counts);
+    return s;
+}
+
+/* Rank 0 tells the console; another rank says why on stderr when the failure was its own
+ * (rank 0's line names it). */
+static void warn(kiln_trainer *t, int64_t step, int own) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", kiln_error_message());
+    char *tail = strstr(why, " (its message says why)"); /* the agreement's "rank 0 stops too" */
+    if (tail)
+        tail[strlen(" (its message says why)")] = '\0';
+    FILE *out = t->rank == 0 ? t->cfg.log : own ? stderr : NULL;
+    if (!out)
+        return;
+    char who[32] = "";
+    if (t->rank != 0)
+        snprintf(who, sizeof who, "rank %d: ", t->rank);
+    fprintf(out,
+            "warning: %sthe checkpoint of step %lld was not written: %s; training goes on (older "
+            "checkpoints are kept; the next is tried at the next interval)\n",
+            who, (long long)step, why);
+    fflush(out);
+}
+
+/* A step of writing on every rank, then whether all succeeded: a failure is a warning. */
+#define AGREE_OR_WARN(local, what)                                                                 \
+    do {                                                                                           \
+        kiln_status l_ = (local);                                                                  \
+        if (kiln__trainer_agree(t, l_, (what)) != KILN_OK) {                                       \
+            warn(t, step, l_ != KILN_OK);                                                          \
+            goto cleanup;                                                                          \
+        }                                                                                          \
+    } while (0)
+
+kiln_status kiln__trainer_checkpoint(kiln_trainer *t, int64_t step) {
+    const kiln_train_config *cfg = &t->cfg;
+    if (!cfg->checkpoint_dir || cfg->checkpoint_every <= 0 ||
+        (step % cfg->checkpoint_every != 0 && step != cfg->steps) || step == t->ckpt_step)
+        return KILN_OK;
+    double t0 = kiln_time_ms();
+    if (strlen(cfg->checkpoint_dir) > KILN__CKPT_PATH - 64) {
+        (void)kiln_error_setf(KILN_ERR_ARG, "the checkpoint folder's path is too long");
+        warn(t, step, 1);
+        return KILN_OK;
+    }
+    char tmp[KILN__CKPT_PATH], final[KILN__CKPT_PATH];
+    snprintf(tmp, sizeof tmp, "%s/.step_%08lld.tmp", cfg->checkpoint_dir, (long long)step);
+    snprintf(final, sizeof final, "%s/" KILN__CKPT_STEP_FMT, cfg->checkpoint_dir, (long long)step);
+    float *master = kiln_optim_master(t->opt), *full = NULL;
+    uint64_t *all = NULL, size = 0, hash = 0, msize = 0, mhash = 0;
+    int64_t *at = NULL, n = kiln_gpt_slab_len(t->model);
+    kiln_status s = KILN_OK, fatal = KILN_OK;
+    int published = 0;
+    /* the collectives first (as --save does): these are not a write that may fail */
+    if (master && (t->shard_lo != 0 || t->shard_hi != n)) {
+        KILN_CHECK(kiln__trainer_gather_master(t, &full));
+        master = full;
+    }
+    if (!master && (fatal = kiln__trainer_zero3_need_all(t)))
+        goto cleanup;
+    AGREE_OR_WARN(t->rank == 0 ? prepare_folder(t, tmp) : KILN_OK, "to prepare the checkpoint");
+    s = write_rank_file(t, tmp, step, &size, &hash);
+    if (s == KILN_OK && t->rank == 0)
+        s = write_model(t, tmp, master, &msize, &mhash);
+    AGREE_OR_WARN(s, "to write its checkpoint files");
+    if ((fatal = exchange_records(t, size, hash, &all, &at)))
+        goto cleanup;
+    s = KILN_OK;
+    if (t->rank == 0) {
+        s = write_state(t, tmp, step, all, at, msize, mhash);
+        if (s == KILN_OK)
+            s = publish(t, tmp, final, step);
+        if (s == KILN_OK)
+            prune(t, step);
+    }
+    AGREE_OR_WARN(s, "to complete the checkpoint");
+    published = 1;
+    t->ckpt_step = step;
+    if (cfg->log)
+        fprintf(cfg->log, "checkpoint: %s (step %lld) in %.0f ms\n", final, (long long)step,
+                kiln_time_ms() - t0);
+cleanup:
+    if (t->rank == 0 && !published) /* whatever a failed write left (renamed: nothing) */
+        kiln__ckpt_remove_folder(tmp);
+    free(full);
+    free(all);
+    free(at);
+    if (!master && fatal == KILN_OK)
+        fatal = kiln__trainer_zero3_drop_all(t);
+    return fatal;
+}

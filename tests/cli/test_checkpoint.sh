@@ -1,0 +1,130 @@
+#!/bin/sh
+# Checkpoints and exact resume: a run killed (SIGKILL) after its step-20 checkpoint and resumed
+# ends with the same --save bytes as one never interrupted (fp32, and bf16 with stochastic
+# rounding); a damaged newest checkpoint, or a `latest` naming a missing folder, gives way to
+# the newest good one with a message; a checkpoint of another model is refused with nothing
+# overwritten; only the last K are kept (and every M-th); a checkpoint folder that cannot be
+# written is a warning and the run finishes.
+. "$(dirname "$0")/lib.sh"
+
+TRAIN="train $TINY --seq 16 --batch 2 --threads 1 --data $DATA --steps 40"
+# About 50 ms a step: a kill can land between the step-20 checkpoint and the run's end.
+SLOW="train --layers 2 --heads 4 --embd 128 --context 64 --peak-gflops 100 --seq 64 --batch 24 \
+--threads 1 --data $DATA --steps 40"
+CK="--checkpoint-dir ck --checkpoint-every 10"
+
+# kill_after_21 ARGS...: kiln ARGS (writing m.jsonl) in the background, killed with SIGKILL
+# once its metrics show step 21 or later (the step-20 checkpoint is complete by then).
+kill_after_21() {
+    LAST="kiln $* (killed with SIGKILL after step 21)"
+    printf '$ %s\n' "$LAST" >>"$W/log"
+    rm -f m.jsonl
+    "$KILN" "$@" --metrics m.jsonl </dev/null >"$W/stdout" 2>"$W/stderr" &
+    _job=$!
+    _i=0
+    while ! grep -q '"step": \(2[1-9]\|3[0-9]\|40\),' m.jsonl 2>/dev/null && [ $_i -lt 2000 ]; do
+        sleep 0.01
+        _i=$((_i + 1))
+    done
+    kill -9 "$_job" 2>/dev/null
+    wait "$_job"
+    RC=$?
+    check "the run was killed before its end (status $RC is SIGKILL's)" test "$RC" -eq 137
+    check "its step-20 checkpoint is complete" test -f ck/step_00000020/state.json
+}
+
+# resumed_equals ARGS...: a whole run, then a killed and resumed one: the same --save bytes.
+resumed_equals() {
+    run "$@" --save ref.st
+    expect_ok
+    kill_after_21 "$@" $CK --save res.st
+    run "$@" $CK --save res.st --resume ck
+    expect_ok
+    expect_out_re 'resumed from ck/step_000000[2-3]0: step [23]0 of 40'
+    check "the resumed run's weights equal the uninterrupted run's, byte for byte" \
+        same_file ref.st res.st
+    check "the resumed run wrote its last checkpoint" test -f ck/step_00000040/state.json
+    check "latest names it" grep -qx step_00000040 ck/latest
+    no_temp_files ck
+}
+
+case_resume_fp32() {
+    need_fixture
+    resumed_equals $SLOW
+}
+
+case_resume_bf16_stochastic() {
+    need_fixture
+    resumed_equals $SLOW --precision bf16 --stochastic-rounding
+}
+
+case_damaged_falls_back() {
+    need_fixture
+    run $TRAIN $CK --save w.st
+    expect_ok
+    flip_byte ck/step_00000040/optim_rank0.bin 1000
+    run $TRAIN --resume ck --save w2.st --steps 40
+    expect_ok
+    expect_out_re 'not loading ck/step_00000040: .*optim_rank0.bin does not match its checksum'
+    expect_out_re 'resumed from ck/step_00000030: step 30 of 40'
+    # a damaged folder named on its own is an error, not a silent fallback
+    run $TRAIN --resume ck/step_00000040 --save w3.st
+    expect_fail
+    expect_err "optim_rank0.bin does not match its checksum"
+    check "nothing saved by the refused run" test ! -e w3.st
+}
+
+case_latest_missing() {
+    need_fixture
+    run $TRAIN $CK --save w.st
+    expect_ok
+    rm -r ck/step_00000040
+    run $TRAIN --resume ck --save w2.st
+    expect_ok
+    expect_out_re 'latest names step_00000040, which is not there'
+    expect_out_re 'resumed from ck/step_00000030: step 30 of 40'
+}
+
+case_other_model_refused() {
+    need_fixture
+    run $TRAIN $CK --save w.st
+    expect_ok
+    cp w.st keep.st
+    cp -r ck ck.before
+    echo '{}' >m.jsonl
+    run train --layers 3 --heads 2 --embd 32 --context 32 --peak-gflops 100 --seq 16 \
+        --batch 2 --threads 1 --data $DATA --steps 40 $CK --resume ck --save w.st --metrics m.jsonl
+    expect_fail
+    expect_err "another model" "3, 2, 32"
+    check "the --save file is untouched" same_file keep.st w.st
+    check "the metrics file is untouched" grep -qx '{}' m.jsonl
+    check "the checkpoints are untouched" diff -r ck.before ck
+    run $TRAIN --optimizer sgd --resume ck --save w.st
+    expect_fail
+    expect_err "another optimizer"
+    run $TRAIN --lr 1e-2 --resume ck --save w.st
+    expect_fail
+    expect_err "another configuration"
+}
+
+case_keep_last() {
+    need_fixture
+    run $TRAIN --checkpoint-dir ck --checkpoint-every 5 --checkpoint-keep 2 \
+        --checkpoint-keep-every 20 --save ""
+    expect_ok
+    check "the last 2 and every 20th are kept: $(ls ck | tr '\n' ' ')" \
+        test "$(ls ck | tr '\n' ' ')" = "latest step_00000020 step_00000035 step_00000040 "
+}
+
+case_unwritable_dir_warns() {
+    need_fixture
+    : >afile
+    run $TRAIN --checkpoint-dir afile/ck --checkpoint-every 10 --save w.st
+    expect_ok
+    expect_out_re 'warning: the checkpoint of step 10 was not written: .*afile/ck.*training goes on'
+    check "every interval is tried again (4 warnings)" \
+        test "$(grep -c 'warning: the checkpoint' "$W/stdout")" -eq 4
+    check "the run saved its weights" test -s w.st
+}
+
+main "$@"
