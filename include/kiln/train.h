@@ -2,6 +2,7 @@
 #ifndef KILN_TRAIN_H
 #define KILN_TRAIN_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -70,6 +71,12 @@ typedef struct kiln_train_config {
      * ranks together take that process's batch, rank r the micro-batches numbered from the
      * sum of those before it. NULL: every rank grad_accum. world entries. */
     const int64_t *rank_batches;
+    /* Stopping early (preemption): when stop_flag is set and *stop_flag is non-zero on any
+     * rank at the end of a step, every rank learns it in that step (a MAX over the ranks,
+     * counted in the step's communication) and kiln_trainer_stopping says so on all: they
+     * stop after the same step. A signal handler may set it. With local SGD the ranks agree
+     * only at the steps that average (they do not talk between them). NULL: never. */
+    const volatile sig_atomic_t *stop_flag;
     /* Less traffic: local SGD. local_steps H > 0: the ranks step alone (their own batches,
      * optimizers and norms, no gradient reduction) and every H steps (and after the last)
      * average their weights; with outer_lr and outer_momentum, DiLoCo's outer step instead:
@@ -164,6 +171,12 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info);
 /* Mean loss over eval_batches batches of the validation data (KILN_ERR_CONFIG without one);
  * it becomes the result's last_val_loss. */
 kiln_status kiln_trainer_evaluate(kiln_trainer *t, double *val_loss);
+/* Whether the ranks agreed, in the last step, to stop after it (cfg.stop_flag). */
+int kiln_trainer_stopping(const kiln_trainer *t);
+/* The state after the steps done so far, now, by every rank: with cfg.checkpoint_dir a
+ * checkpoint of them (an error, not a warning, when it could not be written), else the weights
+ * to cfg.save_path (when they are good). *where: the folder or file written. */
+kiln_status kiln_trainer_save_now(kiln_trainer *t, const char **where);
 int64_t kiln_trainer_steps_done(const kiln_trainer *t);
 kiln_gpt *kiln_trainer_model(kiln_trainer *t);
 kiln_optim *kiln_trainer_optim(kiln_trainer *t);

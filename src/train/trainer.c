@@ -573,12 +573,15 @@ static kiln_status check_savable(kiln_trainer *t) {
     return KILN_OK;
 }
 
-static kiln_status maybe_save(kiln_trainer *t, int64_t step) {
+/* force: save whether due or not (a stop between steps). */
+static kiln_status maybe_save(kiln_trainer *t, int64_t step, int force) {
     const kiln_train_config *cfg = &t->cfg;
     if (!cfg->save_path)
         return KILN_OK;
     int last = step == cfg->steps;
-    if (!last && !(cfg->save_every > 0 && step % cfg->save_every == 0))
+    if (!force && !last && !(cfg->save_every > 0 && step % cfg->save_every == 0))
+        return KILN_OK;
+    if (force && t->saved_step == step)
         return KILN_OK;
     /* every rank checks (its own last batch), and all learn whether any failed */
     kiln_status s = kiln__trainer_agree(t, check_savable(t), "the check of its weights");
@@ -649,6 +652,9 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
         mt.loss_scale = t->scaler.scale;
         mt.skipped_total = t->scaler.skipped;
     }
+    /* before the step's figures: the agreement's traffic is this step's */
+    if (cfg->stop_flag && mt.step < cfg->steps)
+        KILN_CHECK(kiln__trainer_agree_stop(t, mt.step, *cfg->stop_flag != 0, &t->stopping));
     mt.ms = kiln_time_ms() - t0;
     mt.tokens_per_s = (double)(cfg->B * cfg->T * t->micro_total) / (mt.ms / 1e3);
     kiln__trainer_dist_stats(t, &mt);
@@ -672,10 +678,32 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
         KILN_CHECK(kiln__train_metrics_write(t->metrics, cfg->metrics_path, &mt));
     if (info)
         *info = mt;
-    KILN_CHECK(maybe_save(t, mt.step));
+    KILN_CHECK(maybe_save(t, mt.step, 0));
     return kiln__trainer_checkpoint(t, mt.step);
 }
 
+kiln_status kiln_trainer_save_now(kiln_trainer *t, const char **where) {
+    const kiln_train_config *cfg = &t->cfg;
+    *where = NULL;
+    if (t->steps_done == 0)
+        return kiln_error_setf(KILN_ERR_CONFIG, "no step is done yet: nothing to save");
+    if (cfg->checkpoint_dir) {
+        KILN_CHECK(kiln__trainer_checkpoint_now(t, t->steps_done));
+        if (t->ckpt_step != t->steps_done) /* the warning said why */
+            return kiln_error_setf(KILN_ERR_IO, "the checkpoint of step %lld was not written",
+                                   (long long)t->steps_done);
+        *where = cfg->checkpoint_dir;
+        return KILN_OK;
+    }
+    if (!cfg->save_path)
+        return kiln_error_setf(KILN_ERR_CONFIG, "neither a checkpoint folder nor a --save file "
+                                                "to save to");
+    KILN_CHECK(maybe_save(t, t->steps_done, 1));
+    *where = cfg->save_path;
+    return KILN_OK;
+}
+
+int kiln_trainer_stopping(const kiln_trainer *t) { return t->stopping; }
 int64_t kiln_trainer_steps_done(const kiln_trainer *t) { return t->steps_done; }
 kiln_gpt *kiln_trainer_model(kiln_trainer *t) { return t->model; }
 kiln_optim *kiln_trainer_optim(kiln_trainer *t) { return t->opt; }
@@ -708,7 +736,7 @@ kiln_status kiln_train(const kiln_train_config *cfg, kiln_train_result *res) {
     memset(res, 0, sizeof *res);
     res->last_val_loss = NAN;
     kiln_status s = kiln_trainer_create(&t, cfg);
-    while (s == KILN_OK && kiln_trainer_steps_done(t) < cfg->steps)
+    while (s == KILN_OK && !kiln_trainer_stopping(t) && kiln_trainer_steps_done(t) < cfg->steps)
         s = kiln_trainer_step(t, NULL);
     if (t)
         kiln_trainer_result(t, res);

@@ -426,7 +426,14 @@ static void warn(kiln_trainer *t, int64_t step, int own) {
 kiln_status kiln__trainer_checkpoint(kiln_trainer *t, int64_t step) {
     const kiln_train_config *cfg = &t->cfg;
     if (!cfg->checkpoint_dir || cfg->checkpoint_every <= 0 ||
-        (step % cfg->checkpoint_every != 0 && step != cfg->steps) || step == t->ckpt_step)
+        (step % cfg->checkpoint_every != 0 && step != cfg->steps))
+        return KILN_OK;
+    return kiln__trainer_checkpoint_now(t, step);
+}
+
+kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step) {
+    const kiln_train_config *cfg = &t->cfg;
+    if (!cfg->checkpoint_dir || step == t->ckpt_step)
         return KILN_OK;
     double t0 = kiln_time_ms();
     if (strlen(cfg->checkpoint_dir) > KILN__CKPT_PATH - 64) {

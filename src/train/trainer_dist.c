@@ -35,6 +35,22 @@ kiln_status kiln__trainer_agree(kiln_trainer *t, kiln_status local, const char *
     return KILN_OK;
 }
 
+kiln_status kiln__trainer_agree_stop(kiln_trainer *t, int64_t step, int local, int *stop) {
+    *stop = local != 0;
+    if (t->world <= 1)
+        return KILN_OK;
+    /* local SGD's ranks do not talk between averages (no waiting for the slowest): they
+     * agree at the averages alone, and a stop waits for the next one */
+    if (t->cfg.local_steps > 0 && !kiln__trainer_local_sync_due(t, step)) {
+        *stop = 0;
+        return KILN_OK;
+    }
+    float any = local != 0 ? 1.0f : 0.0f;
+    KILN_CHECK(kiln_comm_allreduce(&any, &any, 1, KILN_DTYPE_F32, KILN_REDUCE_MAX, t->comm));
+    *stop = any > 0.0f;
+    return KILN_OK;
+}
+
 static void grad_ready(void *ctx, int64_t lo, int64_t hi) { kiln_dp_ready(ctx, lo, hi); }
 
 /* ---- ZeRO 3: parts of the weights gathered for use, kept while there is room ---- */

@@ -46,8 +46,9 @@ struct kiln_trainer {
     int nparts;
     signed char *part_state;
     uint64_t *part_ticket, *part_used, part_clock;
-    int64_t ckpt_step; /* the step of the last checkpoint written or resumed from (0: none) */
+    int64_t ckpt_step;    /* the step of the last checkpoint written or resumed from (0: none) */
     int64_t resumed_step; /* the step this process started from (0: not resumed) */
+    int stopping;         /* the ranks agreed to stop after the last step (cfg.stop_flag) */
 };
 
 /* ---- trainer_ckpt.c, trainer_resume.c ---- */
@@ -55,6 +56,10 @@ struct kiln_trainer {
  * rank together. A failed write is a warning on the console and KILN_OK: training goes on
  * and older checkpoints stay; an error only when the ranks can no longer communicate. */
 kiln_status kiln__trainer_checkpoint(kiln_trainer *t, int64_t step);
+/* The same checkpoint whether due or not (a stop between steps); nothing when the last one
+ * written or resumed from is of this step. The same warning and KILN_OK when a write fails:
+ * the caller compares ckpt_step with step. */
+kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step);
 /* cfg.resume_path's checkpoint into the trainer (after its weights and optimizer exist, before
  * any file of the run is written); every rank reads the files itself. */
 kiln_status kiln__trainer_resume(kiln_trainer *t);
@@ -67,6 +72,9 @@ void kiln__trainer_dist_setup(kiln_trainer *t);
  * that none goes on to wait for the others in a collective. Returns local when it failed,
  * an error naming the failed rank when another did, else KILN_OK. */
 kiln_status kiln__trainer_agree(kiln_trainer *t, kiln_status local, const char *what);
+/* At the end of `step`: whether any rank wants to stop (local: this one), *stop the same on
+ * every rank. One process: local; local SGD: 0 except at the steps that average. */
+kiln_status kiln__trainer_agree_stop(kiln_trainer *t, int64_t step, int local, int *stop);
 /* The data-parallel engine for the model's gradient ranges and the backward callback; sets
  * shard_lo and shard_hi (the optimizer's range). No communication. */
 kiln_status kiln__trainer_dist_start(kiln_trainer *t);

@@ -4,7 +4,7 @@
 # message on stderr.
 . "$(dirname "$0")/lib.sh"
 
-COMMANDS="train eval sample prepare tokenizer bench"
+COMMANDS="train eval sample prepare tokenizer bench run"
 
 case_top_help() {
     for h in --help -h help; do
@@ -88,7 +88,7 @@ case_command_help() {
 }
 
 case_unknown_flag() {
-    for c in train eval sample prepare bench "tokenizer encode" "tokenizer decode" "tokenizer train"; do
+    for c in train eval sample prepare bench run "tokenizer encode" "tokenizer decode" "tokenizer train"; do
         # shellcheck disable=SC2086
         run $c --no-such-flag 3
         expect_usage

@@ -6,8 +6,9 @@
 # SGD and DiLoCo; bf16 working weights; an fp16 overflow skipped on every rank; gradients sent in
 # bf16. Bad starts: ranks given different flags, a rank whose data is missing, a rank killed
 # mid-run: an error on every rank or an end within a bounded time, never a hang, and no
-# --save file of another run overwritten. Uses the cli fixture's byte-level data and tiny
-# model; skipped (77) without mpirun or without MPI in kiln.
+# --save file of another run overwritten. A preempted mpirun (SIGTERM, SIGUSR1): every rank
+# stops after the same step with its checkpoint written, and resumes byte for byte. Uses the
+# cli fixture's byte-level data and tiny model; skipped (77) without mpirun or without MPI in kiln.
 . "$(dirname "$0")/../cli/lib.sh"
 
 MPIRUN=${KILN_MPIRUN:-}
@@ -326,6 +327,61 @@ case_resume_zero1() {
         same_file ref.st res.st
     check "both ranks' optimizer files are in the last checkpoint" \
         test -f ck/step_00000040/optim_rank1.bin
+}
+
+
+# mpi_signal_at N SIG ARGS...: mpirun -np 2 kiln ARGS (writing m.jsonl) in the background,
+# mpirun sent SIG once step N is done; mpirun's status in RC.
+mpi_signal_at() {
+    _n=$1 _sig=$2
+    shift 2
+    LAST="mpirun -np 2 kiln $* (mpirun sent SIG$_sig after step $_n)"
+    printf '$ %s\n' "$LAST" >>"$W/log"
+    rm -f m.jsonl
+    "$MPIRUN" $MPIFLAGS -np 2 "$KILN" "$@" --metrics m.jsonl </dev/null >"$W/stdout" \
+        2>"$W/stderr" &
+    _job=$!
+    _i=0
+    while _c=$(grep -c '"step"' m.jsonl 2>/dev/null); [ "${_c:-0}" -lt "$_n" ] && [ $_i -lt 2000 ]; do
+        sleep 0.01
+        _i=$((_i + 1))
+    done
+    kill -s "$_sig" "$_job"
+    wait "$_job"
+    RC=$?
+    printf '[exit %s]\n' "$RC" >>"$W/log"
+    cat "$W/stderr" >>"$W/log"
+}
+
+# A preempted mpirun: the ranks stop after the same step, write its checkpoint together and
+# exit 3; resumed, the run ends with the bytes of one never stopped. mpirun passes SIGUSR1 on
+# to the ranks at once and exits with their 3. SIGTERM it passes on as part of killing the
+# job (Open MPI 4.1: about a second later, and SIGKILL follows odls_base_sigkill_timeout, 1 s,
+# after it), and its own status is then 1: a job script should send mpirun SIGUSR1
+# (sbatch --signal=B:USR1@120), or raise that timeout above a checkpoint's time.
+case_preempt_mpi() {
+    need_mpi
+    SLOW="train --layers 2 --heads 4 --embd 128 --context 64 --peak-gflops 100 --seq 64 \
+--batch 12 --threads 1 --data $DATA --steps 80 --zero 1"
+    mpi 2 $SLOW --save ref.st
+    expect_ok
+    for sig in TERM USR1; do
+        rm -rf ck res.st
+        mpi_signal_at 3 "$sig" $SLOW --checkpoint-dir ck --checkpoint-every 10 --save res.st
+        if [ "$sig" = USR1 ]; then expect_rc 3; else expect_rc 1 3; fi
+        expect_out_re "preempted: the checkpoint of step [0-9]+ is in ck"
+        n=$(tail -n 1 m.jsonl | sed 's/^{"step": \([0-9]*\),.*/\1/')
+        step=$(printf 'step_%08d' "$n")
+        check "SIG$sig: the run stopped before its end (step $n)" test "$n" -lt 80
+        check "both ranks wrote the checkpoint of step $n" \
+            test -f "ck/$step/state.json" -a -f "ck/$step/optim_rank1.bin"
+        check "latest names it" grep -qx "$step" ck/latest
+        mpi 2 $SLOW --checkpoint-dir ck --checkpoint-every 10 --save res.st --resume ck
+        expect_ok
+        expect_out_re "resumed from ck/$step: step $n of 80"
+        check "the resumed run's weights equal the uninterrupted run's, byte for byte" \
+            same_file ref.st res.st
+    done
 }
 
 main "$@"

@@ -1,8 +1,11 @@
 /* kiln train: train a GPT model on token shards. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "flags.h"
@@ -28,7 +31,78 @@ static const char *usage =
     "--precision bf16 or fp16 trains with working weights and activations in that type and fp32\n"
     "master weights, gradients and optimizer state; fp16 scales the loss dynamically. --plan\n"
     "prints the memory each category takes and the largest batch that fits, allocating\n"
-    "nothing.";
+    "nothing.\n\n"
+    "Preemption: SIGTERM, SIGUSR1 or SIGINT stops the run after the current step; with\n"
+    "--checkpoint-dir the checkpoint of the steps done is written, else the --save weights,\n"
+    "and the exit status is 3: preempted, saved, resume me (a scheduler requeues the job;\n"
+    "`kiln run` passes it on). A second SIGTERM or SIGINT exits at once (143, 130).";
+
+/* Preemption: SIGTERM, SIGUSR1 or SIGINT asks the run to stop after the current step, save
+ * what it has and exit TOOL_EXIT_PREEMPTED. The handler only records the signal and its time
+ * (both async-signal-safe); a second SIGINT or SIGTERM while stopping ends the process at
+ * once, 128 + the signal, and the atomic writes leave no half-written file behind. */
+static volatile sig_atomic_t stop_signal;
+static struct timespec stop_at; /* CLOCK_MONOTONIC when stop_signal was first set */
+
+static void on_stop_signal(int sig) {
+    if (stop_signal && sig != SIGUSR1)
+        _exit(128 + sig);
+    if (!stop_signal) {
+        clock_gettime(CLOCK_MONOTONIC, &stop_at);
+        stop_signal = sig;
+    }
+}
+
+static void catch_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* a step's reads and writes go on */
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+static double ms_since_stop_signal(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - stop_at.tv_sec) * 1e3 +
+           (double)(now.tv_nsec - stop_at.tv_nsec) * 1e-6;
+}
+
+/* After the step the ranks agreed to stop at: the checkpoint (or the --save weights), then
+ * TOOL_EXIT_PREEMPTED, or 1 when nothing could be saved. */
+static int stop_preempted(kiln_trainer *tr, int checkpoint, int rank, int world, kiln_comm *comm,
+                          const char *what) {
+    const char *where = NULL;
+    int64_t step = kiln_trainer_steps_done(tr);
+    if (rank == 0)
+        printf("stopping after step %lld: %s\n", (long long)step,
+               stop_signal ? strsignal(stop_signal) : "another rank was signalled");
+    kiln_status s = kiln_trainer_save_now(tr, &where);
+    if (s) {
+        tool_report(what, s);
+        if (world > 1)
+            kiln_comm_abort(comm, 1, "the checkpoint at a stop failed; every rank stops");
+        return 1;
+    }
+    if (rank == 0) {
+        char after[64] = "";
+        if (stop_signal)
+            snprintf(after, sizeof after, ", %.0f ms after the signal", ms_since_stop_signal());
+        if (checkpoint)
+            printf("preempted: the checkpoint of step %lld is in %s%s; exit %d: run again with "
+                   "--resume %s\n",
+                   (long long)step, where, after, TOOL_EXIT_PREEMPTED, where);
+        else
+            printf("preempted: the weights of step %lld are in %s%s (no --checkpoint-dir: no "
+                   "optimizer state or data position to resume from); exit %d\n",
+                   (long long)step, where, after, TOOL_EXIT_PREEMPTED);
+        fflush(stdout);
+    }
+    return TOOL_EXIT_PREEMPTED;
+}
 
 /* Preset or JSON, then the overriding flags. */
 static int resolve_model(kiln_gpt_config *mc, const char *model, int64_t layers, int64_t heads,
@@ -486,10 +560,19 @@ int cmd_train(int argc, char **argv) {
     kiln_trainer *tr = NULL;
     kiln_train_result res;
     int started = 0;
+    catch_stop_signals();
+    cfg.stop_flag = &stop_signal;
     s = kiln_trainer_create(&tr, &cfg);
     started = s == KILN_OK;
-    while (s == KILN_OK && kiln_trainer_steps_done(tr) < cfg.steps)
+    while (s == KILN_OK && !kiln_trainer_stopping(tr) && kiln_trainer_steps_done(tr) < cfg.steps)
         s = kiln_trainer_step(tr, NULL);
+    if (s == KILN_OK && kiln_trainer_stopping(tr)) {
+        rc = stop_preempted(tr, cfg.checkpoint_dir != NULL, rank, world, comm, what);
+        kiln_trainer_free(tr);
+        kiln_comm_free(comm);
+        free(per_rank);
+        return rc;
+    }
     if (s == KILN_OK)
         kiln_trainer_result(tr, &res);
     if (s) {

@@ -16,6 +16,7 @@ static const tool_command commands[] = {
     {"sample", cmd_sample, "generate text from a model"},
     {"prepare", cmd_prepare, "turn text into train and validation token shards"},
     {"tokenizer", cmd_tokenizer, "encode, decode, or train a tokenizer"},
+    {"run", cmd_run, "supervise a training: restart it from its checkpoints after a crash"},
     {"bench", cmd_bench, "measure this machine (kiln bench peak)"},
 };
 

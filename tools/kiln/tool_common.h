@@ -10,6 +10,11 @@
 #include "kiln/status.h"
 #include "kiln/tokenizer.h"
 
+/* kiln train's exit status when a signal (SIGTERM, SIGUSR1, SIGINT: a scheduler's
+ * preemption) stopped it between steps and the steps so far were saved: "resume me". A
+ * scheduler requeues the job (Slurm: sbatch --requeue); kiln run passes it on. */
+#define TOOL_EXIT_PREEMPTED 3
+
 /* Use n threads for kiln's loops and OpenBLAS (n <= 0: leave OpenMP's default), with a
  * warning on stderr when that is more threads than the cores this process may run on. */
 void tool_set_threads(int64_t n);

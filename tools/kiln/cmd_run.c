@@ -1,0 +1,293 @@
+/* kiln run: a supervisor. Starts a command (kiln train, or mpirun/srun running it) in its own
+ * process group, passes the scheduler's signals on to it, restarts it from its checkpoints
+ * after a crash, and reports the goodput: useful step time over wall time. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "flags.h"
+#include "kiln/core.h"
+#include "tool_common.h"
+
+static const char *usage =
+    "usage: kiln run [flags] -- COMMAND [ARGS...]\n\n"
+    "Run COMMAND (e.g. `kiln train ... --checkpoint-dir D` or `mpirun -np 2 kiln train ...`) in\n"
+    "its own process group and pass SIGTERM, SIGINT and SIGUSR1 on to it. When it ends: exit 0\n"
+    "is done (exit 0); exit 3 (kiln train preempted: its checkpoint is written) is passed on\n"
+    "for the scheduler to requeue the job; any other end (a signal, another code) is a crash:\n"
+    "after a backoff (doubling from --backoff up to --max-backoff seconds) the command starts\n"
+    "again, with `--resume D` added when it has --checkpoint-dir D, no --resume, and D holds a\n"
+    "checkpoint; at most --restarts times, then kiln run exits with the command's last status.\n"
+    "A command that cannot be executed exits 127 at once. At the end it prints the goodput:\n"
+    "the time of the steps kept (from the command's --metrics file, a step redone after a\n"
+    "restart counted once) over the wall time.";
+
+/* The child's process group, for the handler to pass signals on to (0: none running). */
+static volatile sig_atomic_t child_group;
+static volatile sig_atomic_t stop_signal; /* the first signal received (0: none) */
+
+static void on_signal(int sig) {
+    if (!stop_signal)
+        stop_signal = sig;
+    if (child_group > 0)
+        kill(-(pid_t)child_group, sig);
+}
+
+static void set_handlers(void (*h)(int)) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = h;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* The value of --name in a command ("--name V" or "--name=V"); NULL when absent. */
+static const char *command_flag(char **cmd, int n, const char *name) {
+    size_t len = strlen(name);
+    for (int i = 0; i < n; i++) {
+        if (strncmp(cmd[i], "--", 2) || strncmp(cmd[i] + 2, name, len))
+            continue;
+        const char *rest = cmd[i] + 2 + len;
+        if (*rest == '=')
+            return rest + 1;
+        if (*rest == '\0')
+            return i + 1 < n ? cmd[i + 1] : "";
+    }
+    return NULL;
+}
+
+/* Whether folder holds a checkpoint to resume from. */
+static int has_checkpoint(const char *folder) {
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/latest", folder); /* written with every checkpoint */
+    return stat(path, &st) == 0;
+}
+
+/* Useful step time: the "ms" of every step in the metrics file, the latest run's for a step
+ * that was redone (the file is rewritten by each run, so it is read after each). */
+typedef struct step_times {
+    double *ms; /* [step]; NAN: not seen */
+    int64_t cap;
+} step_times;
+
+static void read_metrics(step_times *st, const char *path) {
+    struct stat sb; /* a regular file: not /dev/stdout or a FIFO, which would block */
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        const char *a = strstr(line, "\"step\": "), *b = strstr(line, "\"ms\": ");
+        if (!a || !b)
+            continue;
+        long long step = strtoll(a + 8, NULL, 10);
+        double ms = strtod(b + 6, NULL);
+        if (step < 1 || step > (1LL << 40))
+            continue;
+        if (step >= st->cap) {
+            int64_t cap = st->cap ? st->cap : 1024;
+            while (cap <= step)
+                cap *= 2;
+            double *p = realloc(st->ms, (size_t)cap * sizeof *p);
+            if (!p)
+                break;
+            for (int64_t i = st->cap; i < cap; i++)
+                p[i] = NAN;
+            st->ms = p;
+            st->cap = cap;
+        }
+        st->ms[step] = ms;
+    }
+    fclose(f);
+}
+
+/* Start cmd in a process group of its own and wait for it; *status: waitpid's. Returns 0, or
+ * 127 when the command could not be executed (said on stderr). */
+static int run_child(char **cmd, int *status) {
+    int pipefd[2];
+    /* close-on-exec: a successful exec closes it, a failed one writes errno into it */
+    if (pipe(pipefd) != 0 || fcntl(pipefd[0], F_SETFD, FD_CLOEXEC) != 0 ||
+        fcntl(pipefd[1], F_SETFD, FD_CLOEXEC) != 0) {
+        fprintf(stderr, "kiln run: cannot make a pipe: %s\n", strerror(errno));
+        return 127;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "kiln run: cannot fork: %s\n", strerror(errno));
+        close(pipefd[0]);
+        close(pipefd[1]);
+        return 127;
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        set_handlers(SIG_DFL);
+        execvp(cmd[0], cmd);
+        int e = errno;
+        ssize_t w = write(pipefd[1], &e, sizeof e);
+        (void)w;
+        _exit(127);
+    }
+    setpgid(pid, pid); /* as the child does: whichever runs first */
+    child_group = pid;
+    if (stop_signal) /* a signal before the group existed */
+        kill(-pid, stop_signal);
+    close(pipefd[1]);
+    int e = 0;
+    ssize_t r;
+    while ((r = read(pipefd[0], &e, sizeof e)) < 0 && errno == EINTR)
+        ;
+    close(pipefd[0]);
+    while (waitpid(pid, status, 0) < 0 && errno == EINTR)
+        ;
+    child_group = 0;
+    if (r == (ssize_t)sizeof e) {
+        fprintf(stderr, "kiln run: cannot execute '%s': %s\n", cmd[0], strerror(e));
+        return 127;
+    }
+    return 0;
+}
+
+/* The exit status a shell would give: the code, or 128 + the signal. */
+static int shell_status(int status) {
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return 1;
+}
+
+static void describe(char *buf, size_t cap, int status) {
+    if (WIFSIGNALED(status))
+        snprintf(buf, cap, "signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+        snprintf(buf, cap, "exit %d", shell_status(status));
+}
+
+static void sleep_s(double s) {
+    double end = now_ms() + s * 1e3;
+    while (!stop_signal) {
+        double left = end - now_ms();
+        if (left <= 0)
+            break;
+        struct timespec ts = {(time_t)(left / 1e3), (long)(fmod(left, 1e3) * 1e6)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void report_goodput(const step_times *st, const char *metrics, double wall_ms,
+                           int restarts) {
+    if (!metrics) {
+        printf("kiln run: wall time %.1f s, %d restart%s; goodput unknown (the command has no "
+               "--metrics file)\n",
+               wall_ms / 1e3, restarts, restarts == 1 ? "" : "s");
+        return;
+    }
+    double useful = 0.0;
+    int64_t steps = 0;
+    for (int64_t i = 0; i < st->cap; i++)
+        if (!isnan(st->ms[i])) {
+            useful += st->ms[i];
+            steps++;
+        }
+    printf("kiln run: goodput %.1f%%: %lld steps' time %.1f s over wall time %.1f s, %d "
+           "restart%s\n",
+           wall_ms > 0 ? 100.0 * useful / wall_ms : 0.0, (long long)steps, useful / 1e3,
+           wall_ms / 1e3, restarts, restarts == 1 ? "" : "s");
+}
+
+int cmd_run(int argc, char **argv) {
+    int64_t restarts = 3;
+    double backoff = 1.0, max_backoff = 60.0;
+    const tool_flag flags[] = {
+        {"restarts", TOOL_FLAG_INT, &restarts, "restarts after a crash before giving up"},
+        {"backoff", TOOL_FLAG_FLOAT, &backoff, "seconds before the first restart (then doubled)"},
+        {"max-backoff", TOOL_FLAG_FLOAT, &max_backoff, "the longest wait between restarts, s"},
+    };
+    int dash = 1;
+    while (dash < argc && strcmp(argv[dash], "--"))
+        dash++;
+    int npos = 0;
+    int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], dash, argv, &npos, usage);
+    if (rc)
+        return rc == TOOL_FLAGS_HELP ? 0 : 2;
+    if (npos || dash >= argc - 1) {
+        fprintf(stderr, "kiln run: %s (see --help)\n",
+                npos ? "arguments before `--`: the command goes after it"
+                     : "no command after `--`");
+        return 2;
+    }
+    if (restarts < 0 || !(backoff >= 0) || !(max_backoff >= 0) || backoff > 1e6 ||
+        max_backoff > 1e6) {
+        fprintf(stderr, "kiln run: --restarts, --backoff and --max-backoff must be >= 0\n");
+        return 2;
+    }
+    int n = argc - dash - 1;
+    /* the command, and room for `--resume D` and the NULL */
+    char **cmd = calloc((size_t)n + 3, sizeof *cmd);
+    if (!cmd)
+        return 1;
+    memcpy(cmd, argv + dash + 1, (size_t)n * sizeof *cmd);
+    const char *ckpt = command_flag(cmd, n, "checkpoint-dir");
+    const char *metrics = command_flag(cmd, n, "metrics");
+    int resumes = command_flag(cmd, n, "resume") != NULL;
+    step_times st = {NULL, 0};
+    set_handlers(on_signal);
+    double t0 = now_ms(), wait_s = backoff;
+    int status = 0, done = 0;
+    for (done = 0;; done++) {
+        if ((rc = run_child(cmd, &status)))
+            break;
+        if (metrics)
+            read_metrics(&st, metrics);
+        rc = shell_status(status);
+        if (rc == 0 || rc == TOOL_EXIT_PREEMPTED || stop_signal)
+            break;
+        char what[128];
+        describe(what, sizeof what, status);
+        if (done >= restarts) {
+            fprintf(stderr, "kiln run: the command ended with %s; giving up after %d restart%s\n",
+                    what, done, done == 1 ? "" : "s");
+            break;
+        }
+        if (ckpt && ckpt[0] && !resumes && has_checkpoint(ckpt)) {
+            cmd[n] = "--resume";
+            cmd[n + 1] = (char *)ckpt;
+            resumes = 1;
+        }
+        fprintf(stderr, "kiln run: the command ended with %s; restart %d of %lld in %.1f s%s\n",
+                what, done + 1, (long long)restarts, wait_s,
+                cmd[n] ? " (with --resume from its checkpoints)" : "");
+        sleep_s(wait_s);
+        wait_s = fmin(wait_s * 2.0, max_backoff);
+        if (stop_signal)
+            break;
+    }
+    if (rc == TOOL_EXIT_PREEMPTED)
+        fprintf(stderr, "kiln run: the command was preempted (exit 3, its checkpoint written): "
+                        "requeue the job to resume it\n");
+    report_goodput(&st, metrics, now_ms() - t0, done);
+    free(st.ms);
+    free(cmd);
+    return rc;
+}
