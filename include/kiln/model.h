@@ -93,7 +93,7 @@ typedef struct kiln_gpt_options {
      * rows at once, and kiln_gpt_logits holds them). */
     int64_t classifier_chunk;
     int inference; /* forward only: no gradients, one block's activations shared by all */
-    /* ZeRO 3: the parameter and gradient slabs are mapped without being touched, so that a
+    /* ZeRO 2 and 3: the parameter and gradient slabs are mapped without being touched, so that a
      * part takes memory only while it is written (its rank's shard, a part gathered for use)
      * and gives it back when discarded (kiln_memory_discard); host backends only. With it,
      * forward and backward call the need hook (kiln_gpt_set_param_need) before each use of

@@ -126,12 +126,12 @@ static kiln_status reduce_piece(kiln_dp *dp, int64_t lo, int64_t hi) {
     return KILN_OK;
 }
 
-/* One bucket's reduction, on the thread, piece by piece. With zero 3 the rest of the bucket
- * (not this rank's) is zeroed again and its pages given back. */
+/* One bucket's reduction, on the thread, piece by piece. With zero 2 and 3 the rest of the
+ * bucket (not this rank's) is zeroed again and its pages given back. */
 static kiln_status reduce_bucket(kiln_dp *dp, const bucket *b) {
     for (int64_t a = b->lo; a < b->hi; a += PIECE)
         KILN_CHECK(reduce_piece(dp, a, b->hi - a < PIECE ? b->hi : a + PIECE));
-    if (dp->cfg.zero == 3)
+    if (dp->cfg.zero >= 2)
         discard_outside_shard(dp, dp->grads, KILN_DTYPE_F32, b->lo, b->hi);
     return KILN_OK;
 }

@@ -182,10 +182,11 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
         state += (size_t)slab * 2 * sizeof(float); /* DiLoCo's outer weights and momentum */
     p->params = model.params;
     p->grads = model.grads;
-    if (world > 1 && cfg->dp.zero == 3) { /* this rank's shard and what it gathers */
+    if (world > 1 && cfg->dp.zero >= 2) { /* this rank's shard and what it gathers */
         int64_t pe = 0, ge = 0;
         kiln__zero3_resident(cfg, mc, kiln_comm_rank(cfg->comm), world, slab, &pe, &ge);
-        p->params = (size_t)pe * kiln_dtype_size(dt);
+        if (cfg->dp.zero == 3) /* ZeRO 2 holds every weight */
+            p->params = (size_t)pe * kiln_dtype_size(dt);
         p->grads = (size_t)ge * sizeof(float);
         model.total = model.total - model.params - model.grads + p->params + p->grads;
     }
@@ -423,7 +424,9 @@ static kiln_status trainer_init(kiln_trainer *t) {
                                    : kiln_backend_cpu_peak_gflops_dtype(peak_dt, 3072, 1.0);
     t->plan.process = kiln_current_rss();
     /* ZeRO 3: slabs that take memory only where written */
-    t->cfg.model_opt.sharded = cfg->dp.zero == 3 && t->world > 1;
+    /* ZeRO 2 and 3: slabs that take memory only where written (2: the gradients not this
+     * rank's give their pages back once reduced; 3: the weights too) */
+    t->cfg.model_opt.sharded = cfg->dp.zero >= 2 && t->world > 1;
     KILN_CHECK(kiln_gpt_create(&t->model, &mc, cfg->B, cfg->T, &cfg->model_opt, NULL));
     KILN_CHECK(kiln__trainer_dist_start(t));
     KILN_CHECK(build_optimizer(t));
@@ -476,7 +479,7 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
  * to the reduction. */
 static kiln_status forward_backward(kiln_trainer *t, float S, double *loss) {
     const kiln_train_config *cfg = &t->cfg;
-    if (t->zero3) /* the rest of the slab is zero: the last reduction gave its pages back */
+    if (t->world > 1 && t->cfg.dp.zero >= 2) /* the rest is zero: the reduction gave it back */
         kiln_gpt_backend(t->model)->zero(kiln_gpt_backend(t->model),
                                          kiln_gpt_grads(t->model) + t->shard_lo,
                                          (size_t)(t->shard_hi - t->shard_lo) * sizeof(float));
