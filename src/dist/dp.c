@@ -10,6 +10,7 @@
 #include "kiln/dp.h"
 
 #define SHARD_ALIGN 16 /* elements: shard edges on 64-byte lines of fp32 */
+#define DP_INFLIGHT 2  /* ZeRO 2/3: jobs queued before backward waits (kiln_dp_ready) */
 
 typedef struct bucket {
     int64_t lo, hi;   /* slab elements */
@@ -381,6 +382,17 @@ void kiln_dp_ready(kiln_dp *dp, int64_t lo, int64_t hi) {
     while (b < dp->nbuckets && dp->buckets[b].last_range < dp->next_range)
         b++;
     post(dp, b);
+    /* ZeRO 2 and 3 give each bucket's memory back once it is reduced: backward waits while
+     * more than DP_INFLIGHT jobs are queued, so that the gradients held beyond the rank's
+     * shard stay within the plan when the reductions fall behind the compute */
+    if (dp->cfg.zero >= 2) {
+        double t0 = kiln_time_ms();
+        pthread_mutex_lock(&dp->mu);
+        while (dp->posted - dp->done > DP_INFLIGHT && dp->error == KILN_OK)
+            pthread_cond_wait(&dp->cv, &dp->mu);
+        pthread_mutex_unlock(&dp->mu);
+        dp->exposed_s += (kiln_time_ms() - t0) / 1e3;
+    }
 }
 
 kiln_status kiln_dp_finish(kiln_dp *dp) {

@@ -128,14 +128,14 @@ void kiln__zero3_resident(const kiln_train_config *cfg, const kiln_gpt_config *m
     int64_t C = mc->n_embd, L = mc->n_layer, lo, hi;
     kiln_dp_shard_bounds(slab, world, rank, &lo, &hi);
     /* the parts in slab order: the embeddings, the blocks, ln_f (the rest of the slab) */
-    int64_t kept[PARTS_KEPT] = {0}, largest = 0, at = 0;
+    int64_t kept[PARTS_KEPT] = {0}, emb_extra = 0, block = 12 * C * C + 13 * C, at = 0;
     for (int64_t i = -1; i <= L; i++) {
         int64_t size = i < 0 ? (mc->padded_vocab_size + mc->max_seq_len) * C
-                             : i < L ? 12 * C * C + 13 * C : slab - at;
+                             : i < L ? block : slab - at;
         int64_t extra = size - overlap(at, at + size, lo, hi);
         at += size;
-        if (extra > largest)
-            largest = extra;
+        if (i < 0)
+            emb_extra = extra;
         for (int k = 0; k < PARTS_KEPT; k++) { /* the PARTS_KEPT largest, kept sorted */
             if (extra > kept[k]) {
                 int64_t t = kept[k];
@@ -147,9 +147,12 @@ void kiln__zero3_resident(const kiln_train_config *cfg, const kiln_gpt_config *m
     int64_t gathered = 0;
     for (int k = 0; k < PARTS_KEPT; k++)
         gathered += kept[k];
+    /* Gradients beyond the shard: wte's, which the head writes first and the embeddings'
+     * bucket reduces last, and the buckets backward may run ahead by (kiln_dp_ready lets two
+     * wait behind the one reducing while it fills the next; a bucket holds a block at least) */
     int64_t bucket = cfg->dp.bucket_bytes > 0 ? cfg->dp.bucket_bytes / (int64_t)sizeof(float)
                                               : slab;
-    int64_t inflight = 2 * (bucket > largest ? bucket : largest); /* one reducing, one filling */
+    int64_t inflight = emb_extra + 4 * (bucket > block ? bucket : block);
     *params = (hi - lo) + (gathered < slab - (hi - lo) ? gathered : slab - (hi - lo));
     *grads = (hi - lo) + (inflight < slab - (hi - lo) ? inflight : slab - (hi - lo));
 }
