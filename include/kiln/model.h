@@ -129,6 +129,10 @@ int64_t kiln_gpt_max_seq(const kiln_gpt *m);
  * the model's (an optimizer's master weights), of kiln_gpt_slab_len floats. */
 void kiln_gpt_init_weights(kiln_gpt *m, uint64_t seed);
 void kiln_gpt_init_weights_f32(const kiln_gpt *m, uint64_t seed, float *slab);
+/* The values of [lo, hi) of the slab alone, into dst (hi - lo floats): a shard's (ZeRO 3),
+ * without the memory of the whole slab. */
+void kiln_gpt_init_weights_f32_range(const kiln_gpt *m, uint64_t seed, int64_t lo, int64_t hi,
+                                     float *dst);
 
 /* Slabs: the working weights (kiln_gpt_dtype elements) and the fp32 gradients, in the same
  * order and length. */

@@ -369,6 +369,25 @@ void kiln_gpt_init_weights_f32(const kiln_gpt *m, uint64_t seed, float *slab) {
     init_values(m, seed, put_f32, slab);
 }
 
+/* Only [lo, hi) of the values, into dst (hi - lo floats) */
+typedef struct range_put {
+    float *dst;
+    int64_t lo, hi;
+} range_put;
+
+static void put_range(void *ctx, int64_t off, const float *x, int64_t n) {
+    range_put *r = ctx;
+    int64_t a = off > r->lo ? off : r->lo, b = off + n < r->hi ? off + n : r->hi;
+    if (b > a)
+        memcpy(r->dst + (a - r->lo), x + (a - off), (size_t)(b - a) * sizeof(float));
+}
+
+void kiln_gpt_init_weights_f32_range(const kiln_gpt *m, uint64_t seed, int64_t lo, int64_t hi,
+                                     float *dst) {
+    range_put r = {dst, lo, hi};
+    init_values(m, seed, put_range, &r);
+}
+
 const kiln_gpt_config *kiln_gpt_get_config(const kiln_gpt *m) { return &m->cfg; }
 const kiln_gpt_options *kiln_gpt_get_options(const kiln_gpt *m) { return &m->opt; }
 kiln_backend *kiln_gpt_backend(const kiln_gpt *m) { return m->be; }

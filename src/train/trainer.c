@@ -283,6 +283,11 @@ static kiln_status init_weights(kiln_trainer *t) {
     const kiln_train_config *cfg = &t->cfg;
     float *master = kiln_optim_master(t->opt);
     int64_t n = kiln_gpt_slab_len(t->model);
+    if (t->zero3 && !cfg->init_path) { /* ZeRO 3: this rank's shard alone, never the slab */
+        float *dst = master ? master : (float *)kiln_gpt_params(t->model) + t->shard_lo;
+        kiln_gpt_init_weights_f32_range(t->model, cfg->seed, t->shard_lo, t->shard_hi, dst);
+        return master ? kiln_optim_write_working(t->opt, kiln_gpt_params(t->model)) : KILN_OK;
+    }
     if (!master) {
         if (cfg->init_path)
             return kiln_gpt_load_safetensors(t->model, cfg->init_path);

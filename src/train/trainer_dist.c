@@ -280,8 +280,11 @@ kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc)
     const int K = 3;
     uint64_t mine[3] = {kiln__trainer_config_hash(t, mc), kiln__trainer_data_hash(t), 0};
     kiln_gpt *m = t->model;
-    mine[2] = XXH3_64bits(kiln_gpt_params(m),
-                          (size_t)kiln_gpt_slab_len(m) * kiln_dtype_size(kiln_gpt_dtype(m)));
+    /* ZeRO 3 from a seed: each rank made only its shard (the seed is in the configuration's
+     * hash); otherwise every rank holds all the starting weights */
+    if (!(t->zero3 && !t->cfg.init_path))
+        mine[2] = XXH3_64bits(kiln_gpt_params(m),
+                              (size_t)kiln_gpt_slab_len(m) * kiln_dtype_size(kiln_gpt_dtype(m)));
     uint64_t *all = calloc((size_t)t->world * K, sizeof *all);
     int64_t *counts = calloc((size_t)t->world, sizeof *counts);
     kiln_status s = KILN_OK;
