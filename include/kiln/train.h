@@ -65,6 +65,8 @@ typedef struct kiln_train_config {
      * equals one process with batch N x B. Only rank 0 prints, writes metrics and saves. */
     kiln_comm *comm;
     kiln_dp_config dp;
+    int plan_world; /* kiln_train_memory_plan without a communicator: plan rank 0 of this
+                       many ranks (0 or 1: one process) */
     /* Uneven ranks: rank r takes rank_batches[r] (>= 1) micro-batches of B per step instead
      * of grad_accum (which must then be 1), e.g. fewer on a slower machine. The gradients are
      * weighted by tokens, so a step equals one process with batch sum(rank_batches) x B: the

@@ -173,7 +173,8 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
     kiln_dtype dt = cfg->model_opt.dtype;
     int64_t slab = (int64_t)(model.params / kiln_dtype_size(dt));
     /* ZeRO 1 and 2: each rank's optimizer owns a world-th of the slab (its largest shard) */
-    int world = cfg->comm ? kiln_comm_size(cfg->comm) : 1;
+    int world = cfg->comm ? kiln_comm_size(cfg->comm) : cfg->plan_world > 1 ? cfg->plan_world : 1;
+    int rank = cfg->comm ? kiln_comm_rank(cfg->comm) : 0;
     int64_t owned = world > 1 && cfg->dp.zero >= 1 ? (slab + world - 1) / world + 16 : slab;
     if (owned > slab)
         owned = slab;
@@ -184,7 +185,7 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
     p->grads = model.grads;
     if (world > 1 && cfg->dp.zero >= 2) { /* this rank's shard and what it gathers */
         int64_t pe = 0, ge = 0;
-        kiln__zero3_resident(cfg, mc, kiln_comm_rank(cfg->comm), world, slab, &pe, &ge);
+        kiln__zero3_resident(cfg, mc, rank, world, slab, &pe, &ge);
         if (cfg->dp.zero == 3) /* ZeRO 2 holds every weight */
             p->params = (size_t)pe * kiln_dtype_size(dt);
         p->grads = (size_t)ge * sizeof(float);

@@ -130,4 +130,24 @@ case_bad_precision_flags() {
     expect_usage
 }
 
+# --plan for rank 0 of N data-parallel ranks: each ZeRO stage holds less per rank
+case_plan_ranks() {
+    need_fixture
+    last=0
+    for z in 0 1 2 3; do
+        run train --model gpt2-774m --plan --batch 1 --seq 64 --zero $z --plan-ranks 4 \
+            --plan-memory 64G --data "$DATA"
+        expect_ok
+        mib=$(sed -n 's/^memory plan: .*(B=1, T=64): \([0-9.]*\) MiB.*/\1/p' "$W/stdout")
+        if [ -n "$mib" ] && { [ "$last" = 0 ] || awk -v a="$mib" -v b="$last" 'BEGIN { exit !(a < b) }'; }; then
+            ok "ZeRO $z plans $mib MiB per rank (less than the stage before: $last)"
+        else
+            bad "ZeRO $z plans less per rank than the stage before ($mib against $last)"
+        fi
+        last=$mib
+    done
+    run train --model gpt2-124m --plan --plan-ranks -1 --data "$DATA"
+    expect_usage
+}
+
 main "$@"

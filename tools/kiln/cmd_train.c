@@ -311,7 +311,7 @@ int cmd_train(int argc, char **argv) {
     const char *precision = "fp32", *save_dtype = "fp32", *recompute = "none", *plan_memory = NULL;
     int64_t chunk = cfg.model_opt.classifier_chunk;
     double loss_scale = cfg.loss_scaler.scale;
-    int64_t inject = 0, zero = 0, local_steps = 0;
+    int64_t inject = 0, zero = 0, local_steps = 0, plan_ranks = 0;
     double outer_lr = 1.0, outer_momentum = 0.0;
     double bucket_mb = (double)kiln_dp_config_default().bucket_bytes / (1 << 20);
     const char *reduce_dtype = "fp32", *rank_batches = NULL;
@@ -404,6 +404,9 @@ int cmd_train(int argc, char **argv) {
          "with --local-steps: DiLoCo's outer Nesterov momentum"},
         {"plan", TOOL_FLAG_BOOL, &plan,
          "print the memory plan and the largest batch that fits; allocate and train nothing"},
+        {"plan-ranks", TOOL_FLAG_INT, &plan_ranks,
+         "with --plan: plan rank 0 of this many data-parallel ranks (with --zero; 0: one "
+         "process)"},
         {"plan-memory", TOOL_FLAG_STRING, &plan_memory,
          "with --plan: the memory to fit, e.g. 24G (default: what the machine has available)"},
     };
@@ -517,6 +520,11 @@ int cmd_train(int argc, char **argv) {
     cfg.inject_nonfinite_step = inject;
     cfg.loss_scaler.scale = (float)loss_scale;
     cfg.dp.zero = (int)zero;
+    if (plan_ranks < 0 || plan_ranks > 1 << 20) {
+        fprintf(stderr, "kiln train: --plan-ranks must be 0..%d\n", 1 << 20);
+        return 2;
+    }
+    cfg.plan_world = (int)plan_ranks;
     cfg.local_steps = local_steps;
     cfg.outer_lr = (float)outer_lr;
     cfg.outer_momentum = (float)outer_momentum;
