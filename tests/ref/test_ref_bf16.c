@@ -69,28 +69,16 @@
 #include "kiln/core.h"
 #include "kiln/model.h"
 #include "kiln/optim.h"
+#include "ref_manifest.h"
 #include "test.h"
 
 #define TOL_F32 1e-4
 #define FLOOR_UNITS (1.0 / 16) /* the bf16 runs' least gradient deviation, in u */
 
-#define MAX_ENTRIES 512
 #define MAX_STEPS 16
 
-/* One line of manifest.txt: "scalar KEY VALUE" or "tensor NAME OFFSET NUMEL". */
-typedef struct entry {
-    int is_tensor;
-    char name[96];
-    char value[64];
-    int64_t offset, numel; /* float64 elements of expected.f64 */
-} entry;
-
 typedef struct ref_case {
-    char dir[400];
-    entry entries[MAX_ENTRIES];
-    int n_entries;
-    double *expected; /* expected.f64 */
-    int64_t n_expected;
+    ref_manifest m; /* dir, the manifest's entries, expected.f64 */
     int32_t *inputs, *targets; /* (steps, B, T) */
     int64_t B, T, steps;
     double lr, beta1, beta2, eps, weight_decay;
@@ -107,77 +95,11 @@ typedef struct run {
     double *update;           /* weights after the last step - w0 */
 } run;
 
-/* Stop the current check at the first failed call: later comparisons would be noise. */
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        int before_ = test_failures;                                                               \
-        CHECK_OK(expr);                                                                            \
-        if (test_failures != before_)                                                              \
-            goto done;                                                                             \
-    } while (0)
-
-static const entry *find_entry(const ref_case *rc, int is_tensor, const char *name) {
-    for (int i = 0; i < rc->n_entries; i++)
-        if (rc->entries[i].is_tensor == is_tensor && strcmp(rc->entries[i].name, name) == 0)
-            return &rc->entries[i];
-    return NULL;
-}
-
-static double scalar(const ref_case *rc, const char *key, int *ok) {
-    const entry *e = find_entry(rc, 0, key);
-    if (!e) {
-        fprintf(stderr, "manifest.txt in %s has no scalar %s\n", rc->dir, key);
-        *ok = 0;
-        return 0;
-    }
-    return strtod(e->value, NULL);
-}
-
-/* Expected values of a tensor, or NULL (with a message) when absent or out of range. */
-static const double *expected(const ref_case *rc, const char *name, int64_t numel) {
-    const entry *e = find_entry(rc, 1, name);
-    if (!e || e->numel != numel || e->offset < 0 || e->offset + e->numel > rc->n_expected) {
-        fprintf(stderr, "expected tensor %s (%" PRId64 " values) is %s in %s\n", name, numel,
-                e ? "of another size" : "missing", rc->dir);
-        return NULL;
-    }
-    return rc->expected + e->offset;
-}
-
-static int read_manifest(ref_case *rc) {
-    char path[512], line[512];
-    snprintf(path, sizeof path, "%s/manifest.txt", rc->dir);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "cannot open %s\n", path);
-        return -1;
-    }
-    while (fgets(line, sizeof line, f)) {
-        char kind[16], a[96], b[64], c[64];
-        int n = sscanf(line, "%15s %95s %63s %63s", kind, a, b, c);
-        if (n < 3)
-            continue;
-        if (rc->n_entries == MAX_ENTRIES) {
-            fprintf(stderr, "%s: more than %d entries\n", path, MAX_ENTRIES);
-            fclose(f);
-            return -1;
-        }
-        entry *e = &rc->entries[rc->n_entries++];
-        e->is_tensor = strcmp(kind, "tensor") == 0;
-        snprintf(e->name, sizeof e->name, "%s", a);
-        snprintf(e->value, sizeof e->value, "%s", b);
-        e->offset = e->is_tensor ? strtoll(b, NULL, 10) : 0;
-        e->numel = e->is_tensor && n == 4 ? strtoll(c, NULL, 10) : 0;
-    }
-    fclose(f);
-    return 0;
-}
-
 /* DIR/file into *out, of exactly `size` bytes. */
 static int read_exact(const ref_case *rc, const char *file, size_t size, void **out) {
     char path[512];
     size_t got = 0;
-    snprintf(path, sizeof path, "%s/%s", rc->dir, file);
+    snprintf(path, sizeof path, "%s/%s", rc->m.dir, file);
     *out = test_slurp(path, &got);
     if (!*out || (size && got != size)) {
         fprintf(stderr, "%s: %s (wanted %zu bytes, %zu read)\n", path,
@@ -194,17 +116,17 @@ static int load_case(ref_case *rc, const char *dir) {
     void *buf;
     size_t size;
     int ok = 1;
-    snprintf(rc->dir, sizeof rc->dir, "%s", dir);
-    if (read_manifest(rc))
+    snprintf(rc->m.dir, sizeof rc->m.dir, "%s", dir);
+    if (read_manifest(&rc->m, ""))
         return -1;
-    rc->B = (int64_t)scalar(rc, "B", &ok);
-    rc->T = (int64_t)scalar(rc, "T", &ok);
-    rc->steps = (int64_t)scalar(rc, "steps", &ok);
-    rc->lr = scalar(rc, "lr", &ok);
-    rc->beta1 = scalar(rc, "beta1", &ok);
-    rc->beta2 = scalar(rc, "beta2", &ok);
-    rc->eps = scalar(rc, "eps", &ok);
-    rc->weight_decay = scalar(rc, "weight_decay", &ok);
+    rc->B = (int64_t)scalar(&rc->m, "B", &ok);
+    rc->T = (int64_t)scalar(&rc->m, "T", &ok);
+    rc->steps = (int64_t)scalar(&rc->m, "steps", &ok);
+    rc->lr = scalar(&rc->m, "lr", &ok);
+    rc->beta1 = scalar(&rc->m, "beta1", &ok);
+    rc->beta2 = scalar(&rc->m, "beta2", &ok);
+    rc->eps = scalar(&rc->m, "eps", &ok);
+    rc->weight_decay = scalar(&rc->m, "weight_decay", &ok);
     if (!ok || rc->steps < 1 || rc->steps > MAX_STEPS) {
         fprintf(stderr, "%s: bad or missing scalars (steps must be 1..%d)\n", dir, MAX_STEPS);
         return -1;
@@ -215,8 +137,8 @@ static int load_case(ref_case *rc, const char *dir) {
         fprintf(stderr, "cannot read %s\n", path);
         return -1;
     }
-    rc->expected = buf;
-    rc->n_expected = (int64_t)(size / sizeof(double));
+    rc->m.expected = buf;
+    rc->m.n_expected = (int64_t)(size / sizeof(double));
     size_t tokens = (size_t)(rc->steps * rc->B * rc->T) * sizeof(int32_t);
     if (read_exact(rc, "inputs.i32", tokens, &buf))
         return -1;
@@ -232,7 +154,7 @@ static int load_model(ref_case *rc) {
     char path[512];
     float *w = NULL;
     int before = test_failures;
-    snprintf(path, sizeof path, "%s/config.json", rc->dir);
+    snprintf(path, sizeof path, "%s/config.json", rc->m.dir);
     TRY(kiln_gpt_config_from_json(&rc->cfg, path));
     TRY(kiln_gpt_config_validate(&rc->cfg));
     TRY(kiln_gpt_create(&rc->layout, &rc->cfg, rc->B, rc->T, NULL, kiln_backend_ref()));
@@ -242,7 +164,7 @@ static int load_model(ref_case *rc) {
     CHECK_TRUE(w && rc->w0);
     if (!w || !rc->w0)
         goto done;
-    snprintf(path, sizeof path, "%s/model.safetensors", rc->dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", rc->m.dir);
     TRY(kiln_gpt_load_slab(rc->layout, path, w, KILN_DTYPE_F32));
     for (int64_t i = 0; i < n; i++)
         rc->w0[i] = w[i];
@@ -254,7 +176,7 @@ done:
 static void free_case(ref_case *rc) {
     kiln_gpt_free(rc->layout);
     free(rc->w0);
-    free(rc->expected);
+    free(rc->m.expected);
     free(rc->inputs);
     free(rc->targets);
 }
@@ -280,7 +202,7 @@ static int run_from_manifest(run *r, const ref_case *rc, const char *src) {
     if (run_alloc(r, rc, src))
         return -1;
     snprintf(name, sizeof name, "%s.losses", src);
-    const double *losses = expected(rc, name, rc->steps);
+    const double *losses = expected(&rc->m, name, rc->steps);
     CHECK_TRUE(losses != NULL);
     if (!losses)
         return -1;
@@ -288,9 +210,9 @@ static int run_from_manifest(run *r, const ref_case *rc, const char *src) {
     for (int i = 0; i < kiln_gpt_num_tensors(rc->layout); i++) {
         const kiln_tensor_info *t = kiln_gpt_tensor(rc->layout, i);
         snprintf(name, sizeof name, "%s.grad.%s", src, t->name);
-        const double *g = expected(rc, name, t->numel);
+        const double *g = expected(&rc->m, name, t->numel);
         snprintf(name, sizeof name, "%s.param.%s", src, t->name);
-        const double *p = expected(rc, name, t->numel);
+        const double *p = expected(&rc->m, name, t->numel);
         CHECK_TRUE(g && p);
         if (!g || !p)
             return -1;
@@ -335,7 +257,7 @@ static int run_kiln(run *r, const ref_case *rc, kiln_backend *be, kiln_dtype dt)
     oc.weight_decay = (float)rc->weight_decay;
     kiln_optim_slab slab = {.n = len, .work = dt};
     TRY(kiln_optim_create(&o, &oc, &slab, ranges, n, be));
-    snprintf(path, sizeof path, "%s/model.safetensors", rc->dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", rc->m.dir);
     float *master = kiln_optim_master(o);
     CHECK_INT_EQ(master != NULL, dt != KILN_DTYPE_F32);
     if (master) {
@@ -469,7 +391,7 @@ static void check_floor(const ref_case *rc, const run *r, const run *fp64) {
 }
 
 static const char *scalar_text(const ref_case *rc, const char *key) {
-    const entry *e = find_entry(rc, 0, key);
+    const entry *e = find_entry(&rc->m, 0, key);
     return e ? e->value : "?";
 }
 

@@ -22,6 +22,7 @@
 #include "kiln/core.h"
 #include "kiln/model.h"
 #include "kiln/optim.h"
+#include "ref_manifest.h"
 #include "test.h"
 
 #define TOL_LOGITS 1e-5
@@ -30,36 +31,13 @@
 #define TOL_ADAMW 1e-4
 #define TOL_ADAMW_PARAM 1e-4
 
-#define MAX_ENTRIES 512
-
-/* One line of manifest.txt: "scalar KEY VALUE" or "tensor NAME OFFSET NUMEL". */
-typedef struct entry {
-    int is_tensor;
-    char name[96];
-    char value[64];
-    int64_t offset, numel; /* float64 elements of expected.f64 */
-} entry;
-
 typedef struct ref_case {
-    char dir[400];
-    entry entries[MAX_ENTRIES];
-    int n_entries;
-    double *expected; /* expected.f64 */
-    int64_t n_expected;
+    ref_manifest m; /* dir, the manifest's entries, expected.f64 */
     int32_t *inputs, *targets; /* (steps, B, T) */
     int64_t B, T, steps;
     double lr, beta1, beta2, eps, weight_decay;
     kiln_gpt_config cfg;
 } ref_case;
-
-/* Stop the current check at the first failed call: later comparisons would be noise. */
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        int before_ = test_failures;                                                               \
-        CHECK_OK(expr);                                                                            \
-        if (test_failures != before_)                                                              \
-            goto done;                                                                             \
-    } while (0)
 
 /* The whole file into *out (test_slurp), or -1 saying which file could not be read. */
 static int read_file(const char *path, void **out, size_t *size) {
@@ -71,69 +49,11 @@ static int read_file(const char *path, void **out, size_t *size) {
     return 0;
 }
 
-static const entry *find_entry(const ref_case *rc, int is_tensor, const char *name) {
-    for (int i = 0; i < rc->n_entries; i++)
-        if (rc->entries[i].is_tensor == is_tensor && strcmp(rc->entries[i].name, name) == 0)
-            return &rc->entries[i];
-    return NULL;
-}
-
-static double scalar(const ref_case *rc, const char *key, int *ok) {
-    const entry *e = find_entry(rc, 0, key);
-    if (!e) {
-        fprintf(stderr, "manifest.txt in %s has no scalar %s\n", rc->dir, key);
-        *ok = 0;
-        return 0;
-    }
-    return strtod(e->value, NULL);
-}
-
-/* Expected values of a tensor, or NULL (with a message) when absent or out of range. */
-static const double *expected(const ref_case *rc, const char *name, int64_t numel) {
-    const entry *e = find_entry(rc, 1, name);
-    if (!e || e->numel != numel || e->offset < 0 || e->offset + e->numel > rc->n_expected) {
-        fprintf(stderr, "expected tensor %s (%" PRId64 " values) is %s in %s\n", name, numel,
-                e ? "of another size" : "missing", rc->dir);
-        return NULL;
-    }
-    return rc->expected + e->offset;
-}
-
-static int read_manifest(ref_case *rc) {
-    char path[512], line[512];
-    snprintf(path, sizeof path, "%s/manifest.txt", rc->dir);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "cannot open %s (run tests/ref/gpt_ref.py first)\n", path);
-        return -1;
-    }
-    rc->n_entries = 0;
-    while (fgets(line, sizeof line, f)) {
-        char kind[16], a[96], b[64], c[64];
-        int n = sscanf(line, "%15s %95s %63s %63s", kind, a, b, c);
-        if (n < 3)
-            continue;
-        if (rc->n_entries == MAX_ENTRIES) {
-            fprintf(stderr, "%s: more than %d entries\n", path, MAX_ENTRIES);
-            fclose(f);
-            return -1;
-        }
-        entry *e = &rc->entries[rc->n_entries++];
-        e->is_tensor = strcmp(kind, "tensor") == 0;
-        snprintf(e->name, sizeof e->name, "%s", a);
-        snprintf(e->value, sizeof e->value, "%s", b);
-        e->offset = e->is_tensor ? strtoll(b, NULL, 10) : 0;
-        e->numel = e->is_tensor && n == 4 ? strtoll(c, NULL, 10) : 0;
-    }
-    fclose(f);
-    return 0;
-}
-
 static int read_tokens(const ref_case *rc, const char *file, int32_t **out) {
     char path[512];
     void *buf;
     size_t size;
-    snprintf(path, sizeof path, "%s/%s", rc->dir, file);
+    snprintf(path, sizeof path, "%s/%s", rc->m.dir, file);
     if (read_file(path, &buf, &size))
         return -1;
     if (size != (size_t)(rc->steps * rc->B * rc->T) * sizeof(int32_t)) {
@@ -152,24 +72,24 @@ static int load_case(ref_case *rc, const char *dir) {
     void *buf;
     size_t size;
     int ok = 1;
-    snprintf(rc->dir, sizeof rc->dir, "%s", dir);
-    if (read_manifest(rc))
+    snprintf(rc->m.dir, sizeof rc->m.dir, "%s", dir);
+    if (read_manifest(&rc->m, " (run tests/ref/gpt_ref.py first)"))
         return -1;
-    rc->B = (int64_t)scalar(rc, "B", &ok);
-    rc->T = (int64_t)scalar(rc, "T", &ok);
-    rc->steps = (int64_t)scalar(rc, "steps", &ok);
-    rc->lr = scalar(rc, "lr", &ok);
-    rc->beta1 = scalar(rc, "beta1", &ok);
-    rc->beta2 = scalar(rc, "beta2", &ok);
-    rc->eps = scalar(rc, "eps", &ok);
-    rc->weight_decay = scalar(rc, "weight_decay", &ok);
+    rc->B = (int64_t)scalar(&rc->m, "B", &ok);
+    rc->T = (int64_t)scalar(&rc->m, "T", &ok);
+    rc->steps = (int64_t)scalar(&rc->m, "steps", &ok);
+    rc->lr = scalar(&rc->m, "lr", &ok);
+    rc->beta1 = scalar(&rc->m, "beta1", &ok);
+    rc->beta2 = scalar(&rc->m, "beta2", &ok);
+    rc->eps = scalar(&rc->m, "eps", &ok);
+    rc->weight_decay = scalar(&rc->m, "weight_decay", &ok);
     if (!ok)
         return -1;
     snprintf(path, sizeof path, "%s/expected.f64", dir);
     if (read_file(path, &buf, &size))
         return -1;
-    rc->expected = buf;
-    rc->n_expected = (int64_t)(size / sizeof(double));
+    rc->m.expected = buf;
+    rc->m.n_expected = (int64_t)(size / sizeof(double));
     if (read_tokens(rc, "inputs.i32", &rc->inputs))
         return -1;
     if (read_tokens(rc, "targets.i32", &rc->targets))
@@ -178,7 +98,7 @@ static int load_case(ref_case *rc, const char *dir) {
 }
 
 static void free_case(ref_case *rc) {
-    free(rc->expected);
+    free(rc->m.expected);
     free(rc->inputs);
     free(rc->targets);
 }
@@ -209,12 +129,12 @@ static void check_rel(const char *what, double err, double tol) {
 static void check_config(ref_case *rc) {
     char path[512];
     kiln_gpt_config from_st;
-    snprintf(path, sizeof path, "%s/config.json", rc->dir);
+    snprintf(path, sizeof path, "%s/config.json", rc->m.dir);
     CHECK_OK(kiln_gpt_config_from_json(&rc->cfg, path));
     CHECK_OK(kiln_gpt_config_validate(&rc->cfg));
     memset(&from_st, 0, sizeof from_st);
     from_st.n_head = rc->cfg.n_head; /* Hugging Face files do not record it */
-    snprintf(path, sizeof path, "%s/model.safetensors", rc->dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", rc->m.dir);
     CHECK_OK(kiln_gpt_config_from_safetensors(&from_st, path));
     CHECK_OK(kiln_gpt_config_validate(&from_st));
     CHECK_INT_EQ(from_st.n_layer, rc->cfg.n_layer);
@@ -226,7 +146,7 @@ static void check_config(ref_case *rc) {
 
 static kiln_status build(const ref_case *rc, kiln_backend *be, kiln_gpt **m) {
     char path[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", rc->dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", rc->m.dir);
     kiln_status s = kiln_gpt_create(m, &rc->cfg, rc->B, rc->T, NULL, be);
     if (s != KILN_OK)
         return s;
@@ -242,14 +162,14 @@ static void check_tensors(const ref_case *rc, kiln_gpt *m, const float *slab, co
     const char *worst_name = "(none)";
     int n = kiln_gpt_num_tensors(m), n_expected = 0;
     size_t plen = strlen(prefix);
-    for (int i = 0; i < rc->n_entries; i++)
-        n_expected += rc->entries[i].is_tensor && !strncmp(rc->entries[i].name, prefix, plen);
+    for (int i = 0; i < rc->m.n_entries; i++)
+        n_expected += rc->m.entries[i].is_tensor && !strncmp(rc->m.entries[i].name, prefix, plen);
     CHECK_INT_EQ(n, n_expected);
     for (int i = 0; i < n; i++) {
         const kiln_tensor_info *t = kiln_gpt_tensor(m, i);
         char name[128];
         snprintf(name, sizeof name, "%s%s", prefix, t->name);
-        const double *want = expected(rc, name, t->numel);
+        const double *want = expected(&rc->m, name, t->numel);
         CHECK_TRUE(want != NULL);
         CHECK_INT_EQ(t->decay, t->ndim == 2);
         if (!want)
@@ -287,8 +207,8 @@ static void check_forward_backward(const ref_case *rc, kiln_backend *be) {
     float loss = 0, loss2 = 0;
     TRY(build(rc, be, &m));
     kiln_gpt_zero_grad(m);
-    const double *want = expected(rc, "logits", N * cfg->vocab_size);
-    const double *want_loss = expected(rc, "loss", 1);
+    const double *want = expected(&rc->m, "logits", N * cfg->vocab_size);
+    const double *want_loss = expected(&rc->m, "loss", 1);
     CHECK_TRUE(want && want_loss);
     if (!want || !want_loss)
         goto done;
@@ -324,7 +244,7 @@ static void check_adamw(const ref_case *rc, kiln_backend *be) {
     kiln_gpt *m = NULL;
     kiln_optim *o = NULL;
     kiln_param_range *ranges = NULL;
-    const double *want = expected(rc, "adamw_losses", rc->steps);
+    const double *want = expected(&rc->m, "adamw_losses", rc->steps);
     CHECK_TRUE(want != NULL);
     if (!want)
         return;
@@ -379,7 +299,7 @@ done:
 }
 
 static const char *scalar_text(const ref_case *rc, const char *key) {
-    const entry *e = find_entry(rc, 0, key);
+    const entry *e = find_entry(&rc->m, 0, key);
     return e ? e->value : "?";
 }
 
