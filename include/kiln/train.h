@@ -16,6 +16,12 @@
 extern "C" {
 #endif
 
+/* A range of batches to skip (kiln_train_config.skip_batches). */
+typedef struct kiln_batch_skip {
+    int64_t step, count;
+} kiln_batch_skip;
+enum { KILN_TRAIN_MAX_SKIPS = 64 };
+
 typedef struct kiln_train_config {
     /* Model: the architecture; vocab_size 0 takes the training shards' vocabulary.
      * init_path: start from these safetensors weights instead of a seeded init. */
@@ -58,6 +64,28 @@ typedef struct kiln_train_config {
     kiln_loss_scaler loss_scaler;
     kiln_dtype save_dtype;     /* the dtype weights are saved in (fp32) */
     int64_t inject_nonfinite_step; /* tests: make one gradient infinite at this step (0: never) */
+    /* Stability guards. A step whose loss or gradient norm is not finite, or spikes (more
+     * than guard_z standard deviations above the mean of the last guard_window good steps;
+     * the norm's on its logarithm), skips its update: the metrics line says why, and an
+     * event line follows. guard_max_bad (>= 1) such steps in a row roll the run back to the
+     * newest checkpoint before them (in checkpoint_dir; an older one when the last rollback
+     * went there and the same happened again), and the batches of those steps are skipped
+     * when the run comes to them; at most guard_max_rollbacks rollbacks, and without a
+     * checkpoint the run stops there with an error. Trends that often precede divergence
+     * (the gradient norm doubling, the loss rising, spikes piling up, fp16's loss scale
+     * collapsing within a window) are warned of on the console and in the metrics.
+     * guard_window 0 or guard_z 0: no spike checks (non-finite steps are still skipped).
+     * fp16's overflows are the loss scaler's, not bad steps. */
+    int64_t guard_window;
+    float guard_z;
+    int64_t guard_max_bad, guard_max_rollbacks;
+    /* Batches to skip: at the start of step `step`, `count` steps' worth of batches are
+     * drawn and dropped (data known to be bad; a rollback adds its own). */
+    const struct kiln_batch_skip *skip_batches;
+    int nskip_batches;
+    /* tests: a spike (gradients x100, loss x4) at the first visit of steps
+     * [inject_spike_step, inject_spike_step + inject_spike_count) (0: never) */
+    int64_t inject_spike_step, inject_spike_count;
     /* Data parallelism. comm NULL (or a communicator of one rank) trains in this process
      * alone. With N ranks every rank runs the same configuration (checked at start: a hash
      * of the configuration, the data and the starting weights is compared across ranks), B
@@ -151,7 +179,9 @@ typedef struct kiln_step_info {
     double mfu;             /* model FLOPs per second over peak_gflops */
     size_t rss;             /* peak resident bytes so far */
     float loss_scale;       /* fp16: the loss scale after the step (0: no loss scaling) */
-    int skipped;            /* fp16: this step's update was skipped for an overflow */
+    int skipped;            /* this step's update was skipped: an fp16 overflow, or a guard */
+    const char *guard;      /* the guard that skipped it ("loss_spike", ...; NULL: none) */
+    double guard_z;         /* the step's largest z-score (loss or gradient norm) */
     int64_t skipped_total;  /* fp16: steps skipped so far */
     int world;              /* data-parallel ranks (1: one process) */
     double comm_ms;         /* time in communication (gradient buckets on the thread, the
@@ -185,6 +215,29 @@ kiln_optim *kiln_trainer_optim(kiln_trainer *t);
 /* The run's summary after the steps taken so far (what kiln_train returns). */
 void kiln_trainer_result(const kiln_trainer *t, kiln_train_result *res);
 void kiln_trainer_free(kiln_trainer *t); /* NULL is safe */
+
+/* A replay's findings (kiln_train_replay). */
+enum { KILN_REPLAY_OTHERS = 3 };
+typedef struct kiln_replay_report {
+    int64_t step, from_step; /* the step replayed; the checkpoint it started from */
+    float prev_loss;         /* the step before it, as replayed (NaN: none ran) */
+    float loss, grad_norm;   /* the step's batches with its weights */
+    float *seq_loss;         /* each sequence's loss (this rank's, micro-batch by micro-batch) */
+    int64_t nseq;
+    int nothers;             /* the batches of the steps after it, with the same weights */
+    float other_loss[KILN_REPLAY_OTHERS], other_norm[KILN_REPLAY_OTHERS];
+    const char *verdict;     /* "bad_batch", "numeric" or "not_reproduced" */
+    char why[512];           /* the verdict in words, with what to do */
+} kiln_replay_report;
+
+/* Re-run step `step` of the run cfg describes from its newest checkpoint before it
+ * (cfg->resume_path: the run's checkpoint folder) and its data position: the steps between
+ * are run again (nothing is written: no metrics, checkpoints or weights), then the step's
+ * batches and those of the steps after it go through forward and backward with the same
+ * weights, without an update, and the report says which of a bad batch, blown-up weights or
+ * neither explains the step. Every rank of the run calls it (the same world). */
+kiln_status kiln_train_replay(const kiln_train_config *cfg, int64_t step, kiln_replay_report *r);
+void kiln_replay_report_free(kiln_replay_report *r);
 
 struct kiln_loader;
 

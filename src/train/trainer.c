@@ -36,6 +36,10 @@ kiln_train_config kiln_train_config_default(void) {
     c.dp = kiln_dp_config_default();
     c.outer_lr = 1.0f;
     c.checkpoint_keep = 3;
+    c.guard_window = 50;
+    c.guard_z = 6.0f;
+    c.guard_max_bad = 3;
+    c.guard_max_rollbacks = 3;
     return c;
 }
 
@@ -84,8 +88,8 @@ done:
 void kiln_trainer_free(kiln_trainer *t) {
     if (!t)
         return;
-    if (t->metrics)
-        fclose(t->metrics);
+    kiln__metrics_close(t->metrics, t->cfg.log);
+    kiln__guard_free(&t->guard);
     free(t->inputs);
     free(t->targets);
     kiln_dp_free(t->dp);
@@ -251,30 +255,6 @@ static kiln_status check_plan(kiln_trainer *t, const kiln_gpt_config *mc) {
                            size_str(p->batches).s, (long long)cfg->B, (long long)cfg->T,
                            size_str(p->headroom).s, size_str(p->available).s, p->available_what,
                            size_str(need > p->available ? need - p->available : 0).s);
-}
-
-/* Metrics may go to a regular file, a device (/dev/stdout) or a FIFO that a process reads;
- * O_NONBLOCK makes a FIFO that nobody reads fail at once instead of blocking the run. */
-static kiln_status open_metrics(FILE **out, const char *path) {
-    *out = NULL;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0666);
-    if (fd < 0) {
-        int e = errno;
-        return kiln_error_setf(KILN_ERR_IO, "cannot open metrics file %s for writing: %s%s", path,
-                               strerror(e),
-                               e == ENXIO ? " (a FIFO that no process is reading)" : "");
-    }
-    int flags = fcntl(fd, F_GETFL);
-    if (flags >= 0)
-        (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-    *out = fdopen(fd, "w");
-    if (!*out) {
-        int e = errno;
-        close(fd);
-        return kiln_error_setf(KILN_ERR_IO, "cannot open metrics file %s for writing: %s", path,
-                               strerror(e));
-    }
-    return KILN_OK;
 }
 
 /* The starting weights in fp32: into the optimizer's master copy when the working weights are
@@ -445,9 +425,11 @@ static kiln_status trainer_init(kiln_trainer *t) {
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate a batch");
     /* before the metrics file (truncated when opened): a checkpoint that is refused leaves
      * every file of the run as it was */
+    KILN_CHECK(kiln__trainer_guard_init(t));
     KILN_CHECK(kiln__trainer_resume(t));
+    /* a resumed run adds to the lines of the run it continues */
     if (cfg->metrics_path)
-        KILN_CHECK(open_metrics(&t->metrics, cfg->metrics_path));
+        KILN_CHECK(kiln__metrics_open(&t->metrics, cfg->metrics_path, t->resumed_step > 0));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
                         (double)t->micro;
     print_plan(t);
@@ -483,7 +465,7 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
  * micro-batches together, so that the sum the reduction makes is the mean over the whole
  * step's batch, and the last micro-batch's backward hands each finished range of gradients
  * to the reduction. */
-static kiln_status forward_backward(kiln_trainer *t, float S, double *loss) {
+kiln_status kiln__trainer_forward_backward(kiln_trainer *t, float S, double *loss) {
     const kiln_train_config *cfg = &t->cfg;
     if (t->world > 1 && t->cfg.dp.zero >= 2) /* the rest is zero: the reduction gave it back */
         kiln_gpt_backend(t->model)->zero(kiln_gpt_backend(t->model),
@@ -503,6 +485,9 @@ static kiln_status forward_backward(kiln_trainer *t, float S, double *loss) {
         KILN_CHECK(kiln_gpt_forward_backward(t->model, t->inputs, t->targets, cfg->B, cfg->T,
                                              scale, &l));
         sum += l;
+        for (int64_t b = 0; t->probe_seq && b < cfg->B; b++)
+            KILN_CHECK(kiln_gpt_forward(t->model, t->inputs + b * cfg->T, t->targets + b * cfg->T,
+                                        1, cfg->T, &t->probe_seq[micro * cfg->B + b]));
     }
     *loss = sum;
     return KILN_OK;
@@ -511,33 +496,36 @@ static kiln_status forward_backward(kiln_trainer *t, float S, double *loss) {
 /* (b) Every process's gradients made the same (their mean over the processes; with ZeRO 2,
  * on this rank's shard), then the loss and the gradients' sum of squares over all ranks. A
  * fault injected on purpose (tests) makes one gradient infinite, after the reduction. */
-static kiln_status sync_gradients(kiln_trainer *t, double *loss, double *sumsq) {
-    int inject = t->cfg.inject_nonfinite_step == t->steps_done + 1;
-    return kiln__trainer_dist_sync(t, loss, sumsq, inject);
+kiln_status kiln__trainer_sync_gradients(kiln_trainer *t, double *loss, double *sumsq) {
+    int64_t step = t->steps_done + 1;
+    int inject = t->cfg.inject_nonfinite_step == step && step > t->high_water;
+    KILN_CHECK(kiln__trainer_dist_sync(t, loss, sumsq, inject));
+    kiln__trainer_guard_inject(t, step, loss, sumsq);
+    return KILN_OK;
 }
 
 /* (c) The norm of the gradients as the loss scale left them (sumsq: their sum of squares);
  * the optimizer then reads them divided by the scale and clipped (torch.nn.utils.
- * clip_grad_norm_: max_norm / (norm + 1e-6) when < 1), the factor in *coef. A non-finite loss
- * or norm stops the run before the update, except an fp16 overflow, which skips the update
- * (mt->skipped) and backs the scale off. Every rank sees the same loss and norm, so every
+ * clip_grad_norm_: max_norm / (norm + 1e-6) when < 1), the factor in *coef. A step the guards
+ * judge bad (a non-finite loss or norm, a spike) skips its update (mt->skipped, mt->guard),
+ * except an fp16 overflow (a finite loss, a non-finite norm), which is the loss scaler's: it
+ * skips the update and backs the scale off. Every rank sees the same loss and norm, so every
  * rank decides alike. */
 static kiln_status clip_coefficient(kiln_trainer *t, float S, double sumsq, kiln_step_info *mt,
                                     double *coef) {
     const kiln_train_config *cfg = &t->cfg;
     int scaled = kiln_gpt_dtype(t->model) == KILN_DTYPE_F16;
-    if (!isfinite(mt->loss))
-        return kiln_error_setf(KILN_ERR_RANGE, "loss is %f at step %lld; weights unchanged",
-                               mt->loss, (long long)mt->step);
     double norm_scaled = sqrt(sumsq);
     mt->grad_norm = (float)(norm_scaled / S);
-    if (!isfinite(norm_scaled)) {
-        if (!scaled) /* never let a non-finite gradient reach the weights */
-            return kiln_error_setf(KILN_ERR_RANGE,
-                                   "gradient norm is %f at step %lld; weights unchanged",
-                                   mt->grad_norm, (long long)mt->step);
+    if (scaled && isfinite(mt->loss) && !isfinite(norm_scaled)) {
         mt->skipped = 1;
         return kiln_loss_scaler_update(&t->scaler, 0);
+    }
+    kiln_guard_verdict v = kiln__trainer_guard_check(t, mt);
+    if (v != KILN_GUARD_OK) {
+        mt->skipped = 1;
+        mt->guard = kiln__guard_verdict_name(v);
+        return KILN_OK;
     }
     *coef = 1.0 / S;
     if (cfg->grad_clip > 0.0f && (double)cfg->grad_clip / (mt->grad_norm + 1e-6) < 1.0)
@@ -551,14 +539,16 @@ static kiln_status clip_coefficient(kiln_trainer *t, float S, double sumsq, kiln
 static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
     float S = kiln_gpt_dtype(t->model) == KILN_DTYPE_F16 ? t->scaler.scale : 1.0f;
     double loss = 0.0, sumsq = 0.0;
-    KILN_CHECK(forward_backward(t, S, &loss));
-    KILN_CHECK(sync_gradients(t, &loss, &sumsq));
+    KILN_CHECK(kiln__trainer_forward_backward(t, S, &loss));
+    KILN_CHECK(kiln__trainer_sync_gradients(t, &loss, &sumsq));
     mt->loss = (float)loss;
     mt->lr = kiln_lr_at(&t->sched, t->steps_done);
     double coef = 1.0;
     KILN_CHECK(clip_coefficient(t, S, sumsq, mt, &coef));
-    if (mt->skipped)
-        return KILN_OK;
+    if (mt->skipped) /* local SGD's averages are every rank's, whatever one rank skipped */
+        return t->cfg.local_steps > 0 && kiln__trainer_local_sync_due(t, mt->step)
+                   ? kiln__trainer_outer_step(t)
+                   : KILN_OK;
     /* (d) the scale's division and the clipping in the optimizer's own pass, over this
      * rank's range; then every rank's updated range to every rank */
     KILN_CHECK(kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model),
@@ -656,6 +646,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
                                (long long)cfg->steps);
     kiln_step_info mt = {.step = t->steps_done + 1, .steps = cfg->steps, .val_loss = NAN};
     double t0 = kiln_time_ms();
+    KILN_CHECK(kiln__trainer_guard_skip_batches(t, mt.step));
     KILN_CHECK(train_step(t, &mt));
     if (kiln_gpt_dtype(t->model) == KILN_DTYPE_F16) {
         mt.loss_scale = t->scaler.scale;
@@ -683,10 +674,19 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
     }
     mt.rss = kiln_peak_rss();
     kiln__train_metrics_console(cfg->log, &mt);
-    if (t->metrics)
-        KILN_CHECK(kiln__train_metrics_write(t->metrics, cfg->metrics_path, &mt));
+    if (t->metrics) {
+        char line[1024];
+        kiln__train_metrics_format(line, sizeof line, &mt);
+        kiln__metrics_line(t->metrics, line, cfg->log);
+    }
     if (info)
         *info = mt;
+    int rolled = 0;
+    KILN_CHECK(kiln__trainer_guard_after(t, &mt, &rolled));
+    if (rolled) /* back at an older step: its checkpoint is the one just loaded */
+        return KILN_OK;
+    if (t->bad_run > 0 && mt.step < cfg->steps) /* the weights of the last good step are */
+        return KILN_OK;                          /* saved already (or due after the streak) */
     KILN_CHECK(maybe_save(t, mt.step, 0));
     return kiln__trainer_checkpoint(t, mt.step);
 }

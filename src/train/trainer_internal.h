@@ -7,6 +7,8 @@
 
 #include "kiln/loader.h"
 #include "kiln/train.h"
+#include "train/guard.h"
+#include "train/metrics.h"
 
 /* The trainer between steps: what kiln_trainer_create builds and every step uses. */
 struct kiln_trainer {
@@ -21,7 +23,7 @@ struct kiln_trainer {
     kiln_gpt *model;
     kiln_optim *opt;
     int32_t *inputs, *targets; /* (B,T): the last micro-batch */
-    FILE *metrics;
+    kiln__metrics *metrics;
     double flops_per_step; /* model FLOPs of one optimizer step */
     double peak;           /* GFLOP/s: MFU's denominator */
     kiln_train_memory plan;
@@ -49,7 +51,35 @@ struct kiln_trainer {
     int64_t ckpt_step;    /* the step of the last checkpoint written or resumed from (0: none) */
     int64_t resumed_step; /* the step this process started from (0: not resumed) */
     int stopping;         /* the ranks agreed to stop after the last step (cfg.stop_flag) */
+    /* stability guards (trainer_guard.c) */
+    kiln_guard guard;
+    int64_t bad_run, first_bad;     /* bad steps in a row now, and the first of them */
+    int64_t rollbacks, last_rollback_to;
+    int64_t high_water;             /* the furthest step done (a rollback goes back from it) */
+    kiln_batch_skip skips[KILN_TRAIN_MAX_SKIPS]; /* cfg.skip_batches and the rollbacks' */
+    int nskips;
+    float *probe_seq; /* kiln_train_replay: per-sequence losses wanted (NULL: not) */
 };
+
+/* ---- trainer.c: a step's phases ---- */
+/* (a) this rank's micro-batches drawn, forward and backward (gradients summed, scaled by S);
+ * *loss the sum of their losses. With t->probe_seq (replay's diagnosis) also each sequence's
+ * own loss into it, micro x B of them (a forward pass per sequence). */
+kiln_status kiln__trainer_forward_backward(kiln_trainer *t, float S, double *loss);
+/* (b) the gradients' reduction; *loss the step's mean, *sumsq the gradients' sum of squares. */
+kiln_status kiln__trainer_sync_gradients(kiln_trainer *t, double *loss, double *sumsq);
+
+/* ---- trainer_guard.c ---- */
+kiln_status kiln__trainer_guard_init(kiln_trainer *t);
+/* Before `step`: the batches to skip at its start, drawn and dropped. */
+kiln_status kiln__trainer_guard_skip_batches(kiln_trainer *t, int64_t step);
+/* Tests: the injected spike of cfg.inject_spike_step, on this step's figures and gradients. */
+void kiln__trainer_guard_inject(kiln_trainer *t, int64_t step, double *loss, double *sumsq);
+/* The verdict on mt's loss and grad_norm (mt->guard_z set); KILN_GUARD_OK: update. */
+kiln_guard_verdict kiln__trainer_guard_check(kiln_trainer *t, kiln_step_info *mt);
+/* After the step's metrics line: history, early warnings, events, and the rollback after
+ * guard_max_bad bad steps in a row (*rolled: the trainer is back at an older step). */
+kiln_status kiln__trainer_guard_after(kiln_trainer *t, const kiln_step_info *mt, int *rolled);
 
 /* ---- trainer_ckpt.c, trainer_resume.c ---- */
 /* The checkpoint due after `step` (checkpoint_every, and the last step), written by every

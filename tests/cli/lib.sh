@@ -126,6 +126,13 @@ expect_err_re() {
     if grep -E -i -q -e "$1" "$W/stderr"; then ok "stderr matches /$1/"; else bad "stderr matches /$1/"; fi
 }
 
+# expect_out TEXT...: stdout holds each TEXT (fixed strings, case-insensitive).
+expect_out() {
+    for _t in "$@"; do
+        if grep -F -i -q -e "$_t" "$W/stdout"; then ok "stdout names '$_t'"; else bad "stdout names '$_t'"; fi
+    done
+}
+
 expect_out_re() {
     if grep -E -q -e "$1" "$W/stdout"; then ok "stdout matches /$1/"; else bad "stdout matches /$1/"; fi
 }

@@ -162,6 +162,23 @@ case_fp16_overflow_skipped() {
     same ref h 1e-2 --loss-tol 1e-3
 }
 
+# Stability guards on 2 ranks with ZeRO 1: every rank judges the same reduced loss and norm,
+# so all skip the same steps and roll back together; the result equals a run told to skip the
+# bad steps' batches, byte for byte.
+case_guard_rollback_zero1() {
+    need_mpi
+    G="--batch 2 --zero 1 --guard-window 10"
+    mpi 2 $TRAIN $G --skip-batches 12:3 --save ref.st
+    expect_ok
+    mpi 2 $TRAIN $G --inject-spike 12:3 --checkpoint-dir ck --checkpoint-every 5 --save h.st \
+        --metrics h.jsonl
+    expect_ok
+    check "every rank rolled back to step 10" \
+        grep -q '"event": "rollback", "step": 14, "to_step": 10, "first_bad": 12, "skip_steps": 3' h.jsonl
+    check "the weights equal those of the run that skipped the batches, byte for byte" \
+        same_file ref.st h.st
+}
+
 case_bf16_reduction() {
     need_mpi
     one ref 4

@@ -104,6 +104,96 @@ static int stop_preempted(kiln_trainer *tr, int checkpoint, int rank, int world,
     return TOOL_EXIT_PREEMPTED;
 }
 
+static const char *replay_usage =
+    "usage: kiln replay --step N [the run's kiln train flags]\n\n"
+    "Re-run step N of a run from its newest checkpoint before N (its --checkpoint-dir, or\n"
+    "--resume DIR) and its data position, to tell a bad batch from a numeric blow-up: the\n"
+    "steps in between run again, then step N's batches and those of the 3 steps after it go\n"
+    "through forward and backward with the same weights, without an update. Prints the\n"
+    "step's loss and gradient norm, each sequence's loss, the batches after it, and a verdict:\n"
+    "bad_batch (skip it with --skip-batches N:1), numeric (the weights themselves blew up) or\n"
+    "not_reproduced. With --metrics FILE (the run's log, read, not written) the step's logged\n"
+    "loss is compared with the replay's. Nothing of the run is written. Give it the flags of\n"
+    "the run (under mpirun, the same number of ranks).";
+
+/* The run's logged loss and norm of `step` (its last line for the step: after a rollback the
+ * step ran again); 0 when not found. */
+static int logged_step(const char *path, int64_t step, double *loss, double *norm) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[4096], key[48];
+    snprintf(key, sizeof key, "{\"step\": %lld,", (long long)step);
+    int found = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *l = strstr(line, "\"loss\": "), *g = strstr(line, "\"grad_norm\": ");
+        if (strncmp(line, key, strlen(key)) || !l || !g)
+            continue;
+        *loss = strncmp(l + 8, "null", 4) ? strtod(l + 8, NULL) : NAN;
+        *norm = strncmp(g + 13, "null", 4) ? strtod(g + 13, NULL) : NAN;
+        found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
+/* The replay and its report (rank 0 prints). */
+static int replay(const kiln_train_config *cfg, int64_t step, const char *run_log, int rank,
+                  kiln_comm *comm, const char *what) {
+    kiln_replay_report r;
+    kiln_status s = kiln_train_replay(cfg, step, &r);
+    if (s) {
+        tool_report(what, s);
+        kiln_replay_report_free(&r);
+        return 1;
+    }
+    (void)comm;
+    if (rank == 0) {
+        printf("replay of step %lld from the checkpoint of step %lld:\n", (long long)step,
+               (long long)r.from_step);
+        if (!isnan(r.prev_loss))
+            printf("  step %lld (the step before): loss %.6f\n", (long long)(step - 1),
+                   r.prev_loss);
+        printf("  step %lld: loss %.6f, gradient norm %.6f\n", (long long)step, r.loss,
+               r.grad_norm);
+        /* the sequences with the highest losses */
+        int64_t worst[3] = {-1, -1, -1};
+        for (int64_t i = 0; i < r.nseq; i++)
+            for (int k = 0; k < 3; k++)
+                if (worst[k] < 0 || !(r.seq_loss[i] <= r.seq_loss[worst[k]])) {
+                    for (int j = 2; j > k; j--)
+                        worst[j] = worst[j - 1];
+                    worst[k] = i;
+                    break;
+                }
+        printf("  its %lld sequences' losses (this rank's):", (long long)r.nseq);
+        for (int64_t i = 0; i < r.nseq && i < 32; i++)
+            printf(" %.3f", r.seq_loss[i]);
+        printf("%s\n  highest:", r.nseq > 32 ? " ..." : "");
+        for (int k = 0; k < 3 && worst[k] >= 0; k++)
+            printf(" sequence %lld (micro-batch %lld, row %lld) %.3f", (long long)worst[k],
+                   (long long)(worst[k] / cfg->B), (long long)(worst[k] % cfg->B),
+                   r.seq_loss[worst[k]]);
+        printf("\n");
+        for (int k = 0; k < r.nothers; k++)
+            printf("  the batches of step %lld, same weights: loss %.6f, gradient norm %.6f\n",
+                   (long long)(step + 1 + k), r.other_loss[k], r.other_norm[k]);
+        double ll = 0.0, ln = 0.0;
+        if (run_log && logged_step(run_log, step, &ll, &ln))
+            printf("  the run's log (%s) has step %lld at loss %.6f, gradient norm %.6f: %s\n",
+                   run_log, (long long)step, ll, ln,
+                   fabs(ll - r.loss) <= 1e-6 * fmax(1.0, fabs(ll))
+                       ? "the replay reproduces it"
+                       : "the replay differs (the step was not deterministic, or a fault was "
+                         "injected or transient)");
+        else if (run_log)
+            printf("  the run's log (%s) has no line for step %lld\n", run_log, (long long)step);
+        printf("verdict: %s: %s\n", r.verdict, r.why);
+    }
+    kiln_replay_report_free(&r);
+    return 0;
+}
+
 /* Preset or JSON, then the overriding flags. */
 static int resolve_model(kiln_gpt_config *mc, const char *model, int64_t layers, int64_t heads,
                          int64_t embd, int64_t context, int64_t vocab) {
@@ -291,7 +381,8 @@ static int parse_rank_batches(const char *text, int world, int64_t accum, int64_
     return 2;
 }
 
-int cmd_train(int argc, char **argv) {
+/* replay_step > 0: kiln replay (the run's flags; nothing of the run is written). */
+static int train_main(int argc, char **argv, int64_t replay_step) {
     kiln_train_config cfg = kiln_train_config_default();
     const char *model = "d4", *init = NULL, *data = "data/brown/train_*.bin", *val = NULL;
     const char *optimizer = "adamw", *schedule = "cosine", *metrics = NULL;
@@ -315,6 +406,10 @@ int cmd_train(int argc, char **argv) {
     double outer_lr = 1.0, outer_momentum = 0.0;
     double bucket_mb = (double)kiln_dp_config_default().bucket_bytes / (1 << 20);
     const char *reduce_dtype = "fp32", *rank_batches = NULL;
+    int64_t guard_window = cfg.guard_window, guard_max_bad = cfg.guard_max_bad;
+    int64_t guard_rollbacks = cfg.guard_max_rollbacks;
+    double guard_z = cfg.guard_z;
+    const char *skip_batches = NULL, *inject_spike = NULL;
     const tool_flag flags[] = {
         {"model", TOOL_FLAG_STRING, &model, "preset name or model JSON file"},
         {"layers", TOOL_FLAG_INT, &layers, "override the number of layers (0: keep)"},
@@ -383,6 +478,22 @@ int cmd_train(int argc, char **argv) {
          "rows of logits at a time in the fused classifier + cross-entropy (0: all at once)"},
         {"inject-nonfinite", TOOL_FLAG_INT, &inject,
          "fault injection: make a gradient infinite at step N (fp16: an overflow to skip)"},
+        {"guard-window", TOOL_FLAG_INT, &guard_window,
+         "stability guard: good steps whose loss and gradient norm a spike is judged against "
+         "(0: no spike checks)"},
+        {"guard-z", TOOL_FLAG_FLOAT, &guard_z,
+         "stability guard: a loss or gradient norm this many standard deviations above the "
+         "window's mean skips the step's update (0: no spike checks)"},
+        {"guard-max-bad", TOOL_FLAG_INT, &guard_max_bad,
+         "stability guard: this many bad steps (non-finite or spiking) in a row roll back to "
+         "the newest checkpoint before them and skip their batches (no checkpoint: stop)"},
+        {"guard-max-rollbacks", TOOL_FLAG_INT, &guard_rollbacks,
+         "stability guard: rollbacks allowed before the run stops as diverging"},
+        {"skip-batches", TOOL_FLAG_STRING, &skip_batches,
+         "drop the batches of COUNT steps at the start of step STEP: STEP:COUNT[,STEP:COUNT...] "
+         "(data known to be bad)"},
+        {"inject-spike", TOOL_FLAG_STRING, &inject_spike,
+         "fault injection: a loss and gradient spike at steps STEP[:COUNT] (their first visit)"},
         {"zero", TOOL_FLAG_INT, &zero,
          "data parallel: 0 replicates the optimizer state on every rank, 1 shards it, 2 shards "
          "the gradients' reduction too, 3 the weights too (gathered per block for use)"},
@@ -411,7 +522,8 @@ int cmd_train(int argc, char **argv) {
          "with --plan: the memory to fit, e.g. 24G (default: what the machine has available)"},
     };
     int npos = 0;
-    int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
+    int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos,
+                              replay_step ? replay_usage : usage);
     if (rc)
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
     if (npos) {
@@ -435,6 +547,29 @@ int cmd_train(int argc, char **argv) {
                         "and --threads 0..4096\n");
         return 2;
     }
+    kiln_batch_skip skips[KILN_TRAIN_MAX_SKIPS];
+    int nskips = 0;
+    int64_t spike_at = 0, spike_count = 0;
+    if (guard_window < 0 || guard_window > 100000 || !(guard_z >= 0) || guard_z > 1e6 ||
+        guard_max_bad < 1 || guard_max_bad > 1000000 || guard_rollbacks < 0 ||
+        guard_rollbacks > 1000000) {
+        fprintf(stderr, "kiln train: --guard-window must be 0..100000, --guard-z >= 0, "
+                        "--guard-max-bad >= 1 and --guard-max-rollbacks >= 0\n");
+        return 2;
+    }
+    if ((skip_batches && tool_parse_skips("--skip-batches", skip_batches, skips,
+                                          KILN_TRAIN_MAX_SKIPS, &nskips)) ||
+        (inject_spike && tool_parse_step_count("--inject-spike", inject_spike, &spike_at,
+                                               &spike_count)))
+        return 2;
+    cfg.guard_window = guard_window;
+    cfg.guard_z = (float)guard_z;
+    cfg.guard_max_bad = guard_max_bad;
+    cfg.guard_max_rollbacks = guard_rollbacks;
+    cfg.skip_batches = skips;
+    cfg.nskip_batches = nskips;
+    cfg.inject_spike_step = spike_at;
+    cfg.inject_spike_count = spike_count;
     int has_ckpt_dir = ckpt_dir && ckpt_dir[0];
     if (ckpt_every < 0 || ckpt_keep < 1 || ckpt_keep_every < 0 ||
         has_ckpt_dir != (ckpt_every > 0)) {
@@ -512,6 +647,14 @@ int cmd_train(int argc, char **argv) {
     cfg.checkpoint_keep = ckpt_keep;
     cfg.checkpoint_keep_every = ckpt_keep_every;
     cfg.resume_path = resume && resume[0] ? resume : NULL;
+    const char *run_log = NULL; /* replay: the run's metrics, read */
+    if (replay_step) {
+        run_log = cfg.metrics_path;
+        cfg.metrics_path = NULL;
+        cfg.save_path = NULL;
+        if (!cfg.resume_path)
+            cfg.resume_path = cfg.checkpoint_dir;
+    }
     cfg.log = stdout;
     cfg.model_opt.fuse_gelu = fuse_gelu;
     cfg.model_opt.fuse_residual_ln = fuse_ln;
@@ -544,7 +687,7 @@ int cmd_train(int argc, char **argv) {
     if (rank == 0)
         tool_precision_note(cfg.model_opt.dtype);
     /* A --save that could never be written fails now, not after hours of training. */
-    if (rank == 0 && cfg.save_path && ((s = tool_make_parent_dirs(cfg.save_path)) ||
+    if (!replay_step && rank == 0 && cfg.save_path && ((s = tool_make_parent_dirs(cfg.save_path)) ||
                                        (s = kiln_file_check_replaceable(cfg.save_path)))) {
         tool_report(what, s);
         if (world > 1)
@@ -564,6 +707,12 @@ int cmd_train(int argc, char **argv) {
                world, kiln_comm_kind(comm), cfg.dp.zero, (double)cfg.dp.bucket_bytes / (1 << 20),
                kiln_dtype_name(cfg.dp.reduce_dtype), (long long)(B * step_micro(&cfg, world)),
                (long long)T, per_rank ? " (uneven ranks: --rank-batches)" : "");
+    if (replay_step) {
+        rc = replay(&cfg, replay_step, run_log, rank, comm, what);
+        kiln_comm_free(comm);
+        free(per_rank);
+        return rc;
+    }
     /* The loop over steps (kiln_train's): the place for what runs between them. */
     kiln_trainer *tr = NULL;
     kiln_train_result res;
@@ -609,4 +758,42 @@ int cmd_train(int argc, char **argv) {
                100.0 * res.mfu, (double)res.peak_rss / (1024.0 * 1024.0),
                (double)res.planned_peak / (1024.0 * 1024.0));
     return 0;
+}
+
+int cmd_train(int argc, char **argv) { return train_main(argc, argv, 0); }
+
+/* kiln replay --step N <the run's kiln train flags> */
+int cmd_replay(int argc, char **argv) {
+    int64_t step = 0;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest)
+        return 1;
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *v = NULL;
+        if (i > 0 && !strcmp(argv[i], "--step") && i + 1 < argc)
+            v = argv[++i];
+        else if (i > 0 && !strncmp(argv[i], "--step=", 7))
+            v = argv[i] + 7;
+        if (!v) {
+            rest[n++] = argv[i];
+            continue;
+        }
+        char *end = NULL;
+        long long x = strtoll(v, &end, 10);
+        step = end != v && !*end && x >= 2 && x <= (1LL << 40) ? x : -1;
+    }
+    int help = 0;
+    for (int i = 1; i < n; i++)
+        help |= !strcmp(rest[i], "--help") || !strcmp(rest[i], "-h");
+    if (step <= 0 && !help) {
+        fprintf(stderr, "kiln replay: --step N (2 or more: a step after a checkpoint) is "
+                        "required\n\n%s\n",
+                replay_usage);
+        free(rest);
+        return 2;
+    }
+    int rc = train_main(n, rest, step > 0 ? step : 2);
+    free(rest);
+    return rc;
 }

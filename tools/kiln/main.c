@@ -16,6 +16,7 @@ static const tool_command commands[] = {
     {"sample", cmd_sample, "generate text from a model"},
     {"prepare", cmd_prepare, "turn text into train and validation token shards"},
     {"tokenizer", cmd_tokenizer, "encode, decode, or train a tokenizer"},
+    {"replay", cmd_replay, "re-run one step of a run from its checkpoint: a bad batch or a blow-up?"},
     {"run", cmd_run, "supervise a training: restart it from its checkpoints after a crash"},
     {"bench", cmd_bench, "measure this machine (kiln bench peak)"},
 };

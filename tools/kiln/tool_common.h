@@ -9,6 +9,7 @@
 #include "kiln/model.h"
 #include "kiln/status.h"
 #include "kiln/tokenizer.h"
+#include "kiln/train.h"
 
 /* kiln train's exit status when a signal (SIGTERM, SIGUSR1, SIGINT: a scheduler's
  * preemption) stopped it between steps and the steps so far were saved: "resume me". A
@@ -17,6 +18,11 @@
 
 /* Use n threads for kiln's loops and OpenBLAS (n <= 0: leave OpenMP's default), with a
  * warning on stderr when that is more threads than the cores this process may run on. */
+/* --inject-spike STEP[:COUNT] (COUNT 1 when absent); 2 and a message on stderr when bad. */
+int tool_parse_step_count(const char *flag, const char *text, int64_t *step, int64_t *count);
+/* STEP:COUNT[,STEP:COUNT...] into out (at most cap), *n of them; 2 and a message when bad. */
+int tool_parse_skips(const char *flag, const char *text, kiln_batch_skip *out, int cap, int *n);
+
 void tool_set_threads(int64_t n);
 /* The cores this process may run on (its CPU affinity; else the online processors). */
 int64_t tool_cores(void);

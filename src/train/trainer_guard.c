@@ -1,0 +1,237 @@
+/* The trainer's stability guards (guard.h keeps the numbers): a step whose loss or gradient
+ * norm is not finite or spikes skips its update; guard_max_bad such steps in a row roll the
+ * run back to its newest good checkpoint and skip the batches that caused them; trends that
+ * precede divergence are reported early. Every event is a line of the metrics log:
+ * {"event": "...", "step": N, ...}. Every rank sees the same loss and norm (their reduction),
+ * so every rank decides alike and rolls back together. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kiln/core.h"
+#include "train/metrics.h"
+#include "train/trainer_ckpt.h"
+#include "train/trainer_internal.h"
+
+kiln_status kiln__trainer_guard_init(kiln_trainer *t) {
+    const kiln_train_config *c = &t->cfg;
+    if (c->guard_max_bad < 1 || c->guard_max_rollbacks < 0 || c->nskip_batches < 0 ||
+        c->nskip_batches > KILN_TRAIN_MAX_SKIPS)
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "the guard's bad steps in a row must be >= 1 and its rollbacks >= 0, and at most %d "
+                               "ranges of batches may be skipped",
+                               KILN_TRAIN_MAX_SKIPS);
+    for (int i = 0; i < c->nskip_batches; i++) {
+        if (c->skip_batches[i].step < 1 || c->skip_batches[i].count < 1)
+            return kiln_error_setf(KILN_ERR_CONFIG,
+                                   "a range of skipped batches needs a step >= 1 and a count >= 1");
+        t->skips[t->nskips++] = c->skip_batches[i];
+    }
+    return kiln__guard_init(&t->guard, c->guard_window, c->guard_z);
+}
+
+/* The steps' batches skipped at the start of `step` (the data of the steps that went bad
+ * before a rollback, or --skip-batches): drawn and dropped, every rank its own. */
+kiln_status kiln__trainer_guard_skip_batches(kiln_trainer *t, int64_t step) {
+    for (int i = 0; i < t->nskips; i++) {
+        if (t->skips[i].step != step)
+            continue;
+        for (int64_t k = 0; k < t->skips[i].count * t->micro; k++) {
+            kiln_loader *ld = t->micro_loaders ? t->micro_loaders[k % t->micro] : t->train;
+            KILN_CHECK(kiln_loader_next(ld, t->inputs, t->targets));
+        }
+        if (t->cfg.log)
+            fprintf(t->cfg.log, "guard: step %lld skips %lld step(s) of batches\n",
+                    (long long)step, (long long)t->skips[i].count);
+    }
+    return KILN_OK;
+}
+
+/* Tests: a spike injected at the first visit of steps [inject_spike_step, + count): this
+ * rank's part of the gradients times 100, the loss times 4 (a rollback that comes back to the
+ * step finds its data skipped, so the fault does not come back either). */
+void kiln__trainer_guard_inject(kiln_trainer *t, int64_t step, double *loss, double *sumsq) {
+    const kiln_train_config *c = &t->cfg;
+    if (c->inject_spike_step <= 0 || step < c->inject_spike_step ||
+        step >= c->inject_spike_step + (c->inject_spike_count > 0 ? c->inject_spike_count : 1) ||
+        step <= t->high_water)
+        return;
+    kiln_backend *be = kiln_gpt_backend(t->model);
+    int64_t lo = 0, hi = kiln_gpt_slab_len(t->model);
+    if (t->dp && !c->local_steps)
+        kiln_dp_shard_of(t->dp, t->rank, &lo, &hi);
+    be->scale(be, kiln_gpt_grads(t->model) + lo, 100.0f, hi - lo);
+    *sumsq *= 1e4;
+    *loss *= 4.0;
+}
+
+/* The verdict on a step, before its update: KILN_GUARD_OK lets it update. */
+kiln_guard_verdict kiln__trainer_guard_check(kiln_trainer *t, kiln_step_info *mt) {
+    double z = 0.0;
+    kiln_guard_verdict v = kiln__guard_check(&t->guard, mt->loss, mt->grad_norm, &z);
+    mt->guard_z = z;
+    return v;
+}
+
+static void event_line(kiln_trainer *t, const char *line) {
+    kiln__metrics_line(t->metrics, line, t->cfg.log);
+}
+
+static void report_warnings(kiln_trainer *t, int64_t step, int warn, double ratio) {
+    static const struct {
+        int bit;
+        const char *name, *text;
+    } kinds[] = {
+        {KILN_GUARD_WARN_NORM_GROWTH, "grad_norm_growth",
+         "the gradient norm's median grew %.1fx within %lld steps"},
+        {KILN_GUARD_WARN_LOSS_RISE, "loss_rise", "the loss's median rose %.3fx within %lld steps"},
+        {KILN_GUARD_WARN_SPIKE_RATE, "spike_rate", "%.0f spikes within %lld steps"},
+        {KILN_GUARD_WARN_SCALE_FALL, "loss_scale_fall",
+         "the loss scale fell %.0fx within %lld steps"},
+    };
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        if (!(warn & kinds[i].bit))
+            continue;
+        char text[160], line[320];
+        snprintf(text, sizeof text, kinds[i].text, ratio, (long long)t->guard.window);
+        if (t->cfg.log)
+            fprintf(t->cfg.log,
+                    "guard: early warning at step %lld: %s (a trend that often precedes "
+                    "divergence: consider a lower learning rate or tighter clipping)\n",
+                    (long long)step, text);
+        snprintf(line, sizeof line,
+                 "{\"event\": \"warning\", \"step\": %lld, \"kind\": \"%s\", \"value\": %.6g, "
+                 "\"window\": %lld}",
+                 (long long)step, kinds[i].name, ratio, (long long)t->guard.window);
+        event_line(t, line);
+        ratio = 0.0; /* the figure belongs to the first warning */
+    }
+}
+
+/* The newest checkpoint folder older than step `before` that a rollback may use: not the one
+ * the last rollback went to when no newer has been written since (that one gave the same bad
+ * steps again). *step 0: none. */
+static kiln_status rollback_target(kiln_trainer *t, int64_t before, int64_t *step) {
+    int64_t *steps = NULL;
+    int n = 0;
+    *step = 0;
+    KILN_CHECK(kiln__ckpt_list(t->cfg.checkpoint_dir, &steps, &n));
+    for (int i = n - 1; i >= 0 && !*step; i--)
+        if (steps[i] < before && !(t->rollbacks > 0 && steps[i] >= t->last_rollback_to))
+            *step = steps[i];
+    free(steps);
+    return KILN_OK;
+}
+
+/* The run cannot go on: the bad steps' figures, and why there is no rollback. */
+static kiln_status give_up(kiln_trainer *t, const kiln_step_info *mt, const char *why) {
+    char kept[96];
+    if (t->first_bad - 1 <= t->resumed_step)
+        snprintf(kept, sizeof kept, "the weights are those the run started from");
+    else
+        snprintf(kept, sizeof kept, "the weights are those of step %lld",
+                 (long long)(t->first_bad - 1));
+    return kiln_error_setf(KILN_ERR_RANGE,
+                           "%lld bad steps in a row, from step %lld to step %lld (the last: %s, "
+                           "loss %g, gradient norm %g): %s; %s (the bad steps did not update "
+                           "them)",
+                           (long long)t->bad_run, (long long)t->first_bad, (long long)mt->step,
+                           mt->guard, mt->loss, mt->grad_norm, why, kept);
+}
+
+/* Back to the newest good checkpoint before the bad steps, their batches skipped when the run
+ * comes to them again. */
+static kiln_status rollback(kiln_trainer *t, const kiln_step_info *mt) {
+    const kiln_train_config *c = &t->cfg;
+    char why[256];
+    if (!c->checkpoint_dir)
+        return give_up(t, mt, "no --checkpoint-dir to roll back to");
+    if (c->local_steps > 0)
+        return give_up(t, mt, "local SGD's ranks do not roll back together");
+    if (t->rollbacks >= c->guard_max_rollbacks) {
+        snprintf(why, sizeof why, "rolled back %lld time(s) already (the limit): the run diverges",
+                 (long long)t->rollbacks);
+        return give_up(t, mt, why);
+    }
+    int64_t to = 0;
+    kiln_status s = rollback_target(t, t->first_bad, &to);
+    if (s == KILN_OK && to == 0) {
+        snprintf(why, sizeof why, "no checkpoint older than step %lld in %s%s",
+                 (long long)t->first_bad, c->checkpoint_dir,
+                 t->rollbacks ? " besides the one rolled back to before" : "");
+        return give_up(t, mt, why);
+    }
+    KILN_CHECK(kiln__trainer_agree(t, s, "to find a checkpoint to roll back to"));
+    char folder[KILN__CKPT_PATH];
+    snprintf(folder, sizeof folder, "%s/" KILN__CKPT_STEP_FMT, c->checkpoint_dir, (long long)to);
+    if (t->nskips >= KILN_TRAIN_MAX_SKIPS)
+        return give_up(t, mt, "too many ranges of skipped batches");
+    int64_t first_bad = t->first_bad, count = mt->step - first_bad + 1;
+    float first_loss = t->first_loss;
+    const char *saved = t->cfg.resume_path;
+    t->cfg.resume_path = folder;
+    s = kiln__trainer_resume(t);
+    t->cfg.resume_path = saved;
+    s = kiln__trainer_agree(t, s, "to roll back");
+    if (s == KILN_OK)
+        s = kiln__trainer_zero3_drop_all(t);
+    KILN_CHECK(s);
+    t->first_loss = first_loss;
+    t->skips[t->nskips].step = first_bad;
+    t->skips[t->nskips].count = count;
+    t->nskips++;
+    t->rollbacks++;
+    t->last_rollback_to = to;
+    t->bad_run = 0;
+    if (c->log)
+        fprintf(c->log,
+                "guard: %lld bad steps in a row (steps %lld-%lld, the last: %s): rolled back to "
+                "the checkpoint of step %lld; the batches of those steps are skipped when the "
+                "run comes to them\n",
+                (long long)count, (long long)first_bad, (long long)mt->step, mt->guard,
+                (long long)to);
+    char line[320];
+    snprintf(line, sizeof line,
+             "{\"event\": \"rollback\", \"step\": %lld, \"to_step\": %lld, \"first_bad\": %lld, "
+             "\"skip_steps\": %lld, \"reason\": \"%s\", \"rollbacks\": %lld}",
+             (long long)mt->step, (long long)to, (long long)first_bad, (long long)count,
+             mt->guard, (long long)t->rollbacks);
+    event_line(t, line);
+    return KILN_OK;
+}
+
+/* After a step's metrics line: its verdict into the history, the early warnings due, and a
+ * rollback after guard_max_bad bad steps in a row (*rolled set). */
+kiln_status kiln__trainer_guard_after(kiln_trainer *t, const kiln_step_info *mt, int *rolled) {
+    *rolled = 0;
+    if (mt->step > t->high_water)
+        t->high_water = mt->step;
+    kiln_guard_verdict v = KILN_GUARD_OK;
+    if (mt->guard)
+        for (int k = KILN_GUARD_NONFINITE_LOSS; k <= KILN_GUARD_NORM_SPIKE; k++)
+            if (!strcmp(mt->guard, kiln__guard_verdict_name((kiln_guard_verdict)k)))
+                v = (kiln_guard_verdict)k;
+    double ratio = 0.0;
+    int warn = kiln__guard_record(&t->guard, mt->step, v, mt->loss, mt->grad_norm,
+                                  mt->loss_scale, &ratio);
+    if (warn)
+        report_warnings(t, mt->step, warn, ratio);
+    if (v == KILN_GUARD_OK) {
+        t->bad_run = 0;
+        return KILN_OK;
+    }
+    if (t->bad_run++ == 0)
+        t->first_bad = mt->step;
+    char line[256];
+    snprintf(line, sizeof line,
+             "{\"event\": \"skip\", \"step\": %lld, \"reason\": \"%s\", \"z\": %.3f, "
+             "\"bad_in_a_row\": %lld}",
+             (long long)mt->step, mt->guard, mt->guard_z, (long long)t->bad_run);
+    event_line(t, line);
+    if (t->cfg.guard_max_bad == 0 || t->bad_run < t->cfg.guard_max_bad)
+        return KILN_OK;
+    KILN_CHECK(rollback(t, mt));
+    *rolled = 1;
+    return KILN_OK;
+}
