@@ -560,73 +560,6 @@ static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
     return kiln__trainer_dist_gather(t);
 }
 
-/* Weights are saved only when they can be used: every parameter finite, and a finite loss
- * on the last batch (weights of 1e29 are finite, yet overflow in the next forward pass). */
-static kiln_status check_savable(kiln_trainer *t) {
-    KILN_CHECK(kiln_gpt_check_finite(t->model));
-    float loss = 0.0f;
-    KILN_CHECK(kiln_gpt_forward(t->model, t->inputs, t->targets, t->cfg.B, t->cfg.T, &loss));
-    if (!isfinite(loss))
-        return kiln_error_setf(KILN_ERR_RANGE,
-                               "they are finite but give a loss of %f on the last batch", loss);
-    return KILN_OK;
-}
-
-/* force: save whether due or not (a stop between steps). */
-static kiln_status maybe_save(kiln_trainer *t, int64_t step, int force) {
-    const kiln_train_config *cfg = &t->cfg;
-    if (!cfg->save_path)
-        return KILN_OK;
-    int last = step == cfg->steps;
-    if (!force && !last && !(cfg->save_every > 0 && step % cfg->save_every == 0))
-        return KILN_OK;
-    if (force && t->saved_step == step)
-        return KILN_OK;
-    /* every rank checks (its own last batch), and all learn whether any failed */
-    kiln_status s = kiln__trainer_agree(t, check_savable(t), "the check of its weights");
-    if (s == KILN_ERR_RANGE) {
-        char why[512], kept[512];
-        snprintf(why, sizeof why, "%s", kiln_error_message());
-        if (t->saved_step > 0)
-            snprintf(kept, sizeof kept, "the last good weights, of step %lld, are in %s",
-                     (long long)t->saved_step, cfg->save_path);
-        else if (t->save_existed)
-            snprintf(kept, sizeof kept, "%s is left as it was before this run", cfg->save_path);
-        else
-            snprintf(kept, sizeof kept, "nothing was saved to %s", cfg->save_path);
-        return kiln_error_setf(KILN_ERR_RANGE,
-                               "the weights after step %lld are not saved: %s (is the learning "
-                               "rate too high?); %s",
-                               (long long)step, why, kept);
-    }
-    KILN_CHECK(s);
-    /* from the fp32 master weights when there are some: the exact values, in any dtype
-     * (with ZeRO each rank holds a shard of them: gathered first). Rank 0 writes. */
-    float *master = kiln_optim_master(t->opt), *full = NULL;
-    int64_t n = kiln_gpt_slab_len(t->model);
-    if (master && (t->shard_lo != 0 || t->shard_hi != n)) {
-        KILN_CHECK(kiln__trainer_gather_master(t, &full));
-        master = full;
-    }
-    if (!master) /* ZeRO 3: the working weights from every rank first */
-        s = kiln__trainer_zero3_need_all(t);
-    if (s == KILN_OK && t->rank == 0) {
-        if (master)
-            s = kiln_gpt_save_slab(t->model, cfg->save_path, master, KILN_DTYPE_F32,
-                                   cfg->save_dtype);
-        else
-            s = kiln_gpt_save_safetensors(t->model, cfg->save_path, cfg->save_dtype);
-    }
-    free(full);
-    if (s == KILN_OK && !master)
-        s = kiln__trainer_zero3_drop_all(t);
-    KILN_CHECK(s);
-    t->saved_step = step;
-    if (cfg->log)
-        fprintf(cfg->log, "saved weights to %s (step %lld)\n", cfg->save_path, (long long)step);
-    return KILN_OK;
-}
-
 kiln_status kiln_trainer_evaluate(kiln_trainer *t, double *val_loss) {
     if (!t->val)
         return kiln_error_setf(KILN_ERR_CONFIG, "no validation data to evaluate (a val_path)");
@@ -687,7 +620,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
         return KILN_OK;
     if (t->bad_run > 0 && mt.step < cfg->steps) /* the weights of the last good step are */
         return KILN_OK;                          /* saved already (or due after the streak) */
-    KILN_CHECK(maybe_save(t, mt.step, 0));
+    KILN_CHECK(kiln__trainer_maybe_save(t, mt.step, 0));
     return kiln__trainer_checkpoint(t, mt.step);
 }
 
@@ -707,7 +640,7 @@ kiln_status kiln_trainer_save_now(kiln_trainer *t, const char **where) {
     if (!cfg->save_path)
         return kiln_error_setf(KILN_ERR_CONFIG, "neither a checkpoint folder nor a --save file "
                                                 "to save to");
-    KILN_CHECK(maybe_save(t, t->steps_done, 1));
+    KILN_CHECK(kiln__trainer_maybe_save(t, t->steps_done, 1));
     *where = cfg->save_path;
     return KILN_OK;
 }

@@ -59,7 +59,16 @@ struct kiln_trainer {
     kiln_batch_skip skips[KILN_TRAIN_MAX_SKIPS]; /* cfg.skip_batches and the rollbacks' */
     int nskips;
     float *probe_seq; /* kiln_train_replay: per-sequence losses wanted (NULL: not) */
+    /* the --save file could not be written: failures in a row, and the step to try again */
+    int64_t save_failures, save_retry_at;
 };
+
+/* ---- trainer_save.c ---- */
+/* The --save weights after `step` when due (save_every, the last step, a failed save's retry)
+ * or forced (a stop). Weights that are not good are an error (KILN_ERR_RANGE, naming where the
+ * last good ones are); a failed write is a warning during the run and retried, and at the end
+ * (or forced) retried with waits, then written to a rescue file that the error names. */
+kiln_status kiln__trainer_maybe_save(kiln_trainer *t, int64_t step, int force);
 
 /* ---- trainer.c: a step's phases ---- */
 /* (a) this rank's micro-batches drawn, forward and backward (gradients summed, scaled by S);
