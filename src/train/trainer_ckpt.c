@@ -257,10 +257,16 @@ static kiln_status write_state(kiln_trainer *t, const char *tmp, int64_t step, c
         cJSON_AddNumberToObject(f, "size", (double)rec[0]);
         put_hex(f, "xxh3", rec[1]);
     }
+    put_hex(j, "state_xxh3", 0); /* sealed below: state.json's own checksum */
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot print state.json");
+    kiln_status sealed = kiln__ckpt_seal(text, strlen(text));
+    if (sealed != KILN_OK) {
+        free(text);
+        return sealed;
+    }
     char path[4096];
     KILN_CHECK(kiln__ckpt_path(path, tmp, "state.json"));
     kiln_status s = kiln__write_file_atomic(path, text, strlen(text));

@@ -13,6 +13,7 @@
 #ifndef KILN_TRAIN_TRAINER_CKPT_H
 #define KILN_TRAIN_TRAINER_CKPT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define KILN__CKPT_MAGIC "KILNOPT1"
@@ -51,6 +52,11 @@ kiln_status kiln__ckpt_path(char *out, const char *dir, const char *name);
 kiln_status kiln__ckpt_hash_file(const char *path, uint64_t *size, uint64_t *hash);
 /* The steps of the step folders in dir, ascending (*steps malloc'd). */
 kiln_status kiln__ckpt_list(const char *dir, int64_t **steps, int *count);
+/* state.json's own checksum (trainer_ckpt_seal.c): the text holds "state_xxh3" with 16 zero
+ * digits, which seal replaces by the XXH3-64 of the whole text; check_seal recomputes it
+ * (KILN_ERR_FORMAT naming path when it differs or is absent). */
+kiln_status kiln__ckpt_seal(char *text, size_t len);
+kiln_status kiln__ckpt_check_seal(const char *path, char *text, size_t len);
 /* A checkpoint folder's files and the folder; best effort. */
 void kiln__ckpt_remove_folder(const char *path);
 

@@ -136,6 +136,10 @@ static kiln_status check_folder(kiln_trainer *t, const char *folder, cJSON **out
     kiln_status s = kiln_file_read(path, (size_t)64 << 20, &text, &len);
     if (s != KILN_OK)
         return kiln_error_setf(KILN_ERR_FORMAT, "%s", kiln_error_message());
+    if ((s = kiln__ckpt_check_seal(path, text, len)) != KILN_OK) {
+        free(text);
+        return s;
+    }
     cJSON *j = cJSON_ParseWithLength(text, len);
     free(text);
     if (!j)
