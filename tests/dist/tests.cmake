@@ -8,21 +8,7 @@ target_include_directories(test_comm_mpi PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE
 target_link_libraries(test_comm_mpi PRIVATE kiln)
 set_target_properties(test_comm_mpi PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
-set(KILN_MPIRUN "")
-if(KILN_MPI AND MPI_C_FOUND)
-  # FindMPI's mpiexec belongs to the MPI kiln links; another MPI's would start singletons.
-  if(MPIEXEC_EXECUTABLE)
-    set(KILN_MPIRUN ${MPIEXEC_EXECUTABLE})
-  else()
-    find_program(KILN_MPIRUN_PROGRAM NAMES mpirun mpiexec)
-    if(KILN_MPIRUN_PROGRAM)
-      set(KILN_MPIRUN ${KILN_MPIRUN_PROGRAM})
-    endif()
-  endif()
-endif()
-if(NOT KILN_MPIRUN)
-  message(STATUS "dist tests: no MPI or no mpirun, they will be skipped")
-endif()
+include(${CMAKE_SOURCE_DIR}/tests/dist/mpirun.cmake)
 
 # LeakSanitizer (KILN_SANITIZE) counts what Open MPI keeps until exit as leaks.
 set(KILN_DIST_ENV "KILN_MPIRUN=${KILN_MPIRUN}" "OMP_NUM_THREADS=1" "ASAN_OPTIONS=detect_leaks=0")
