@@ -94,13 +94,18 @@ install_packages() {
     local policy=/usr/sbin/policy-rc.d made_policy=0 rc
     if [ ! -e "$policy" ]; then
         printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made_policy=1
+        # shellcheck disable=SC2064  # the path is fixed now
+        trap "rm -f '$policy'; exit 1" INT TERM HUP
     fi
     export DEBIAN_FRONTEND=noninteractive
     apt-get install -y --no-install-recommends slurm-wlm munge >"$1" 2>&1 ||
         { apt-get update >>"$1" 2>&1 &&
             apt-get install -y --no-install-recommends slurm-wlm munge >>"$1" 2>&1; }
     rc=$?
-    [ "$made_policy" -eq 1 ] && rm -f "$policy"
+    if [ "$made_policy" -eq 1 ]; then
+        rm -f "$policy"
+        trap - INT TERM HUP
+    fi
     return $rc
 }
 
