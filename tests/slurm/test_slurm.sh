@@ -259,7 +259,8 @@ mark "(a) kiln train straight through started ($STEPS steps)"
 
 # ---- munged, slurmctld, slurmd ----
 
-HOST=$(hostname -s)
+HOST=$(hostname -s 2>/dev/null || uname -n)
+HOST=${HOST%%.*}
 [ -n "$HOST" ] || skip "this machine has no host name"
 NODE_LINE=$(slurmd -C 2>/dev/null | head -n 1)
 CPUS=$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$NODE_LINE")
