@@ -23,6 +23,11 @@ kiln_status kiln_gpt_save_safetensors(kiln_gpt *m, const char *path, kiln_dtype 
  * slab_dtype, in host memory. */
 kiln_status kiln_gpt_save_slab(kiln_gpt *m, const char *path, const void *slab,
                                kiln_dtype slab_dtype, kiln_dtype save_dtype);
+/* The same with more __metadata__: meta is key, value, key, value, ..., NULL (NULL: none);
+ * keys must not be kiln's own (kiln.n_layer, ...). */
+kiln_status kiln_gpt_save_slab_meta(kiln_gpt *m, const char *path, const void *slab,
+                                    kiln_dtype slab_dtype, kiln_dtype save_dtype,
+                                    const char *const *meta);
 
 /* Load every parameter tensor. Each must be present with exactly the model's shape; F32,
  * F16 and BF16 are accepted and converted. The padded embedding rows are zeroed. Errors

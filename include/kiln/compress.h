@@ -3,6 +3,9 @@
 #ifndef KILN_COMPRESS_H
 #define KILN_COMPRESS_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "kiln/model.h"
 #include "kiln/status.h"
 #include "kiln/tokenizer.h"
@@ -42,6 +45,37 @@ void kiln_quantize_q8_0(void *dst, const float *x, int64_t n);
 void kiln_quantize_q4_0(void *dst, const float *x, int64_t n);
 void kiln_dequantize_q8_0(float *y, const void *src, int64_t n);
 void kiln_dequantize_q4_0(float *y, const void *src, int64_t n);
+
+/* ---- unstructured pruning ----
+ * Magnitude pruning of the blocks' matrices (attn.c_attn, attn.c_proj, mlp.c_fc,
+ * mlp.c_proj); the embeddings (the tied head), LayerNorms and biases are never pruned. */
+typedef enum kiln_prune_scope {
+    KILN_PRUNE_GLOBAL = 0, /* one threshold over every prunable weight */
+    KILN_PRUNE_LAYER,      /* the same fraction of each matrix */
+} kiln_prune_scope;
+/* "global", "layer" */
+kiln_status kiln_prune_scope_parse(const char *name, kiln_prune_scope *out);
+
+/* Whether tensor i of m is pruned (a block matrix). */
+int kiln_prune_tensor(const kiln_gpt *m, int i);
+
+/* The fraction `sparsity` (0..1) of the prunable weights of the fp32 slab w (laid out as m's)
+ * with the smallest magnitudes, set to zero: exactly round(sparsity x n) of them (ties broken
+ * by position). keep (slab length, may be NULL): 1 for a weight kept, 0 for one pruned,
+ * 1 outside the prunable tensors. Weights already zero count among the smallest. */
+kiln_status kiln_prune_magnitude(const kiln_gpt *m, float *w, double sparsity,
+                                 kiln_prune_scope scope, uint8_t *keep);
+
+/* Zhu and Gupta's gradual schedule ("To prune, or not to prune", 2017): the target sparsity
+ * at step t rises from s_init at t0 to s_final at t1 as s_final + (s_init - s_final) x
+ * (1 - (t - t0) / (t1 - t0))^3, fast at first and slowly at the end; s_init before t0,
+ * s_final from t1 on (t0 == t1: one shot). */
+double kiln_prune_schedule(double s_init, double s_final, int64_t t0, int64_t t1, int64_t t);
+
+/* Zeros of the fp32 slab w in each prunable tensor, and over them all: per-tensor sparsity
+ * as a JSON object {"h.0.attn.c_attn.weight": 0.5, ..., "all": 0.5} into out (cap bytes). */
+void kiln_prune_report(const kiln_gpt *m, const float *w, char *out, size_t cap,
+                       double *overall);
 
 #ifdef __cplusplus
 }

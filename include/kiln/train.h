@@ -83,6 +83,16 @@ typedef struct kiln_train_config {
      * drawn and dropped (data known to be bad; a rollback adds its own). */
     const struct kiln_batch_skip *skip_batches;
     int nskip_batches;
+    /* Gradual magnitude pruning of the blocks' matrices (kiln_prune_magnitude): at steps
+     * prune_start, prune_start + prune_every, ... up to prune_end the target sparsity follows
+     * Zhu and Gupta's cubic schedule from 0 to prune_sparsity (prune_start == prune_end: one
+     * shot), the smallest weights (over all of them, or per matrix: prune_scope, a
+     * kiln_prune_scope) are set to zero, and the pruned ones stay zero through every later
+     * update (the mask is applied after each). The saved weights carry each matrix's sparsity
+     * ("kiln.sparsity" in the metadata). One process only. prune_sparsity 0: none. */
+    double prune_sparsity;
+    int prune_scope;
+    int64_t prune_start, prune_end, prune_every;
     /* tests: a spike (gradients x100, loss x4) at the first visit of steps
      * [inject_spike_step, inject_spike_step + inject_spike_count) (0: never) */
     int64_t inject_spike_step, inject_spike_count;

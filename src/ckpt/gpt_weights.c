@@ -34,6 +34,12 @@ static int64_t *config_field(kiln_gpt_config *c, int k) {
 
 kiln_status kiln_gpt_save_slab(kiln_gpt *m, const char *path, const void *slab,
                                kiln_dtype slab_dtype, kiln_dtype save_dtype) {
+    return kiln_gpt_save_slab_meta(m, path, slab, slab_dtype, save_dtype, NULL);
+}
+
+kiln_status kiln_gpt_save_slab_meta(kiln_gpt *m, const char *path, const void *slab,
+                                    kiln_dtype slab_dtype, kiln_dtype save_dtype,
+                                    const char *const *meta) {
     if (!m || !path || !slab)
         return kiln_error_setf(KILN_ERR_ARG, "save weights: NULL argument");
     kiln_safetensors_writer *w = NULL;
@@ -45,6 +51,8 @@ kiln_status kiln_gpt_save_slab(kiln_gpt *m, const char *path, const void *slab,
         snprintf(v, sizeof v, "%lld", (long long)*config_field(&cfg, k));
         s = kiln_safetensors_writer_set_metadata(w, meta_keys[k].key, v);
     }
+    for (int k = 0; s == KILN_OK && meta && meta[k] && meta[k + 1]; k += 2)
+        s = kiln_safetensors_writer_set_metadata(w, meta[k], meta[k + 1]);
     if (s == KILN_OK)
         s = kiln_safetensors_writer_declare_dtype(w, save_dtype);
     /* converted as they are written, a chunk at a time: no copy of the model */

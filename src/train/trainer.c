@@ -90,6 +90,7 @@ void kiln_trainer_free(kiln_trainer *t) {
         return;
     kiln__metrics_close(t->metrics, t->cfg.log);
     kiln__guard_free(&t->guard);
+    kiln__trainer_prune_free(t);
     free(t->inputs);
     free(t->targets);
     kiln_dp_free(t->dp);
@@ -427,6 +428,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
      * every file of the run as it was */
     KILN_CHECK(kiln__trainer_guard_init(t));
     KILN_CHECK(kiln__trainer_resume(t));
+    KILN_CHECK(kiln__trainer_prune_init(t));
     /* a resumed run adds to the lines of the run it continues */
     if (cfg->metrics_path)
         KILN_CHECK(kiln__metrics_open(&t->metrics, cfg->metrics_path, t->resumed_step > 0));
@@ -553,6 +555,7 @@ static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
      * rank's range; then every rank's updated range to every rank */
     KILN_CHECK(kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model),
                                       kiln_gpt_grads(t->model), mt->lr, (float)coef));
+    KILN_CHECK(kiln__trainer_prune_step(t, mt->step));
     if (t->cfg.local_steps > 0)
         return kiln__trainer_local_sync_due(t, mt->step) ? kiln__trainer_outer_step(t) : KILN_OK;
     if (t->zero3) /* gathered weights are stale now: each is gathered again where used */

@@ -59,9 +59,23 @@ struct kiln_trainer {
     kiln_batch_skip skips[KILN_TRAIN_MAX_SKIPS]; /* cfg.skip_batches and the rollbacks' */
     int nskips;
     float *probe_seq; /* kiln_train_replay: per-sequence losses wanted (NULL: not) */
+    /* pruning (trainer_prune.c): 1 for a weight kept, 0 for one pruned (slab length; NULL
+     * before the first pruning step), and the metadata the saved weights carry */
+    uint8_t *prune_keep;
+    char *prune_json;
+    const char *prune_meta[3];
     /* the --save file could not be written: failures in a row, and the step to try again */
     int64_t save_failures, save_retry_at;
 };
+
+/* ---- trainer_prune.c ---- */
+/* Checks the pruning flags; after a resume past prune_start, the mask from the weights' zeros. */
+kiln_status kiln__trainer_prune_init(kiln_trainer *t);
+/* After the update of `step`: a pruning step's new mask, then the mask applied. */
+kiln_status kiln__trainer_prune_step(kiln_trainer *t, int64_t step);
+/* The metadata of saved weights ("kiln.sparsity": per-matrix sparsity), or NULL. */
+const char *const *kiln__trainer_prune_meta(kiln_trainer *t, const float *w32);
+void kiln__trainer_prune_free(kiln_trainer *t);
 
 /* ---- trainer_save.c ---- */
 /* The --save weights after `step` when due (save_every, the last step, a failed save's retry)

@@ -52,9 +52,10 @@ static kiln_status not_saved(kiln_trainer *t, int64_t step) {
 
 /* Rank 0: the weights into path, from the fp32 master weights when there are some. */
 static kiln_status write_weights(kiln_trainer *t, const char *path, const float *master) {
-    if (master)
-        return kiln_gpt_save_slab(t->model, path, master, KILN_DTYPE_F32, t->cfg.save_dtype);
-    return kiln_gpt_save_safetensors(t->model, path, t->cfg.save_dtype);
+    const void *slab = master ? (const void *)master : kiln_gpt_params(t->model);
+    kiln_dtype dt = master ? KILN_DTYPE_F32 : kiln_gpt_dtype(t->model);
+    return kiln_gpt_save_slab_meta(t->model, path, slab, dt, t->cfg.save_dtype,
+                                   kiln__trainer_prune_meta(t, master));
 }
 
 static void sleep_ms(double ms) {

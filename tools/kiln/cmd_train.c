@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "kiln/checkpoint.h"
+#include "kiln/compress.h"
 #include "kiln/core.h"
 #include "kiln/loader.h"
 #include "kiln/model.h"
@@ -102,96 +103,6 @@ static int stop_preempted(kiln_trainer *tr, int checkpoint, int rank, int world,
         fflush(stdout);
     }
     return TOOL_EXIT_PREEMPTED;
-}
-
-static const char *replay_usage =
-    "usage: kiln replay --step N [the run's kiln train flags]\n\n"
-    "Re-run step N of a run from its newest checkpoint before N (its --checkpoint-dir, or\n"
-    "--resume DIR) and its data position, to tell a bad batch from a numeric blow-up: the\n"
-    "steps in between run again, then step N's batches and those of the 3 steps after it go\n"
-    "through forward and backward with the same weights, without an update. Prints the\n"
-    "step's loss and gradient norm, each sequence's loss, the batches after it, and a verdict:\n"
-    "bad_batch (skip it with --skip-batches N:1), numeric (the weights themselves blew up) or\n"
-    "not_reproduced. With --metrics FILE (the run's log, read, not written) the step's logged\n"
-    "loss is compared with the replay's. Nothing of the run is written. Give it the flags of\n"
-    "the run (under mpirun, the same number of ranks).";
-
-/* The run's logged loss and norm of `step` (its last line for the step: after a rollback the
- * step ran again); 0 when not found. */
-static int logged_step(const char *path, int64_t step, double *loss, double *norm) {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    char line[4096], key[48];
-    snprintf(key, sizeof key, "{\"step\": %lld,", (long long)step);
-    int found = 0;
-    while (fgets(line, sizeof line, f)) {
-        const char *l = strstr(line, "\"loss\": "), *g = strstr(line, "\"grad_norm\": ");
-        if (strncmp(line, key, strlen(key)) || !l || !g)
-            continue;
-        *loss = strncmp(l + 8, "null", 4) ? strtod(l + 8, NULL) : NAN;
-        *norm = strncmp(g + 13, "null", 4) ? strtod(g + 13, NULL) : NAN;
-        found = 1;
-    }
-    fclose(f);
-    return found;
-}
-
-/* The replay and its report (rank 0 prints). */
-static int replay(const kiln_train_config *cfg, int64_t step, const char *run_log, int rank,
-                  kiln_comm *comm, const char *what) {
-    kiln_replay_report r;
-    kiln_status s = kiln_train_replay(cfg, step, &r);
-    if (s) {
-        tool_report(what, s);
-        kiln_replay_report_free(&r);
-        return 1;
-    }
-    (void)comm;
-    if (rank == 0) {
-        printf("replay of step %lld from the checkpoint of step %lld:\n", (long long)step,
-               (long long)r.from_step);
-        if (!isnan(r.prev_loss))
-            printf("  step %lld (the step before): loss %.6f\n", (long long)(step - 1),
-                   r.prev_loss);
-        printf("  step %lld: loss %.6f, gradient norm %.6f\n", (long long)step, r.loss,
-               r.grad_norm);
-        /* the sequences with the highest losses */
-        int64_t worst[3] = {-1, -1, -1};
-        for (int64_t i = 0; i < r.nseq; i++)
-            for (int k = 0; k < 3; k++)
-                if (worst[k] < 0 || !(r.seq_loss[i] <= r.seq_loss[worst[k]])) {
-                    for (int j = 2; j > k; j--)
-                        worst[j] = worst[j - 1];
-                    worst[k] = i;
-                    break;
-                }
-        printf("  its %lld sequences' losses (this rank's):", (long long)r.nseq);
-        for (int64_t i = 0; i < r.nseq && i < 32; i++)
-            printf(" %.3f", r.seq_loss[i]);
-        printf("%s\n  highest:", r.nseq > 32 ? " ..." : "");
-        for (int k = 0; k < 3 && worst[k] >= 0; k++)
-            printf(" sequence %lld (micro-batch %lld, row %lld) %.3f", (long long)worst[k],
-                   (long long)(worst[k] / cfg->B), (long long)(worst[k] % cfg->B),
-                   r.seq_loss[worst[k]]);
-        printf("\n");
-        for (int k = 0; k < r.nothers; k++)
-            printf("  the batches of step %lld, same weights: loss %.6f, gradient norm %.6f\n",
-                   (long long)(step + 1 + k), r.other_loss[k], r.other_norm[k]);
-        double ll = 0.0, ln = 0.0;
-        if (run_log && logged_step(run_log, step, &ll, &ln))
-            printf("  the run's log (%s) has step %lld at loss %.6f, gradient norm %.6f: %s\n",
-                   run_log, (long long)step, ll, ln,
-                   fabs(ll - r.loss) <= 1e-6 * fmax(1.0, fabs(ll))
-                       ? "the replay reproduces it"
-                       : "the replay differs (the step was not deterministic, or a fault was "
-                         "injected or transient)");
-        else if (run_log)
-            printf("  the run's log (%s) has no line for step %lld\n", run_log, (long long)step);
-        printf("verdict: %s: %s\n", r.verdict, r.why);
-    }
-    kiln_replay_report_free(&r);
-    return 0;
 }
 
 /* Preset or JSON, then the overriding flags. */
@@ -382,7 +293,7 @@ static int parse_rank_batches(const char *text, int world, int64_t accum, int64_
 }
 
 /* replay_step > 0: kiln replay (the run's flags; nothing of the run is written). */
-static int train_main(int argc, char **argv, int64_t replay_step) {
+int tool_train_main(int argc, char **argv, int64_t replay_step) {
     kiln_train_config cfg = kiln_train_config_default();
     const char *model = "d4", *init = NULL, *data = "data/brown/train_*.bin", *val = NULL;
     const char *optimizer = "adamw", *schedule = "cosine", *metrics = NULL;
@@ -410,6 +321,9 @@ static int train_main(int argc, char **argv, int64_t replay_step) {
     int64_t guard_rollbacks = cfg.guard_max_rollbacks;
     double guard_z = cfg.guard_z;
     const char *skip_batches = NULL, *inject_spike = NULL;
+    double prune = 0.0;
+    const char *prune_scope = "global";
+    int64_t prune_start = 1, prune_end = 0, prune_every = 1;
     const tool_flag flags[] = {
         {"model", TOOL_FLAG_STRING, &model, "preset name or model JSON file"},
         {"layers", TOOL_FLAG_INT, &layers, "override the number of layers (0: keep)"},
@@ -494,6 +408,16 @@ static int train_main(int argc, char **argv, int64_t replay_step) {
          "(data known to be bad)"},
         {"inject-spike", TOOL_FLAG_STRING, &inject_spike,
          "fault injection: a loss and gradient spike at steps STEP[:COUNT] (their first visit)"},
+        {"prune-sparsity", TOOL_FLAG_FLOAT, &prune,
+         "magnitude pruning: the fraction of the blocks' matrix weights set to zero by "
+         "--prune-end (0: none)"},
+        {"prune-scope", TOOL_FLAG_STRING, &prune_scope,
+         "pruning: global (one threshold over all matrices) or layer (each matrix alike)"},
+        {"prune-start", TOOL_FLAG_INT, &prune_start, "pruning: the first pruning step"},
+        {"prune-end", TOOL_FLAG_INT, &prune_end,
+         "pruning: the step the final sparsity is reached, along Zhu and Gupta's cubic "
+         "schedule (0: --prune-start, one shot)"},
+        {"prune-every", TOOL_FLAG_INT, &prune_every, "pruning: steps between pruning steps"},
         {"zero", TOOL_FLAG_INT, &zero,
          "data parallel: 0 replicates the optimizer state on every rank, 1 shards it, 2 shards "
          "the gradients' reduction too, 3 the weights too (gathered per block for use)"},
@@ -523,7 +447,7 @@ static int train_main(int argc, char **argv, int64_t replay_step) {
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos,
-                              replay_step ? replay_usage : usage);
+                              replay_step ? tool_replay_usage : usage);
     if (rc)
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
     if (npos) {
@@ -562,6 +486,19 @@ static int train_main(int argc, char **argv, int64_t replay_step) {
         (inject_spike && tool_parse_step_count("--inject-spike", inject_spike, &spike_at,
                                                &spike_count)))
         return 2;
+    kiln_prune_scope scope = KILN_PRUNE_GLOBAL;
+    if (kiln_prune_scope_parse(prune_scope, &scope) || !(prune >= 0.0 && prune < 1.0) ||
+        prune_start < 1 || prune_every < 1 || (prune_end != 0 && prune_end < prune_start)) {
+        fprintf(stderr, "kiln train: --prune-sparsity must be in [0, 1), --prune-scope global "
+                        "or layer, --prune-start and --prune-every >= 1, --prune-end 0 or >= "
+                        "--prune-start\n");
+        return 2;
+    }
+    cfg.prune_sparsity = prune;
+    cfg.prune_scope = (int)scope;
+    cfg.prune_start = prune_start;
+    cfg.prune_end = prune_end ? prune_end : prune_start;
+    cfg.prune_every = prune_every;
     cfg.guard_window = guard_window;
     cfg.guard_z = (float)guard_z;
     cfg.guard_max_bad = guard_max_bad;
@@ -708,7 +645,7 @@ static int train_main(int argc, char **argv, int64_t replay_step) {
                kiln_dtype_name(cfg.dp.reduce_dtype), (long long)(B * step_micro(&cfg, world)),
                (long long)T, per_rank ? " (uneven ranks: --rank-batches)" : "");
     if (replay_step) {
-        rc = replay(&cfg, replay_step, run_log, rank, comm, what);
+        rc = tool_replay(&cfg, replay_step, run_log, rank, what);
         kiln_comm_free(comm);
         free(per_rank);
         return rc;
@@ -760,40 +697,4 @@ static int train_main(int argc, char **argv, int64_t replay_step) {
     return 0;
 }
 
-int cmd_train(int argc, char **argv) { return train_main(argc, argv, 0); }
-
-/* kiln replay --step N <the run's kiln train flags> */
-int cmd_replay(int argc, char **argv) {
-    int64_t step = 0;
-    char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    if (!rest)
-        return 1;
-    int n = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *v = NULL;
-        if (i > 0 && !strcmp(argv[i], "--step") && i + 1 < argc)
-            v = argv[++i];
-        else if (i > 0 && !strncmp(argv[i], "--step=", 7))
-            v = argv[i] + 7;
-        if (!v) {
-            rest[n++] = argv[i];
-            continue;
-        }
-        char *end = NULL;
-        long long x = strtoll(v, &end, 10);
-        step = end != v && !*end && x >= 2 && x <= (1LL << 40) ? x : -1;
-    }
-    int help = 0;
-    for (int i = 1; i < n; i++)
-        help |= !strcmp(rest[i], "--help") || !strcmp(rest[i], "-h");
-    if (step <= 0 && !help) {
-        fprintf(stderr, "kiln replay: --step N (2 or more: a step after a checkpoint) is "
-                        "required\n\n%s\n",
-                replay_usage);
-        free(rest);
-        return 2;
-    }
-    int rc = train_main(n, rest, step > 0 ? step : 2);
-    free(rest);
-    return rc;
-}
+int cmd_train(int argc, char **argv) { return tool_train_main(argc, argv, 0); }

@@ -4,6 +4,8 @@
 #ifndef KILN_TOOL_COMMANDS_H
 #define KILN_TOOL_COMMANDS_H
 
+#include <stdint.h>
+
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
@@ -13,5 +15,13 @@ int cmd_prepare(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+
+/* kiln train's parsing and loop (cmd_train.c); replay_step > 0: kiln replay of that step
+ * instead (nothing of the run written), through tool_replay (cmd_replay.c). */
+struct kiln_train_config;
+int tool_train_main(int argc, char **argv, int64_t replay_step);
+extern const char *tool_replay_usage;
+int tool_replay(const struct kiln_train_config *cfg, int64_t step, const char *run_log, int rank,
+                const char *what);
 
 #endif
