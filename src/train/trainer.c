@@ -446,7 +446,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
     /* before the metrics file (truncated when opened): a checkpoint that is refused leaves
      * every file of the run as it was */
     KILN_CHECK(kiln__trainer_resume(t));
-    if (cfg->metrics_path)
+    if (cfg->metrics_path && !(t->resumed_step > 0 && t->steps_done >= cfg->steps))
         KILN_CHECK(open_metrics(&t->metrics, cfg->metrics_path));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
                         (double)t->micro;
