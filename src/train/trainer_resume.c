@@ -81,7 +81,7 @@ static kiln_status read_run(const char *folder, const cJSON *j, ckpt_run *o) {
  * NULL for this run's. */
 static void item_text(char *out, size_t size, const kiln__config_item *it, const cJSON *v) {
     if (it->kind == KILN__ITEM_REAL) {
-        snprintf(out, size, "%.9g", v ? v->valuedouble : it->f);
+        snprintf(out, size, "%.7g", (double)(float)(v ? v->valuedouble : it->f));
     } else if (it->kind == KILN__ITEM_HEX) {
         unsigned long long u = v ? strtoull(v->valuestring, NULL, 16) : it->u;
         snprintf(out, size, "%llu", u);
@@ -535,11 +535,10 @@ static kiln_status same_loaders(kiln_trainer *t, const char *folder, const cJSON
 static kiln_status follow_schedule(kiln_trainer *t, const ckpt_run *o, int64_t step) {
     FILE *log = t->cfg.log;
     if (o->lr_fixed && t->cfg.lr.total_steps <= 0) {
-        int differs = o->lr_total != t->sched.total_steps;
         t->cfg.lr.total_steps = o->lr_total;
         t->sched.total_steps = o->lr_total;
         KILN_CHECK(kiln_lr_schedule_check(&t->sched));
-        if (log && differs)
+        if (log)
             fprintf(log,
                     "resume: the learning-rate schedule keeps its total of %lld steps, fixed by "
                     "the run that wrote the checkpoint (--lr-total-steps)\n",
