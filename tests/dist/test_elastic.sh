@@ -131,6 +131,29 @@ case_bf16_two_ranks_to_one() {
     resumed_equals ref one 2e-2 --loss-tol 0.03
 }
 
+# Shards that do not line up: 2 ranks of ZeRO 3 (halves) into 3 ranks of ZeRO 1 (thirds), each
+# new range from two old files; and uneven ranks (--rank-batches 3,1: a loader per micro-batch)
+# into one process of 4 micro-batches.
+case_other_worlds() {
+    need_mpi
+    mpi 3 $TRAIN --batch 2 --zero 1 --save ref.st --metrics ref.jsonl
+    expect_ok
+    mpi 2 $TRAIN --batch 3 --zero 3 $CK --save two.st
+    expect_ok
+    mpi 3 $TRAIN --batch 2 --zero 1 --resume ck/step_00000020 --save three.st --metrics three.jsonl
+    expect_ok
+    expect_out_re 'of 2 ranks \(ZeRO 3, B=3\) on 3 ranks \(ZeRO 1, B=2\): optimizer state re-cut'
+    resumed_equals ref three 1e-5
+    rm -rf ck
+    run $TRAIN --batch 2 --grad-accum 4 --save ref4.st --metrics ref4.jsonl
+    expect_ok
+    mpi 2 $TRAIN --batch 2 --rank-batches 3,1 --zero 1 $CK --save uneven.st
+    expect_ok
+    run $TRAIN --batch 2 --grad-accum 4 --resume ck/step_00000020 --save one.st --metrics one.jsonl
+    expect_ok
+    resumed_equals ref4 one 1e-5
+}
+
 case_global_batch_differs() {
     need_mpi
     mpi 2 $TRAIN --batch 4 --zero 1 $CK --save two.st
