@@ -1,7 +1,10 @@
 /* Resuming from a checkpoint: the newest good one is found and checked whole (every file's
- * checksum, and that it is this run's model, optimizer, data and world) before anything of
- * the trainer is touched; then everything a step depends on is restored, so that the resumed
- * run is bit for bit the run that was interrupted. */
+ * checksum, and that it is this run's model, optimizer, data, global batch and settings) before
+ * anything of the trainer is touched; then everything a step depends on is restored, so that the
+ * resumed run is bit for bit the run that was interrupted. On another number of ranks, ZeRO stage
+ * or split of the global batch (trainer_elastic.h), each rank reads its new range of the state
+ * from the old ranks' files that hold it, and its loaders go where the new split is at that step:
+ * the run is then an uninterrupted run of the new split. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdlib.h>
