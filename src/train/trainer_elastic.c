@@ -14,15 +14,12 @@ void kiln__ckpt_put_run(const kiln_trainer *t, cJSON *j) {
     for (int i = 0; i < n; i++) {
         char hex[24];
         switch (items[i].kind) {
-        case KILN__ITEM_REAL:
-            cJSON_AddNumberToObject(c, items[i].name, items[i].f);
-            break;
+        case KILN__ITEM_REAL: cJSON_AddNumberToObject(c, items[i].name, items[i].f); break;
         case KILN__ITEM_HEX:
             snprintf(hex, sizeof hex, "%016llx", (unsigned long long)items[i].u);
             cJSON_AddStringToObject(c, items[i].name, hex);
             break;
-        default:
-            cJSON_AddNumberToObject(c, items[i].name, (double)items[i].i);
+        default: cJSON_AddNumberToObject(c, items[i].name, (double)items[i].i);
         }
     }
     const kiln_train_config *cfg = &t->cfg;
@@ -74,10 +71,9 @@ void kiln__loader_position_after(int64_t k, int64_t per_epoch, uint64_t *epoch,
 static void describe(char *out, size_t size, int world, int64_t B, int64_t micro_total) {
     char micro[64] = "";
     if (micro_total != world)
-        snprintf(micro, sizeof micro, " taking %lld micro-batches a step",
-                 (long long)micro_total);
-    snprintf(out, size, "%d %s of B=%lld%s", world,
-             world == 1 ? "process" : "ranks", (long long)B, micro);
+        snprintf(micro, sizeof micro, " taking %lld micro-batches a step", (long long)micro_total);
+    snprintf(out, size, "%d %s of B=%lld%s", world, world == 1 ? "process" : "ranks", (long long)B,
+             micro);
 }
 
 void kiln__batch_advice(char *out, size_t size, int64_t old_global, int old_world, int64_t old_B,

@@ -62,8 +62,7 @@ int kiln__ckpt_recut(const int64_t *los, const int64_t *his, int world, int64_t 
 /* The loader state (epoch, position) of a loader that has given k batches from the start of
  * epoch 0, with per_epoch batches an epoch: what kiln_loader_next leaves behind (an epoch ends
  * at position per_epoch, and the next begins at the next call). */
-void kiln__loader_position_after(int64_t k, int64_t per_epoch, uint64_t *epoch,
-                                 uint64_t *position);
+void kiln__loader_position_after(int64_t k, int64_t per_epoch, uint64_t *epoch, uint64_t *position);
 
 /* The message for a global batch that differs: the split that wrote the checkpoint (old_world
  * ranks of old_B, old_micro_total micro-batches a step together), this run's (world ranks of B,

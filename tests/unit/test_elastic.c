@@ -121,8 +121,8 @@ static void test_position_after(void) {
 static kiln_loader *open_loader(int64_t B, int rank, int world) {
     char p[512];
     test_path(p, sizeof p, dir, "data.bin");
-    kiln_loader_config c = {.path = p, .B = B, .T = 8, .rank = rank, .world = world, .seed = 7,
-                            .shuffle = 1};
+    kiln_loader_config c = {
+        .path = p, .B = B, .T = 8, .rank = rank, .world = world, .seed = 7, .shuffle = 1};
     kiln_loader *l = NULL;
     kiln_status s = kiln_loader_open(&l, &c);
     if (s != KILN_OK)
@@ -132,9 +132,9 @@ static kiln_loader *open_loader(int64_t B, int rank, int world) {
 
 /* A checkpoint of 2 ranks of B=5 (a loader batch of 10 windows) at step s, resumed by 1 process
  * of B=5 with 2 micro-batches (a loader batch of 5): 305 windows make epochs of 300 windows
- * (30 batches of 10) and of 305 (61 of 5), so the two cross epochs at different steps. The resumed loader, put at
- * position_after(2 s), reads what the uninterrupted one reads after 2 s batches; and the old
- * loaders' place is k = s batches in, as the resume checks. */
+ * (30 batches of 10) and of 305 (61 of 5), so the two cross epochs at different steps. The resumed
+ * loader, put at position_after(2 s), reads what the uninterrupted one reads after 2 s batches; and
+ * the old loaders' place is k = s batches in, as the resume checks. */
 static void test_position_matches_loader(void) {
     int bad = 0;
     /* steps at and around the epochs' ends: 30 and 60 (old), 61 (2 x 61 new batches) */
