@@ -246,7 +246,8 @@ static kiln_status check_folder(kiln_trainer *t, const char *folder, cJSON **out
     if (!j)
         return kiln_error_setf(KILN_ERR_FORMAT, "%s is not valid JSON", path);
     KILN_CHECK_GOTO(s, check_identity(t, folder, j), fail);
-    KILN_CHECK_GOTO(s, check_files(folder, j, (int)num(j, "world", &(int){1})), fail);
+    int ok = 1; /* the world was checked with the rest */
+    KILN_CHECK_GOTO(s, check_files(folder, j, (int)num(j, "world", &ok)), fail);
     *out = j;
     return KILN_OK;
 fail:
@@ -554,8 +555,8 @@ static kiln_status follow_schedule(kiln_trainer *t, const ckpt_run *o, int64_t s
     was.total_steps = o->lr_total;
     fprintf(log,
             "resume: note: the learning-rate schedule ran over %lld steps and now follows this "
-            "run's total of %lld from step %lld (lr %.4g there, %.4g under the old total); "
-            "--lr-total-steps %lld keeps the old schedule\n",
+            "run's total of %lld from step %lld (its learning rate %.4g, against %.4g under the "
+            "old total); --lr-total-steps %lld keeps the old schedule\n",
             (long long)o->lr_total, (long long)t->sched.total_steps, (long long)step + 1,
             (double)kiln_lr_at(&t->sched, step), (double)kiln_lr_at(&was, step),
             (long long)o->lr_total);
@@ -578,8 +579,6 @@ static kiln_status restore_state(kiln_trainer *t, const char *folder, const cJSO
         KILN_CHECK(same_loaders(t, folder, j));
     else
         KILN_CHECK(map_loaders(t, folder, j, &o, step));
-    if (step < t->cfg.steps)
-        KILN_CHECK(follow_schedule(t, &o, step));
     t->scaler.scale = (float)scale->valuedouble;
     t->scaler.clean_steps = clean;
     t->scaler.skipped = skipped;
@@ -681,8 +680,9 @@ kiln_status kiln__trainer_resume(kiln_trainer *t) {
         s = kiln_error_setf(KILN_ERR_NOT_FOUND, "%s holds no good checkpoint to resume from%s", dir,
                             count ? " (each is damaged: see above)" : "");
     rank_files f = {0};
+    int ok = 1; /* state.json's world was checked with the rest (read_run) */
     if (s == KILN_OK)
-        s = rank_files_open(&f, folders[chosen], (int)num(j, "world", &(int){1}),
+        s = rank_files_open(&f, folders[chosen], (int)num(j, "world", &ok),
                             kiln_gpt_slab_len(t->model));
     if (s == KILN_OK)
         s = restore_weights(t, folders[chosen], &f);
@@ -695,15 +695,18 @@ kiln_status kiln__trainer_resume(kiln_trainer *t) {
         fprintf(log, "resumed from %s: step %lld of %lld\n", folders[chosen],
                 (long long)t->steps_done, (long long)t->cfg.steps);
         say_recut(t, j);
-        if (t->steps_done >= t->cfg.steps)
-            fprintf(log,
-                    "resume: the checkpoint is of step %lld and this run has %lld steps: nothing "
-                    "left to do (nothing is written; a larger --steps trains on%s)\n",
-                    (long long)t->steps_done, (long long)t->cfg.steps,
-                    t->steps_done > t->cfg.steps
-                        ? "; to go on from an earlier checkpoint, name its step folder"
-                        : "");
     }
+    ckpt_run o;
+    if (s == KILN_OK && t->steps_done < t->cfg.steps && read_run(folders[chosen], j, &o) == KILN_OK)
+        s = follow_schedule(t, &o, t->steps_done);
+    if (s == KILN_OK && log && t->steps_done >= t->cfg.steps)
+        fprintf(log,
+                "resume: the checkpoint is of step %lld and this run has %lld steps: nothing left "
+                "to do (nothing is written; a larger --steps trains on%s)\n",
+                (long long)t->steps_done, (long long)t->cfg.steps,
+                t->steps_done > t->cfg.steps
+                    ? "; to go on from an earlier checkpoint, name its step folder"
+                    : "");
     cJSON_Delete(j);
     for (int i = 0; i < count; i++)
         free(folders[i]);
