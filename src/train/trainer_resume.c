@@ -7,6 +7,7 @@
  * the run is then an uninterrupted run of the new split. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -26,7 +27,7 @@ static int is_dir(const char *p) {
 
 static int64_t num(const cJSON *o, const char *k, int *ok) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(v)) {
+    if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) < 0x1p62)) { /* int64_t holds it */
         *ok = 0;
         return 0;
     }
@@ -74,7 +75,8 @@ static kiln_status read_run(const char *folder, const cJSON *j, ckpt_run *o) {
     o->lr_fixed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "lr_total_fixed"));
     o->uneven = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(r, "rank_batches"));
     if (!ok || o->world < 1 || o->world > (1 << 20) || o->zero < 0 || o->zero > 3 || o->B < 1 ||
-        o->accum < 1 || o->micro_total < 1 || o->global != o->B * o->micro_total)
+        o->B > (1 << 30) || o->accum < 1 || o->accum > (1 << 30) || o->micro_total < 1 ||
+        o->micro_total > (1 << 30) || o->global != o->B * o->micro_total)
         return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json: its run's split is malformed",
                                folder);
     return KILN_OK;
@@ -573,7 +575,7 @@ static kiln_status restore_state(kiln_trainer *t, const char *folder, const cJSO
     int64_t clean = num(sc, "clean_steps", &ok), skipped = num(sc, "skipped", &ok);
     int64_t step = num(j, "step", &ok);
     const cJSON *fl = cJSON_GetObjectItemCaseSensitive(j, "first_loss");
-    if (!ok || !cJSON_IsNumber(scale) || step < 1)
+    if (!ok || !cJSON_IsNumber(scale) || step < 1 || step > ((int64_t)1 << 40))
         return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json lacks a field or its step", folder);
     if (same_split(t, &o, j))
         KILN_CHECK(same_loaders(t, folder, j));
