@@ -75,7 +75,7 @@ static kiln_status read_run(const char *folder, const cJSON *j, ckpt_run *o) {
     o->lr_fixed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "lr_total_fixed"));
     o->uneven = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(r, "rank_batches"));
     if (!ok || o->world < 1 || o->world > (1 << 20) || o->zero < 0 || o->zero > 3 || o->B < 1 ||
-        o->B > (1 << 30) || o->accum < 1 || o->accum > (1 << 30) || o->micro_total < 1 ||
+        o->B > (1 << 30) || o->accum < 1 || o->accum > (1 << 20) || o->micro_total < 1 ||
         o->micro_total > (1 << 30) || o->global != o->B * o->micro_total)
         return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json: its run's split is malformed",
                                folder);
