@@ -61,8 +61,8 @@ static kiln_status read_run(const char *folder, const cJSON *j, ckpt_run *o) {
     memset(o, 0, sizeof *o);
     o->world = (int)num(j, "world", &ok);
     o->zero = (int)num(j, "zero", &ok);
-    if (!cJSON_IsObject(r))
-        return kiln_error_setf(KILN_ERR_FORMAT,
+    if (!cJSON_IsObject(r)) /* not damaged: of an older format, as its older folders are */
+        return kiln_error_setf(KILN_ERR_CONFIG,
                                "%s/state.json does not record its run's split of the batch (an "
                                "older kiln wrote it): resume it with that kiln",
                                folder);
