@@ -36,7 +36,8 @@ typedef struct kiln_train_config {
                              evaluated after the last step (0: only then) */
     int64_t eval_batches; /* batches of validation per evaluation (0: the whole val set) */
     kiln_optim_config optim;
-    kiln_lr_schedule lr;  /* total_steps 0 means `steps` */
+    kiln_lr_schedule lr;  /* total_steps 0 means `steps` (resumed: a checkpoint's fixed
+                             total, if it had one) */
     float grad_clip;      /* 0: no clipping */
     uint64_t seed;
     const char *metrics_path; /* JSON Lines, one object per step (NULL: none) */
@@ -51,7 +52,9 @@ typedef struct kiln_train_config {
      * (0: none). A checkpoint that cannot be written is a warning: training goes on.
      * resume_path: a checkpoint folder (its `latest`, or one step folder) to continue from;
      * its checksums and its configuration's and data's hashes are checked against this run's
-     * first, and a damaged checkpoint gives way to the newest older good one. */
+     * first, and a damaged checkpoint gives way to the newest older good one. The number of
+     * ranks, their split of the global batch (world x B x micro-batches, which must stay), the
+     * ZeRO stage and the steps may differ from the checkpoint's run: the state is re-cut. */
     const char *checkpoint_dir;
     int64_t checkpoint_every, checkpoint_keep, checkpoint_keep_every;
     const char *resume_path;

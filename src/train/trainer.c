@@ -429,8 +429,9 @@ static kiln_status trainer_init(kiln_trainer *t) {
     KILN_CHECK(kiln__trainer_guard_init(t));
     KILN_CHECK(kiln__trainer_resume(t));
     KILN_CHECK(kiln__trainer_prune_init(t));
-    /* a resumed run adds to the lines of the run it continues */
-    if (cfg->metrics_path)
+    /* a resumed run adds to the lines of the run it continues; one with nothing left to do
+     * touches no file */
+    if (cfg->metrics_path && !(t->resumed_step > 0 && t->steps_done >= cfg->steps))
         KILN_CHECK(kiln__metrics_open(&t->metrics, cfg->metrics_path, t->resumed_step > 0));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
                         (double)t->micro;

@@ -15,6 +15,7 @@
 #include "kiln/checkpoint.h"
 #include "kiln/core.h"
 #include "train/trainer_ckpt.h"
+#include "train/trainer_elastic.h"
 #include "train/trainer_internal.h"
 
 /* The slabs of this rank's optimizer file, in the order they are written. */
@@ -231,6 +232,7 @@ static kiln_status write_state(kiln_trainer *t, const char *tmp, int64_t step, c
     cJSON_AddNumberToObject(ls, "clean_steps", (double)t->scaler.clean_steps);
     cJSON_AddNumberToObject(ls, "skipped", (double)t->scaler.skipped);
     cJSON_AddNumberToObject(j, "first_loss", (double)t->first_loss);
+    kiln__ckpt_put_run(t, j); /* the split and the settings by name: resuming on another split */
     cJSON *ranks = cJSON_AddArrayToObject(j, "ranks");
     cJSON *files = cJSON_AddArrayToObject(j, "files");
     cJSON *f = cJSON_CreateObject();

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kiln/core.h"
+#include "train/trainer_elastic.h"
 #include "train/trainer_internal.h"
 
 void kiln__trainer_dist_setup(kiln_trainer *t) {
@@ -237,30 +238,88 @@ static void put_f(hasher *h, double x) {
     h->v[h->n++] = u;
 }
 
-/* Everything that must be equal on every rank for the ranks to train one model. */
+static const char *optim_label(int v) { return kiln_optim_kind_name((kiln_optim_kind)v); }
+static const char *lr_label(int v) { return kiln_lr_kind_name((kiln_lr_kind)v); }
+static const char *dtype_label(int v) { return kiln_dtype_name((kiln_dtype)v); }
+static const char *recompute_label(int v) { return kiln_recompute_name((kiln_recompute)v); }
+
+int64_t kiln__trainer_global_batch(const kiln_trainer *t) { return t->cfg.B * t->micro_total; }
+
+int kiln__trainer_config_items(const kiln_trainer *t, const kiln_gpt_config *mc,
+                               kiln__config_item *out) {
+    const kiln_train_config *c = &t->cfg;
+    int n = 0;
+#define ITEM_I(nm, v) out[n++] = (kiln__config_item){.name = (nm), .kind = KILN__ITEM_INT, .i = (v)}
+#define ITEM_E(nm, v, lb)                                                                          \
+    out[n++] = (kiln__config_item){.name = (nm), .kind = KILN__ITEM_INT, .label = (lb), .i = (v)}
+#define ITEM_F(nm, v) out[n++] = (kiln__config_item){.name = (nm), .kind = KILN__ITEM_REAL, .f = (v)}
+    ITEM_I("--layers", mc->n_layer);
+    ITEM_I("--heads", mc->n_head);
+    ITEM_I("--embd", mc->n_embd);
+    ITEM_I("--context", mc->max_seq_len);
+    ITEM_I("--vocab", mc->vocab_size);
+    ITEM_I("--seq", c->T);
+    ITEM_I("the global batch (sequences per step)", kiln__trainer_global_batch(t));
+    ITEM_I("--eval-every", c->eval_every);
+    ITEM_I("--eval-batches", c->eval_batches);
+    ITEM_I("--val-data (given or not)", !!c->val_path);
+    ITEM_E("--optimizer", c->optim.kind, optim_label);
+    ITEM_F("--beta1", c->optim.beta1);
+    ITEM_F("--beta2", c->optim.beta2);
+    ITEM_F("--eps", c->optim.eps);
+    ITEM_F("--weight-decay", c->optim.weight_decay);
+    ITEM_F("--momentum", c->optim.momentum);
+    ITEM_F("--dampening", c->optim.dampening);
+    ITEM_I("--nesterov", c->optim.nesterov);
+    ITEM_F("--alpha", c->optim.alpha);
+    ITEM_E("--schedule", t->sched.kind, lr_label);
+    ITEM_F("--lr", t->sched.lr);
+    ITEM_F("the final learning rate (--min-lr-frac x --lr)", t->sched.min_lr);
+    ITEM_I("--warmup", t->sched.warmup_steps);
+    ITEM_F("--grad-clip", c->grad_clip);
+    out[n++] = (kiln__config_item){.name = "--seed", .kind = KILN__ITEM_HEX, .u = c->seed};
+    ITEM_E("--precision", c->model_opt.dtype, dtype_label);
+    ITEM_E("--recompute", c->model_opt.recompute, recompute_label);
+    ITEM_I("--fuse-gelu", c->model_opt.fuse_gelu);
+    ITEM_I("--fuse-residual-ln", c->model_opt.fuse_residual_ln);
+    ITEM_I("--classifier-chunk", c->model_opt.classifier_chunk);
+    ITEM_I("--stochastic-rounding", c->stochastic_rounding);
+    ITEM_F("--loss-scale", c->loss_scaler.scale);
+    ITEM_I("the loss scaler's interval", c->loss_scaler.interval);
+    ITEM_E("--save-dtype", c->save_dtype, dtype_label);
+    ITEM_I("--inject-nonfinite", c->inject_nonfinite_step);
+    ITEM_I("--local-steps", c->local_steps);
+    ITEM_F("--outer-lr", c->outer_lr);
+    ITEM_F("--outer-momentum", c->outer_momentum);
+#undef ITEM_I
+#undef ITEM_E
+#undef ITEM_F
+    return n;
+}
+
+/* The training itself: what a resumed run must share with the run that wrote its checkpoint. */
 uint64_t kiln__trainer_config_hash(const kiln_trainer *t, const kiln_gpt_config *mc) {
+    kiln__config_item items[KILN__CONFIG_ITEMS_MAX];
+    int n = kiln__trainer_config_items(t, mc, items);
+    hasher h = {.n = 0};
+    for (int i = 0; i < n; i++) {
+        if (items[i].kind == KILN__ITEM_REAL)
+            put_f(&h, items[i].f);
+        else
+            put_i(&h, items[i].kind == KILN__ITEM_HEX ? (int64_t)items[i].u : items[i].i);
+    }
+    return XXH3_64bits(h.v, (size_t)h.n * sizeof h.v[0]);
+}
+
+uint64_t kiln__trainer_split_hash(const kiln_trainer *t) {
     const kiln_train_config *c = &t->cfg;
     hasher h = {.n = 0};
-    put_i(&h, mc->n_layer), put_i(&h, mc->n_head), put_i(&h, mc->n_embd);
-    put_i(&h, mc->max_seq_len), put_i(&h, mc->vocab_size);
-    put_i(&h, c->B), put_i(&h, c->T), put_i(&h, c->grad_accum), put_i(&h, c->steps);
-    put_i(&h, c->eval_every), put_i(&h, c->eval_batches), put_i(&h, !!c->val_path);
-    put_i(&h, c->optim.kind), put_f(&h, c->optim.beta1), put_f(&h, c->optim.beta2);
-    put_f(&h, c->optim.eps), put_f(&h, c->optim.weight_decay), put_f(&h, c->optim.momentum);
-    put_f(&h, c->optim.dampening), put_i(&h, c->optim.nesterov), put_f(&h, c->optim.alpha);
-    put_i(&h, t->sched.kind), put_f(&h, t->sched.lr), put_f(&h, t->sched.min_lr);
-    put_i(&h, t->sched.warmup_steps), put_i(&h, t->sched.total_steps);
-    put_f(&h, c->grad_clip), put_i(&h, (int64_t)c->seed);
+    put_i(&h, t->world), put_i(&h, c->B), put_i(&h, c->grad_accum);
     put_i(&h, c->rank_batches ? (int64_t)XXH3_64bits(c->rank_batches, (size_t)t->world *
                                                                        sizeof(int64_t))
                               : -1);
-    put_i(&h, c->model_opt.dtype), put_i(&h, c->model_opt.recompute);
-    put_i(&h, c->model_opt.fuse_gelu), put_i(&h, c->model_opt.fuse_residual_ln);
-    put_i(&h, c->model_opt.classifier_chunk), put_i(&h, c->stochastic_rounding);
-    put_f(&h, c->loss_scaler.scale), put_i(&h, c->loss_scaler.interval);
-    put_i(&h, c->save_dtype), put_i(&h, c->inject_nonfinite_step);
+    put_i(&h, c->steps), put_i(&h, t->sched.total_steps);
     put_i(&h, c->dp.zero), put_i(&h, c->dp.bucket_bytes), put_i(&h, c->dp.reduce_dtype);
-    put_i(&h, c->local_steps), put_f(&h, c->outer_lr), put_f(&h, c->outer_momentum);
     return XXH3_64bits(h.v, (size_t)h.n * sizeof h.v[0]);
 }
 
@@ -278,7 +337,9 @@ kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc)
     if (t->world <= 1)
         return KILN_OK;
     const int K = 3;
-    uint64_t mine[3] = {kiln__trainer_config_hash(t, mc), kiln__trainer_data_hash(t), 0};
+    /* the training and its split over the ranks: both the same on every rank */
+    uint64_t both[2] = {kiln__trainer_config_hash(t, mc), kiln__trainer_split_hash(t)};
+    uint64_t mine[3] = {XXH3_64bits(both, sizeof both), kiln__trainer_data_hash(t), 0};
     kiln_gpt *m = t->model;
     /* ZeRO 3 from a seed: each rank made only its shard (the seed is in the configuration's
      * hash); otherwise every rank holds all the starting weights */

@@ -159,8 +159,9 @@ kiln_status kiln__trainer_zero3_need_all(kiln_trainer *t);
  * the buckets in flight beyond it). */
 void kiln__zero3_resident(const kiln_train_config *cfg, const kiln_gpt_config *mc, int rank,
                           int world, int64_t slab, int64_t *params, int64_t *grads);
-/* Hashes of what must be equal for the ranks (and a resumed run) to train one model: the
- * configuration (model, batch, optimizer, schedule, precision, seed, flags) and the data. */
+/* Hashes of what must be equal for a resumed run to train the same model: the training's
+ * configuration (model, global batch, optimizer, schedule, precision, seed; not its split over
+ * ranks, nor the steps: trainer_elastic.h) and the data. */
 uint64_t kiln__trainer_config_hash(const kiln_trainer *t, const kiln_gpt_config *mc);
 uint64_t kiln__trainer_data_hash(const kiln_trainer *t);
 /* The step's communication figures into mt. */

@@ -1,9 +1,13 @@
 /* Resuming from a checkpoint: the newest good one is found and checked whole (every file's
- * checksum, and that it is this run's model, optimizer, data and world) before anything of
- * the trainer is touched; then everything a step depends on is restored, so that the resumed
- * run is bit for bit the run that was interrupted. */
+ * checksum, and that it is this run's model, optimizer, data, global batch and settings) before
+ * anything of the trainer is touched; then everything a step depends on is restored, so that the
+ * resumed run is bit for bit the run that was interrupted. On another number of ranks, ZeRO stage
+ * or split of the global batch (trainer_elastic.h), each rank reads its new range of the state
+ * from the old ranks' files that hold it, and its loaders go where the new split is at that step:
+ * the run is then an uninterrupted run of the new split. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,6 +17,7 @@
 #include "kiln/checkpoint.h"
 #include "kiln/core.h"
 #include "train/trainer_ckpt.h"
+#include "train/trainer_elastic.h"
 #include "train/trainer_internal.h"
 
 static int is_dir(const char *p) {
@@ -22,7 +27,7 @@ static int is_dir(const char *p) {
 
 static int64_t num(const cJSON *o, const char *k, int *ok) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(v)) {
+    if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) < 0x1p62)) { /* int64_t holds it */
         *ok = 0;
         return 0;
     }
@@ -42,8 +47,102 @@ static uint64_t hex(const cJSON *o, const char *k, int *ok) {
     return x;
 }
 
-/* The checkpoint is this run's: the same model, optimizer, data, world and configuration.
- * KILN_ERR_CONFIG naming the first that differs. */
+/* What state.json says of the run that wrote it: its world, ZeRO stage and split of the global
+ * batch, its steps and its schedule's total. */
+typedef struct ckpt_run {
+    int world, zero;
+    int64_t B, accum, micro_total, global, steps, lr_total;
+    int lr_fixed, uneven; /* uneven: --rank-batches (a loader per micro-batch) */
+} ckpt_run;
+
+static kiln_status read_run(const char *folder, const cJSON *j, ckpt_run *o) {
+    int ok = 1;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "run");
+    memset(o, 0, sizeof *o);
+    o->world = (int)num(j, "world", &ok);
+    o->zero = (int)num(j, "zero", &ok);
+    if (!cJSON_IsObject(r)) /* not damaged: of an older format, as its older folders are */
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "%s/state.json does not record its run's split of the batch (an "
+                               "older kiln wrote it): resume it with that kiln",
+                               folder);
+    o->B = num(r, "batch", &ok);
+    o->accum = num(r, "grad_accum", &ok);
+    o->micro_total = num(r, "micro_batches", &ok);
+    o->global = num(r, "global_batch", &ok);
+    o->steps = num(r, "steps", &ok);
+    o->lr_total = num(r, "lr_total_steps", &ok);
+    o->lr_fixed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "lr_total_fixed"));
+    o->uneven = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(r, "rank_batches"));
+    if (!ok || o->world < 1 || o->world > (1 << 20) || o->zero < 0 || o->zero > 3 || o->B < 1 ||
+        o->B > (1 << 30) || o->accum < 1 || o->accum > (1 << 20) || o->micro_total < 1 ||
+        o->micro_total > (1 << 30) || o->global != o->B * o->micro_total)
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json: its run's split is malformed",
+                               folder);
+    return KILN_OK;
+}
+
+/* "0.001", "adamw", "1337": an item's value for a message; v: the checkpoint's JSON value, or
+ * NULL for this run's. */
+static void item_text(char *out, size_t size, const kiln__config_item *it, const cJSON *v) {
+    if (it->kind == KILN__ITEM_REAL) {
+        snprintf(out, size, "%.7g", (double)(float)(v ? v->valuedouble : it->f));
+    } else if (it->kind == KILN__ITEM_HEX) {
+        unsigned long long u = v ? strtoull(v->valuestring, NULL, 16) : it->u;
+        snprintf(out, size, "%llu", u);
+    } else {
+        int64_t i = v ? (int64_t)v->valuedouble : it->i;
+        const char *name = it->label ? it->label((int)i) : NULL;
+        if (name)
+            snprintf(out, size, "%s", name);
+        else
+            snprintf(out, size, "%lld", (long long)i);
+    }
+}
+
+/* Every setting of the training, by name: KILN_ERR_CONFIG naming the first that differs. */
+static kiln_status check_items(kiln_trainer *t, const char *folder, const cJSON *j) {
+    kiln__config_item items[KILN__CONFIG_ITEMS_MAX];
+    int n = kiln__trainer_config_items(t, kiln_gpt_get_config(t->model), items);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "config");
+    for (int i = 0; i < n; i++) {
+        const kiln__config_item *it = &items[i];
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, it->name);
+        int same;
+        if (it->kind == KILN__ITEM_HEX) {
+            if (!cJSON_IsString(v))
+                goto missing;
+            same = strtoull(v->valuestring, NULL, 16) == it->u;
+        } else {
+            if (!cJSON_IsNumber(v))
+                goto missing;
+            /* the real settings are floats; cJSON prints a number to 15 digits (a float
+             * needs 9) */
+            same = it->kind == KILN__ITEM_REAL ? (float)v->valuedouble == (float)it->f
+                                               : v->valuedouble == (double)it->i;
+        }
+        if (!same) {
+            char was[64], now[64];
+            item_text(was, sizeof was, it, v);
+            item_text(now, sizeof now, it, NULL);
+            return kiln_error_setf(KILN_ERR_CONFIG,
+                                   "%s is a checkpoint of another configuration: %s is %s there "
+                                   "and %s in this run: resume with the flags of the run that "
+                                   "wrote it (the number of ranks, their split of the batch, the "
+                                   "ZeRO stage, the data-parallel flags and --steps may change)",
+                                   folder, it->name, was, now);
+        }
+        continue;
+    missing:
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json lacks the setting %s", folder,
+                               it->name);
+    }
+    return KILN_OK;
+}
+
+/* The checkpoint is this run's: the same model, optimizer, data, global batch and configuration
+ * (its split over ranks, the ZeRO stage and the steps may differ). KILN_ERR_CONFIG naming the
+ * first that differs. */
 static kiln_status check_identity(kiln_trainer *t, const char *folder, const cJSON *j) {
     const kiln_gpt_config *mc = kiln_gpt_get_config(t->model);
     int ok = 1;
@@ -52,7 +151,6 @@ static kiln_status check_identity(kiln_trainer *t, const char *folder, const cJS
     int64_t ctx = num(m, "max_seq_len", &ok), V = num(m, "vocab_size", &ok);
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(m, "dtype");
     const cJSON *op = cJSON_GetObjectItemCaseSensitive(j, "optimizer");
-    int64_t world = num(j, "world", &ok), zero = num(j, "zero", &ok);
     uint64_t ch = hex(j, "config_hash", &ok), dh = hex(j, "data_hash", &ok);
     if (!ok || !cJSON_IsString(dt) || !cJSON_IsString(op))
         return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json lacks a field", folder);
@@ -82,18 +180,27 @@ static kiln_status check_identity(kiln_trainer *t, const char *folder, const cJS
                                "%s is a checkpoint of a run on another data set (its training or "
                                "validation data differ from %s): not resumed",
                                folder, t->cfg.train_path);
-    int my_zero = t->world > 1 ? t->cfg.dp.zero : 0;
-    if (world != t->world || zero != my_zero)
+    ckpt_run o;
+    KILN_CHECK(read_run(folder, j, &o));
+    if (o.global != kiln__trainer_global_batch(t)) {
+        char advice[768];
+        kiln__batch_advice(advice, sizeof advice, o.global, o.world, o.B, o.micro_total, t->world,
+                           t->cfg.B, t->cfg.grad_accum,
+                           t->cfg.rank_batches ? t->micro_total : 0);
+        return kiln_error_setf(KILN_ERR_CONFIG, "%s is a checkpoint of another global batch: %s",
+                               folder, advice);
+    }
+    if (t->cfg.local_steps > 0 && o.world != t->world)
         return kiln_error_setf(KILN_ERR_CONFIG,
-                               "%s was written by %lld rank(s) with ZeRO %lld; this run has %d "
-                               "rank(s) with ZeRO %d: resuming on another number of ranks or "
-                               "another ZeRO stage is not supported yet",
-                               folder, (long long)world, (long long)zero, t->world, my_zero);
+                               "%s was written by %d rank(s) training alone between averages "
+                               "(--local-steps); local SGD resumes on the same number of ranks "
+                               "only, not %d",
+                               folder, o.world, t->world);
+    KILN_CHECK(check_items(t, folder, j));
     if (ch != kiln__trainer_config_hash(t, mc))
         return kiln_error_setf(KILN_ERR_CONFIG,
-                               "%s is a checkpoint of another configuration (batch, steps, "
-                               "optimizer settings, schedule, precision, seed or data-parallel "
-                               "flags differ): resume with the flags of the run that wrote it",
+                               "%s is a checkpoint of another configuration (its hash differs "
+                               "from this run's): resume with the flags of the run that wrote it",
                                folder);
     return KILN_OK;
 }
@@ -145,7 +252,8 @@ static kiln_status check_folder(kiln_trainer *t, const char *folder, cJSON **out
     if (!j)
         return kiln_error_setf(KILN_ERR_FORMAT, "%s is not valid JSON", path);
     KILN_CHECK_GOTO(s, check_identity(t, folder, j), fail);
-    KILN_CHECK_GOTO(s, check_files(folder, j, t->world), fail);
+    int ok = 1; /* the world was checked with the rest */
+    KILN_CHECK_GOTO(s, check_files(folder, j, (int)num(j, "world", &ok)), fail);
     *out = j;
     return KILN_OK;
 fail:
@@ -170,8 +278,8 @@ static size_t slab_sizes(const kiln__ckpt_header *h, size_t sizes[6]) {
 /* Open a rank's file and read its header, checked against the file's size. Its bytes were
  * checked against state.json's checksum just before; the slabs are then read straight into
  * place (pread), never the whole file into memory (a gpt2-124m one is 1 GiB). */
-static kiln_status open_rank_file(const char *folder, int r, int64_t n, kiln__ckpt_header *h,
-                                  int *fd) {
+static kiln_status open_rank_file(const char *folder, int r, int world, int64_t n,
+                                  kiln__ckpt_header *h, int *fd) {
     char path[KILN__CKPT_PATH], name[64];
     uint64_t size = 0;
     size_t sizes[6];
@@ -181,115 +289,239 @@ static kiln_status open_rank_file(const char *folder, int r, int64_t n, kiln__ck
     if (size < sizeof *h || pread(*fd, h, sizeof *h, 0) != (ssize_t)sizeof *h)
         goto bad;
     if (memcmp(h->magic, KILN__CKPT_MAGIC, 8) || h->version != KILN__CKPT_VERSION ||
-        h->header_bytes != KILN__CKPT_HEADER || (int)h->rank != r || h->n != n || h->lo < 0 ||
-        h->lo > h->hi || h->hi > n || h->work_dtype > 64 || h->payload_bytes != size - sizeof *h ||
-        slab_sizes(h, sizes) != h->payload_bytes)
+        h->header_bytes != KILN__CKPT_HEADER || (int)h->rank != r || (int)h->world != world ||
+        h->n != n || h->lo < 0 || h->lo > h->hi || h->hi > n || h->work_dtype > 64 ||
+        h->payload_bytes != size - sizeof *h || slab_sizes(h, sizes) != h->payload_bytes)
         goto bad;
     return KILN_OK;
 bad:
     close(*fd);
     *fd = -1;
     return kiln_error_setf(KILN_ERR_FORMAT,
-                           "%s is not a kiln optimizer file of rank %d of this model, or is "
+                           "%s is not a kiln optimizer file of rank %d of %d of this model, or is "
                            "damaged",
-                           path, r);
+                           path, r, world);
 }
 
-/* Read the slab of flag `which` into dst (bytes; nothing when dst is NULL), or fail naming
- * what is missing. */
-static kiln_status take(int fd, const kiln__ckpt_header *h, uint32_t which, void *dst, size_t bytes,
-                        const char *what) {
+/* The rank files of the checkpoint's run, open: their headers and ranges. */
+typedef struct rank_files {
+    int world;
+    int *fd;
+    kiln__ckpt_header *h;
+    int64_t *lo, *hi;
+} rank_files;
+
+static void rank_files_close(rank_files *f) {
+    for (int r = 0; f->fd && r < f->world; r++)
+        if (f->fd[r] >= 0)
+            close(f->fd[r]);
+    free(f->fd);
+    free(f->h);
+    free(f->lo);
+    free(f->hi);
+    memset(f, 0, sizeof *f);
+}
+
+static kiln_status rank_files_open(rank_files *f, const char *folder, int world, int64_t n) {
+    memset(f, 0, sizeof *f);
+    f->fd = malloc((size_t)world * sizeof *f->fd);
+    f->h = calloc((size_t)world, sizeof *f->h);
+    f->lo = calloc((size_t)world, sizeof *f->lo);
+    f->hi = calloc((size_t)world, sizeof *f->hi);
+    if (!f->fd || !f->h || !f->lo || !f->hi) {
+        free(f->fd);
+        f->fd = NULL;
+        rank_files_close(f);
+        return kiln_error_setf(KILN_ERR_NOMEM, "out of memory opening the checkpoint's files");
+    }
+    for (int r = 0; r < world; r++)
+        f->fd[r] = -1;
+    f->world = world;
+    for (int r = 0; r < world; r++) {
+        kiln_status s = open_rank_file(folder, r, world, n, &f->h[r], &f->fd[r]);
+        if (s != KILN_OK) {
+            rank_files_close(f);
+            return s;
+        }
+        f->lo[r] = f->h[r].lo;
+        f->hi[r] = f->h[r].hi;
+        if (f->h[r].optim_steps != f->h[0].optim_steps) {
+            rank_files_close(f);
+            return kiln_error_setf(KILN_ERR_FORMAT,
+                                   "%s: the optimizer files of ranks 0 and %d are of different "
+                                   "steps",
+                                   folder, r);
+        }
+    }
+    return KILN_OK;
+}
+
+static kiln_status pread_all(int fd, unsigned rank, void *dst, size_t bytes, size_t off) {
+    for (size_t done = 0; done < bytes;) {
+        ssize_t k = pread(fd, (char *)dst + done, bytes - done, (off_t)(off + done));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return kiln_error_setf(KILN_ERR_IO, "cannot read the checkpoint of rank %u: %s", rank,
+                                   k < 0 ? strerror(errno) : "it ends early");
+        done += (size_t)k;
+    }
+    return KILN_OK;
+}
+
+/* Elements [lo, hi) of the slab of flag `which` (elem bytes each; a slab of the file's range, or
+ * of the whole slab for DiLoCo's state) into dst, or fail naming what is missing. */
+static kiln_status take(int fd, const kiln__ckpt_header *h, uint32_t which, size_t elem,
+                        int64_t lo, int64_t hi, void *dst, const char *what) {
     size_t sizes[6], off = sizeof *h;
     slab_sizes(h, sizes);
-    if (!dst)
-        return KILN_OK;
+    int whole = which == KILN__CKPT_OUTER_W || which == KILN__CKPT_OUTER_V;
+    int64_t base = whole ? 0 : h->lo, len = whole ? h->n : h->hi - h->lo;
     for (int i = 0; i < 6; i++) {
         if ((1u << i) != which) {
             off += sizes[i];
             continue;
         }
-        if (sizes[i] != bytes)
+        if (sizes[i] != (size_t)len * elem || lo < base || hi > base + len)
             break;
-        for (size_t done = 0; done < bytes;) {
-            ssize_t k = pread(fd, (char *)dst + done, bytes - done, (off_t)(off + done));
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0)
-                return kiln_error_setf(KILN_ERR_IO, "cannot read the checkpoint of rank %u: %s",
-                                       h->rank, k < 0 ? strerror(errno) : "it ends early");
-            done += (size_t)k;
-        }
-        return KILN_OK;
+        return pread_all(fd, h->rank, dst, (size_t)(hi - lo) * elem,
+                         off + (size_t)(lo - base) * elem);
     }
     return kiln_error_setf(KILN_ERR_FORMAT, "the checkpoint of rank %u lacks %s", h->rank, what);
 }
 
-/* The weights: fp32 master weights (this rank's shard) from model.safetensors, the working
- * weights from every rank's file when narrow (as they were: stochastic rounding is not
- * recomputable), or from model.safetensors when fp32. */
-static kiln_status restore_weights(kiln_trainer *t, const char *folder) {
+/* Elements [lo, hi) of a slab into dst (nothing when dst is NULL), each from the first old rank
+ * file that holds it: the old ranks' ranges re-cut to this rank's. */
+static kiln_status take_recut(const rank_files *f, uint32_t which, size_t elem, int64_t lo,
+                              int64_t hi, void *dst, const char *what) {
+    if (!dst || lo >= hi)
+        return KILN_OK;
+    kiln__recut_piece *p = malloc(((size_t)f->world + 1) * sizeof *p);
+    if (!p)
+        return kiln_error_setf(KILN_ERR_NOMEM, "out of memory re-cutting the checkpoint");
+    int64_t gap = 0;
+    int k = kiln__ckpt_recut(f->lo, f->hi, f->world, lo, hi, p, &gap);
+    kiln_status s = KILN_OK;
+    if (k < 0)
+        s = kiln_error_setf(KILN_ERR_FORMAT,
+                            "the checkpoint's rank files hold no %s for element %lld of the slab",
+                            what, (long long)gap);
+    for (int i = 0; i < k && s == KILN_OK; i++)
+        s = take(f->fd[p[i].rank], &f->h[p[i].rank], which, elem, p[i].lo, p[i].hi,
+                 (char *)dst + (size_t)(p[i].lo - lo) * elem, what);
+    free(p);
+    return s;
+}
+
+/* The weights: this rank's fp32 master weights and, when narrow, the working weights of the
+ * whole slab (as they were: stochastic rounding is not recomputable) from the rank files,
+ * each element from an old rank that held it; fp32 working weights from model.safetensors. */
+static kiln_status restore_weights(kiln_trainer *t, const char *folder, const rank_files *f) {
     char path[4096];
     KILN_CHECK(kiln__ckpt_path(path, folder, "model.safetensors"));
     float *master = kiln_optim_master(t->opt);
     if (!master)
         return kiln_gpt_load_safetensors(t->model, path);
-    int64_t n = kiln_gpt_slab_len(t->model);
-    int whole = t->shard_lo == 0 && t->shard_hi == n; /* else the shard is cut from the slab */
-    float *full = whole ? master : malloc((size_t)n * sizeof *full);
-    if (!full)
-        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the checkpoint's weights");
-    kiln_status s = kiln_gpt_load_slab(t->model, path, full, KILN_DTYPE_F32);
-    if (s == KILN_OK && !whole)
-        memcpy(master, full + t->shard_lo, (size_t)(t->shard_hi - t->shard_lo) * sizeof *full);
-    if (!whole)
-        free(full);
     kiln_dtype wd = kiln_gpt_dtype(t->model);
-    for (int r = 0; r < t->world && s == KILN_OK; r++) {
-        kiln__ckpt_header h;
-        int fd = -1;
-        KILN_CHECK(open_rank_file(folder, r, n, &h, &fd));
-        if (h.work_dtype != (uint32_t)wd)
-            s = kiln_error_setf(KILN_ERR_FORMAT, "%s: rank %d's working weights are not %s", folder,
-                                r, kiln_dtype_name(wd));
-        if (s == KILN_OK)
-            s = take(fd, &h, KILN__CKPT_WORKING,
-                     (char *)kiln_gpt_params(t->model) + (size_t)h.lo * kiln_dtype_size(wd),
-                     (size_t)(h.hi - h.lo) * kiln_dtype_size(wd), "its working weights");
-        close(fd);
-    }
-    return s;
+    for (int r = 0; r < f->world; r++)
+        if (f->h[r].work_dtype != (uint32_t)wd)
+            return kiln_error_setf(KILN_ERR_FORMAT, "%s: rank %d's working weights are not %s",
+                                   folder, r, kiln_dtype_name(wd));
+    KILN_CHECK(take_recut(f, KILN__CKPT_MASTER, sizeof(float), t->shard_lo, t->shard_hi, master,
+                          "master weights"));
+    return take_recut(f, KILN__CKPT_WORKING, kiln_dtype_size(wd), 0, kiln_gpt_slab_len(t->model),
+                      kiln_gpt_params(t->model), "working weights");
 }
 
-/* This rank's moments, step count and DiLoCo state from its own file. */
-static kiln_status restore_optimizer(kiln_trainer *t, const char *folder) {
-    kiln__ckpt_header h;
-    int fd = -1;
-    KILN_CHECK(open_rank_file(folder, t->rank, kiln_gpt_slab_len(t->model), &h, &fd));
-    size_t r4 = (size_t)(t->shard_hi - t->shard_lo) * sizeof(float);
-    size_t n4 = (size_t)kiln_gpt_slab_len(t->model) * sizeof(float);
-    kiln_status s = KILN_OK;
-    if (h.lo != t->shard_lo || h.hi != t->shard_hi || (int)h.world != t->world) {
-        s = kiln_error_setf(KILN_ERR_FORMAT, "%s: rank %d's range differs from this run's", folder,
-                            t->rank);
-        goto done;
+/* This rank's moments from the old ranks' files, the step count, DiLoCo's state (the same
+ * ranks: local SGD resumes on as many) from this rank's own. */
+static kiln_status restore_optimizer(kiln_trainer *t, const rank_files *f) {
+    int64_t n = kiln_gpt_slab_len(t->model);
+    KILN_CHECK(take_recut(f, KILN__CKPT_M, sizeof(float), t->shard_lo, t->shard_hi,
+                          kiln_optim_state(t->opt, 0), "moment 0"));
+    KILN_CHECK(take_recut(f, KILN__CKPT_V, sizeof(float), t->shard_lo, t->shard_hi,
+                          kiln_optim_state(t->opt, 1), "moment 1"));
+    if (t->outer_weights) {
+        if (t->rank >= f->world)
+            return kiln_error_setf(KILN_ERR_FORMAT, "the checkpoint has no rank %d", t->rank);
+        int fd = f->fd[t->rank];
+        const kiln__ckpt_header *h = &f->h[t->rank];
+        KILN_CHECK(take(fd, h, KILN__CKPT_OUTER_W, sizeof(float), 0, n, t->outer_weights,
+                        "outer weights"));
+        KILN_CHECK(take(fd, h, KILN__CKPT_OUTER_V, sizeof(float), 0, n, t->outer_velocity,
+                        "outer momentum"));
     }
-    KILN_CHECK_GOTO(s, take(fd, &h, KILN__CKPT_M, kiln_optim_state(t->opt, 0), r4, "moment 0"),
-                    done);
-    KILN_CHECK_GOTO(s, take(fd, &h, KILN__CKPT_V, kiln_optim_state(t->opt, 1), r4, "moment 1"),
-                    done);
-    KILN_CHECK_GOTO(s, take(fd, &h, KILN__CKPT_OUTER_W, t->outer_weights, n4, "outer weights"),
-                    done);
-    KILN_CHECK_GOTO(s, take(fd, &h, KILN__CKPT_OUTER_V, t->outer_velocity, n4, "outer momentum"),
-                    done);
-    KILN_CHECK_GOTO(s, kiln_optim_set_steps(t->opt, h.optim_steps), done);
-done:
-    close(fd);
-    return s;
+    return kiln_optim_set_steps(t->opt, f->h[0].optim_steps);
 }
 
-/* Loader states, loss scaler, step counter from state.json. */
-static kiln_status restore_state(kiln_trainer *t, const char *folder, const cJSON *j) {
+/* Whether the checkpoint's run split the batch as this one does (the same loaders, each at the
+ * same place). */
+static int same_split(const kiln_trainer *t, const ckpt_run *o, const cJSON *j) {
+    if (o->world != t->world || o->B != t->cfg.B || o->accum != t->cfg.grad_accum ||
+        o->uneven != !!t->cfg.rank_batches)
+        return 0;
+    const cJSON *rb = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "run"),
+                                                       "rank_batches");
+    for (int r = 0; t->cfg.rank_batches && r < t->world; r++) {
+        const cJSON *v = cJSON_GetArrayItem(rb, r);
+        if (!cJSON_IsNumber(v) || (int64_t)v->valuedouble != t->cfg.rank_batches[r])
+            return 0;
+    }
+    return 1;
+}
+
+static kiln_status read_loader(const char *folder, const cJSON *o, kiln_loader_state *ls) {
     int ok = 1;
+    ls->epoch = (uint64_t)num(o, "epoch", &ok);
+    ls->position = (uint64_t)num(o, "position", &ok);
+    ls->seed = hex(o, "seed", &ok);
+    if (!ok)
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json: a malformed loader state", folder);
+    return KILN_OK;
+}
+
+/* This rank's loaders, where an uninterrupted run of this split would be after `step` steps.
+ * The loaders' global order depends on the seed and on the windows a loader's batch covers
+ * (every rank's B together), never on the ranks: each old loader's place is checked to be that
+ * of the step (k batches from the start), and this run's loaders are put k' batches in. */
+static kiln_status map_loaders(kiln_trainer *t, const char *folder, const cJSON *j,
+                               const ckpt_run *o, int64_t step) {
+    int64_t W = kiln_loader_num_windows(t->train);
+    int64_t old_unit = o->B * (o->uneven ? o->micro_total : o->world); /* windows a batch */
+    int64_t old_per = old_unit > 0 ? W / old_unit : 0, old_k = step * (o->uneven ? 1 : o->accum);
+    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(j, "ranks"), *rk, *ld;
+    kiln_loader_state first = {0};
+    int seen = 0;
+    cJSON_ArrayForEach(rk, ranks) {
+        cJSON_ArrayForEach(ld, cJSON_GetObjectItemCaseSensitive(rk, "loaders")) {
+            kiln_loader_state ls;
+            KILN_CHECK(read_loader(folder, ld, &ls));
+            if (old_per < 1 || (int64_t)(ls.epoch * (uint64_t)old_per + ls.position) != old_k ||
+                (seen && ls.seed != first.seed))
+                return kiln_error_setf(KILN_ERR_FORMAT,
+                                       "%s/state.json: a loader's place (epoch %llu, batch %llu) is "
+                                       "not that of step %lld: its data position cannot be moved "
+                                       "to another split",
+                                       folder, (unsigned long long)ls.epoch,
+                                       (unsigned long long)ls.position, (long long)step);
+            if (!seen)
+                first = ls;
+            seen = 1;
+        }
+    }
+    if (!seen)
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json has no loader states", folder);
+    int64_t per = kiln_loader_batches_per_epoch(t->train);
+    kiln_loader_state ls = {.seed = first.seed};
+    kiln__loader_position_after(step * (t->micro_loaders ? 1 : t->micro), per, &ls.epoch,
+                                &ls.position);
+    for (int64_t k = 0; k < (t->micro_loaders ? t->micro : 1); k++)
+        KILN_CHECK(kiln_loader_set_state(t->micro_loaders ? t->micro_loaders[k] : t->train, &ls));
+    return KILN_OK;
+}
+
+/* The loaders of the same split, from this rank's own states. */
+static kiln_status same_loaders(kiln_trainer *t, const char *folder, const cJSON *j) {
     const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(j, "ranks");
     const cJSON *loaders =
         cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(ranks, t->rank), "loaders");
@@ -300,24 +532,59 @@ static kiln_status restore_state(kiln_trainer *t, const char *folder, const cJSO
                                "not %d",
                                folder, t->rank, cJSON_GetArraySize(loaders), want);
     for (int k = 0; k < want; k++) {
-        const cJSON *o = cJSON_GetArrayItem(loaders, k);
-        kiln_loader_state ls = {.epoch = (uint64_t)num(o, "epoch", &ok),
-                                .position = (uint64_t)num(o, "position", &ok),
-                                .seed = hex(o, "seed", &ok)};
-        if (!ok)
-            break;
+        kiln_loader_state ls;
+        KILN_CHECK(read_loader(folder, cJSON_GetArrayItem(loaders, k), &ls));
         KILN_CHECK(kiln_loader_set_state(t->micro_loaders ? t->micro_loaders[k] : t->train, &ls));
     }
+    return KILN_OK;
+}
+
+/* The schedule's total when the steps changed: a total fixed by the checkpoint's run and not by
+ * this one is kept; otherwise the schedule follows this run's total from the resumed step, and
+ * the console says so when it is not the checkpoint's. */
+static kiln_status follow_schedule(kiln_trainer *t, const ckpt_run *o, int64_t step) {
+    FILE *log = t->cfg.log;
+    if (o->lr_fixed && t->cfg.lr.total_steps <= 0) {
+        t->cfg.lr.total_steps = o->lr_total;
+        t->sched.total_steps = o->lr_total;
+        KILN_CHECK(kiln_lr_schedule_check(&t->sched));
+        if (log)
+            fprintf(log,
+                    "resume: the learning-rate schedule keeps its total of %lld steps, fixed by "
+                    "the run that wrote the checkpoint (--lr-total-steps)\n",
+                    (long long)o->lr_total);
+        return KILN_OK;
+    }
+    if (o->lr_total == t->sched.total_steps || !log)
+        return KILN_OK;
+    kiln_lr_schedule was = t->sched;
+    was.total_steps = o->lr_total;
+    fprintf(log,
+            "resume: note: the learning-rate schedule ran over %lld steps and now follows this "
+            "run's total of %lld from step %lld (its learning rate %.4g, against %.4g under the "
+            "old total); --lr-total-steps %lld keeps the old schedule\n",
+            (long long)o->lr_total, (long long)t->sched.total_steps, (long long)step + 1,
+            (double)kiln_lr_at(&t->sched, step), (double)kiln_lr_at(&was, step),
+            (long long)o->lr_total);
+    return KILN_OK;
+}
+
+/* Loader states, loss scaler, step counter from state.json. */
+static kiln_status restore_state(kiln_trainer *t, const char *folder, const cJSON *j) {
+    int ok = 1;
+    ckpt_run o;
+    KILN_CHECK(read_run(folder, j, &o));
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(j, "loss_scaler");
     const cJSON *scale = cJSON_GetObjectItemCaseSensitive(sc, "scale");
     int64_t clean = num(sc, "clean_steps", &ok), skipped = num(sc, "skipped", &ok);
     int64_t step = num(j, "step", &ok);
     const cJSON *fl = cJSON_GetObjectItemCaseSensitive(j, "first_loss");
-    if (!ok || !cJSON_IsNumber(scale) || step < 1 || step > t->cfg.steps)
-        return kiln_error_setf(KILN_ERR_FORMAT,
-                               "%s/state.json lacks a field or its step is "
-                               "beyond this run's %lld steps",
-                               folder, (long long)t->cfg.steps);
+    if (!ok || !cJSON_IsNumber(scale) || step < 1 || step > ((int64_t)1 << 40))
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json lacks a field or its step", folder);
+    if (same_split(t, &o, j))
+        KILN_CHECK(same_loaders(t, folder, j));
+    else
+        KILN_CHECK(map_loaders(t, folder, j, &o, step));
     t->scaler.scale = (float)scale->valuedouble;
     t->scaler.clean_steps = clean;
     t->scaler.skipped = skipped;
@@ -326,6 +593,24 @@ static kiln_status restore_state(kiln_trainer *t, const char *folder, const cJSO
     t->resumed_step = step;
     t->first_loss = cJSON_IsNumber(fl) ? (float)fl->valuedouble : 0.0f;
     return KILN_OK;
+}
+
+/* What resuming changed, for the console: the optimizer's ranges and the data's split. */
+static void say_recut(kiln_trainer *t, const cJSON *j) {
+    ckpt_run o;
+    FILE *log = t->cfg.log;
+    if (!log || read_run("", j, &o) != KILN_OK)
+        return;
+    int zero = t->world > 1 ? t->cfg.dp.zero : 0;
+    int recut = o.world != t->world || o.zero != zero, mapped = !same_split(t, &o, j);
+    if (!recut && !mapped)
+        return;
+    fprintf(log,
+            "resumed a checkpoint of %d %s (ZeRO %d, B=%lld) on %d %s (ZeRO %d, B=%lld): %s%s%s\n",
+            o.world, o.world == 1 ? "rank" : "ranks", o.zero, (long long)o.B, t->world,
+            t->world == 1 ? "rank" : "ranks", zero, (long long)t->cfg.B,
+            recut ? "optimizer state re-cut" : "", recut && mapped ? "; " : "",
+            mapped ? "data position mapped onto the new split" : "");
 }
 
 /* The folders to try, best first: what `latest` names, then every step folder, newest first.
@@ -400,15 +685,34 @@ kiln_status kiln__trainer_resume(kiln_trainer *t) {
     if (s == KILN_OK && chosen < 0)
         s = kiln_error_setf(KILN_ERR_NOT_FOUND, "%s holds no good checkpoint to resume from%s", dir,
                             count ? " (each is damaged: see above)" : "");
+    rank_files f = {0};
+    int ok = 1; /* state.json's world was checked with the rest (read_run) */
     if (s == KILN_OK)
-        s = restore_weights(t, folders[chosen]);
+        s = rank_files_open(&f, folders[chosen], (int)num(j, "world", &ok),
+                            kiln_gpt_slab_len(t->model));
     if (s == KILN_OK)
-        s = restore_optimizer(t, folders[chosen]);
+        s = restore_weights(t, folders[chosen], &f);
+    if (s == KILN_OK)
+        s = restore_optimizer(t, &f);
+    rank_files_close(&f);
     if (s == KILN_OK)
         s = restore_state(t, folders[chosen], j);
-    if (s == KILN_OK && log)
+    if (s == KILN_OK && log) {
         fprintf(log, "resumed from %s: step %lld of %lld\n", folders[chosen],
                 (long long)t->steps_done, (long long)t->cfg.steps);
+        say_recut(t, j);
+    }
+    ckpt_run o;
+    if (s == KILN_OK && t->steps_done < t->cfg.steps && read_run(folders[chosen], j, &o) == KILN_OK)
+        s = follow_schedule(t, &o, t->steps_done);
+    if (s == KILN_OK && log && t->steps_done >= t->cfg.steps)
+        fprintf(log,
+                "resume: the checkpoint is of step %lld and this run has %lld steps: nothing left "
+                "to do (nothing is written; a larger --steps trains on%s)\n",
+                (long long)t->steps_done, (long long)t->cfg.steps,
+                t->steps_done > t->cfg.steps
+                    ? "; to go on from an earlier checkpoint, name its step folder"
+                    : "");
     cJSON_Delete(j);
     for (int i = 0; i < count; i++)
         free(folders[i]);

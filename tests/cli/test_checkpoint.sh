@@ -3,8 +3,10 @@
 # ends with the same --save bytes as one never interrupted (fp32, and bf16 with stochastic
 # rounding); a damaged newest checkpoint, or a `latest` naming a missing folder, gives way to
 # the newest good one with a message; a checkpoint of another model is refused with nothing
-# overwritten; only the last K are kept (and every M-th); a checkpoint folder that cannot be
-# written is a warning and the run finishes.
+# overwritten, and another setting named; only the last K are kept (and every M-th); a checkpoint
+# folder that cannot be written is a warning and the run finishes. More steps: a finished run
+# extended (the schedule's total followed or kept), a checkpoint at --steps: nothing to do. Another
+# split of the same global batch in one process (B x micro-batches) reads on where it should.
 . "$(dirname "$0")/lib.sh"
 
 TRAIN="train $TINY --seq 16 --batch 2 --threads 1 --data $DATA --steps 40"
@@ -104,7 +106,96 @@ case_other_model_refused() {
     expect_err "another optimizer"
     run $TRAIN --lr 1e-2 --resume ck --save w.st
     expect_fail
-    expect_err "another configuration"
+    expect_err "another configuration" "--lr is 0.0003 there and 0.01 in this run"
+    run $TRAIN --warmup 3 --resume ck --save w.st
+    expect_fail
+    expect_err "--warmup is 10 there and 3 in this run"
+    run $TRAIN --precision bf16 --resume ck --save w.st
+    expect_fail
+    expect_err "checkpoint of a fp32 run; this run trains in bf16"
+    check "the --save file is still untouched" same_file keep.st w.st
+}
+
+# steps 41-60 of a metrics file, one per line
+steps_41_to_60() {
+    check "$1 holds steps 41 to 60" test "$(sed -n 's/^{"step": \([0-9]*\),.*/\1/p' "$1" |
+        tr '\n' ' ')" = "$(seq 41 60 | tr '\n' ' ')"
+}
+
+# More steps: a finished 40-step run resumed with --steps 60 runs steps 41-60. The schedule
+# (cosine over --steps) follows the new total from step 41, and says so; a total fixed with
+# --lr-total-steps is kept, and then the extended run is the 60-step run, byte for byte.
+case_more_steps() {
+    need_fixture
+    run $TRAIN $CK --save w.st
+    expect_ok
+    run $TRAIN $CK --steps 60 --resume ck --save w60.st --metrics m.jsonl
+    expect_ok
+    expect_out_re 'resumed from ck/step_00000040: step 40 of 60'
+    expect_out_re "schedule ran over 40 steps and now follows this run's total of 60 from step 41"
+    steps_41_to_60 m.jsonl
+    check "the extended run's last checkpoint is of step 60" test -f ck/step_00000060/state.json
+    run $TRAIN --steps 60 --lr-total-steps 60 --save ref.st
+    expect_ok
+    run $TRAIN --lr-total-steps 60 --checkpoint-dir ck2 --checkpoint-every 20 --save w.st
+    expect_ok
+    run $TRAIN --steps 60 --checkpoint-dir ck2 --checkpoint-every 20 --resume ck2 --save r.st \
+        --metrics r.jsonl
+    expect_ok
+    expect_out_re 'schedule keeps its total of 60 steps, fixed by the run that wrote the checkpoint'
+    steps_41_to_60 r.jsonl
+    check "40 steps of a 60-step schedule, resumed to 60, are the 60-step run, byte for byte" \
+        same_file ref.st r.st
+}
+
+# A checkpoint of step 40 resumed with --steps 40 (or fewer): nothing left to do, exit 0, no file
+# touched.
+case_nothing_left() {
+    need_fixture
+    run $TRAIN $CK --save w.st
+    expect_ok
+    cp w.st keep.st
+    cp -r ck ck.before
+    echo '{}' >m.jsonl
+    for steps in 40 30; do
+        run $TRAIN $CK --steps $steps --resume ck --save w.st --metrics m.jsonl
+        expect_ok
+        expect_out_re "the checkpoint is of step 40 and this run has $steps steps: nothing left to do"
+        check "no 'done' line" sh -c "! grep -q '^done' '$W/stdout'"
+        check "the --save file is untouched" same_file keep.st w.st
+        check "the metrics file is untouched" grep -qx '{}' m.jsonl
+        check "the checkpoints are untouched" diff -r ck.before ck
+    done
+}
+
+# One process, another split of the same global batch: B=10 resumed as B=5 x 2 micro-batches.
+# The loader's batch is 10 windows, then 5: their epochs are of different lengths (the few
+# windows left over differ), and the checkpoint of step 120 is in the second epoch of both; the
+# resumed run reads what an uninterrupted B=5 x 2 run reads (losses within 1e-5: the sums run in
+# another order). Another global batch is refused, naming the --batch that matches.
+case_other_split() {
+    need_fixture
+    T2="train $TINY --seq 16 --threads 1 --data $DATA --steps 150"
+    run $T2 --batch 5 --grad-accum 2 --save ref.st --metrics ref.jsonl
+    expect_ok
+    run $T2 --batch 10 --checkpoint-dir ck --checkpoint-every 120 --save w.st
+    expect_ok
+    run $T2 --batch 5 --grad-accum 2 --resume ck/step_00000120 --save r.st --metrics r.jsonl
+    expect_ok
+    expect_out_re 'on 1 rank \(ZeRO 0, B=5\): data position mapped onto the new split'
+    tail -n 30 ref.jsonl >ref30.jsonl
+    if awk 'NR == FNR { a[FNR] = $4; next } { d = a[FNR] - $4; if (d < 0) d = -d
+            if (d > 1e-5 || $2 != 120 + FNR ",") bad = 1; n++ } END { exit bad || n != 30 }' \
+        ref30.jsonl r.jsonl; then
+        ok "steps 121-150 have the uninterrupted B=5 x 2 run's losses"
+    else
+        bad "steps 121-150 have the uninterrupted B=5 x 2 run's losses: $(paste ref30.jsonl r.jsonl | head -n 3)"
+    fi
+    run $T2 --batch 4 --grad-accum 2 --resume ck --save x.st
+    expect_fail
+    expect_err "1 process of B=10 wrote this checkpoint, 10 sequences a step" \
+        "with 1 process and --grad-accum 2 use --batch 5"
+    check "nothing saved by the refused run" test ! -e x.st
 }
 
 case_keep_last() {

@@ -39,3 +39,16 @@ foreach(line ${kiln_dist_cases})
     LABELS dist FIXTURES_REQUIRED cli_fixture TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT "KILN_BIN=${CMAKE_BINARY_DIR}/kiln;KILN_SOURCE_DIR=${CMAKE_SOURCE_DIR};KILN_CLI_WORK=${CMAKE_BINARY_DIR}/cli-work;KILN_MPIRUN=${KILN_MPIRUN};OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
 endforeach()
+
+# Resuming on another number of ranks or ZeRO stage (tests/dist/test_elastic.sh): each case_<name>
+# is one CTest test, dist.elastic.<name>.
+set(KILN_DIST_ELASTIC ${CMAKE_SOURCE_DIR}/tests/dist/test_elastic.sh)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${KILN_DIST_ELASTIC})
+file(STRINGS ${KILN_DIST_ELASTIC} kiln_elastic_cases REGEX "^case_[a-z0-9_]+\\(\\)")
+foreach(line ${kiln_elastic_cases})
+  string(REGEX REPLACE "^case_([a-z0-9_]+)\\(\\).*" "\\1" case ${line})
+  add_test(NAME dist.elastic.${case} COMMAND sh ${KILN_DIST_ELASTIC} ${case})
+  set_tests_properties(dist.elastic.${case} PROPERTIES
+    LABELS dist FIXTURES_REQUIRED cli_fixture TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "KILN_BIN=${CMAKE_BINARY_DIR}/kiln;KILN_SOURCE_DIR=${CMAKE_SOURCE_DIR};KILN_CLI_WORK=${CMAKE_BINARY_DIR}/cli-work;KILN_MPIRUN=${KILN_MPIRUN};OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
+endforeach()

@@ -301,6 +301,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     int64_t layers = 0, heads = 0, embd = 0, context = 0, vocab = 0, threads = 0;
     int64_t B = cfg.B, T = cfg.T, accum = cfg.grad_accum, steps = cfg.steps;
     int64_t warmup = cfg.lr.warmup_steps, eval_every = 0, eval_batches = cfg.eval_batches;
+    int64_t lr_total = 0;
     int64_t save_every = 0, seed = (int64_t)cfg.seed;
     const char *ckpt_dir = NULL, *resume = NULL;
     int64_t ckpt_every = 0, ckpt_keep = cfg.checkpoint_keep, ckpt_keep_every = 0;
@@ -349,6 +350,9 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         {"schedule", TOOL_FLAG_STRING, &schedule, "constant, cosine or linear (after warmup)"},
         {"warmup", TOOL_FLAG_INT, &warmup, "linear warmup steps"},
         {"min-lr-frac", TOOL_FLAG_FLOAT, &min_lr_frac, "final learning rate as a fraction of --lr"},
+        {"lr-total-steps", TOOL_FLAG_INT, &lr_total,
+         "the steps the schedule decays over (0: --steps); a run resumed with another --steps "
+         "keeps a total fixed here, else its schedule follows the new --steps"},
         {"weight-decay", TOOL_FLAG_FLOAT, &wd, "weight decay (matrices only)"},
         {"beta1", TOOL_FLAG_FLOAT, &beta1, "Adam beta1"},
         {"beta2", TOOL_FLAG_FLOAT, &beta2, "Adam beta2"},
@@ -372,7 +376,8 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
          "also keep every checkpoint whose step is a multiple of N (0: none)"},
         {"resume", TOOL_FLAG_STRING, &resume,
          "continue from a checkpoint: a --checkpoint-dir folder (its newest good checkpoint) "
-         "or one step folder in it; run with the same flags"},
+         "or one step folder in it; run with the same flags, except that the number of ranks, "
+         "--batch and --grad-accum (the same sequences a step), --zero and --steps may change"},
         {"peak-gflops", TOOL_FLAG_FLOAT, &peak,
          "MFU denominator (0: measure the GEMM rate of --precision at start)"},
         {"precision", TOOL_FLAG_STRING, &precision,
@@ -548,9 +553,10 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         tool_report("train", s);
         return 2;
     }
-    if (B < 1 || T < 1 || accum < 1 || steps < 0 || !(lr >= 0) || min_lr_frac < 0 || warmup < 0) {
+    if (B < 1 || T < 1 || accum < 1 || steps < 0 || !(lr >= 0) || min_lr_frac < 0 || warmup < 0 ||
+        lr_total < 0) {
         fprintf(stderr, "kiln train: --batch, --seq, --grad-accum must be >= 1 and --steps, "
-                        "--lr, --warmup, --min-lr-frac >= 0\n");
+                        "--lr, --warmup, --min-lr-frac, --lr-total-steps >= 0\n");
         return 2;
     }
     cfg.init_path = init;
@@ -565,6 +571,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     cfg.lr.lr = (float)lr;
     cfg.lr.min_lr = (float)(lr * min_lr_frac);
     cfg.lr.warmup_steps = warmup;
+    cfg.lr.total_steps = lr_total;
     cfg.optim.weight_decay = (float)wd;
     cfg.optim.beta1 = (float)beta1;
     cfg.optim.beta2 = (float)beta2;
@@ -658,6 +665,8 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     cfg.stop_flag = &stop_signal;
     s = kiln_trainer_create(&tr, &cfg);
     started = s == KILN_OK;
+    /* a checkpoint at or past --steps: the trainer said there is nothing left to do */
+    int nothing_left = started && cfg.resume_path && kiln_trainer_steps_done(tr) >= cfg.steps;
     while (s == KILN_OK && !kiln_trainer_stopping(tr) && kiln_trainer_steps_done(tr) < cfg.steps)
         s = kiln_trainer_step(tr, NULL);
     if (s == KILN_OK && kiln_trainer_stopping(tr)) {
@@ -683,7 +692,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     kiln_trainer_free(tr);
     kiln_comm_free(comm);
     free(per_rank);
-    if (rank != 0)
+    if (rank != 0 || nothing_left)
         return 0;
     if (steps == 0)
         printf("--steps 0: the data, the model and the memory plan are good; nothing was trained "
