@@ -14,7 +14,8 @@ SLOW="train --layers 2 --heads 4 --embd 128 --context 64 --peak-gflops 100 --seq
 CK="--checkpoint-dir ck --checkpoint-every 10"
 
 # kill_after_21 ARGS...: kiln ARGS (writing m.jsonl) in the background, killed with SIGKILL
-# once its metrics show step 21 or later (the step-20 checkpoint is complete by then).
+# once its metrics show step 21 or later and the step-20 checkpoint is published (written in
+# the background, it is published at the end of a step after its writer is done).
 kill_after_21() {
     LAST="kiln $* (killed with SIGKILL after step 21)"
     printf '$ %s\n' "$LAST" >>"$W/log"
@@ -22,7 +23,8 @@ kill_after_21() {
     "$KILN" "$@" --metrics m.jsonl </dev/null >"$W/stdout" 2>"$W/stderr" &
     _job=$!
     _i=0
-    while ! grep -q '"step": \(2[1-9]\|3[0-9]\|40\),' m.jsonl 2>/dev/null && [ $_i -lt 2000 ]; do
+    while ! { grep -q '"step": \(2[1-9]\|3[0-9]\|40\),' m.jsonl 2>/dev/null &&
+        test -f ck/step_00000020/state.json; } && [ $_i -lt 2000 ]; do
         sleep 0.01
         _i=$((_i + 1))
     done

@@ -302,6 +302,8 @@ int cmd_train(int argc, char **argv) {
     int64_t save_every = 0, seed = (int64_t)cfg.seed;
     const char *ckpt_dir = NULL, *resume = NULL;
     int64_t ckpt_every = 0, ckpt_keep = cfg.checkpoint_keep, ckpt_keep_every = 0;
+    int ckpt_sync = 0;
+    const char *ckpt_replicas = "auto";
     double lr = cfg.lr.lr, min_lr_frac = 0.1, wd = cfg.optim.weight_decay;
     double beta1 = cfg.optim.beta1, beta2 = cfg.optim.beta2, eps = cfg.optim.eps;
     double momentum = cfg.optim.momentum, dampening = cfg.optim.dampening;
@@ -361,6 +363,13 @@ int cmd_train(int argc, char **argv) {
         {"checkpoint-keep", TOOL_FLAG_INT, &ckpt_keep, "keep the last N checkpoints"},
         {"checkpoint-keep-every", TOOL_FLAG_INT, &ckpt_keep_every,
          "also keep every checkpoint whose step is a multiple of N (0: none)"},
+        {"checkpoint-sync", TOOL_FLAG_BOOL, &ckpt_sync,
+         "write checkpoints on the training thread (default: the step pauses only to copy the "
+         "state, a writer thread writes it while training goes on)"},
+        {"checkpoint-replicas", TOOL_FLAG_STRING, &ckpt_replicas,
+         "auto (several ranks: each rank also writes its neighbour's optimizer file, rank 1 a "
+         "second model file; a resume rebuilds a bad file from its copy), on (one process "
+         "too: a second copy of its own files), off"},
         {"resume", TOOL_FLAG_STRING, &resume,
          "continue from a checkpoint: a --checkpoint-dir folder (its newest good checkpoint) "
          "or one step folder in it; run with the same flags"},
@@ -437,9 +446,12 @@ int cmd_train(int argc, char **argv) {
     }
     int has_ckpt_dir = ckpt_dir && ckpt_dir[0];
     if (ckpt_every < 0 || ckpt_keep < 1 || ckpt_keep_every < 0 ||
-        has_ckpt_dir != (ckpt_every > 0)) {
+        has_ckpt_dir != (ckpt_every > 0) ||
+        (strcmp(ckpt_replicas, "auto") && strcmp(ckpt_replicas, "on") &&
+         strcmp(ckpt_replicas, "off"))) {
         fprintf(stderr, "kiln train: --checkpoint-dir and --checkpoint-every (>= 1) go together; "
-                        "--checkpoint-keep must be >= 1 and --checkpoint-keep-every >= 0\n");
+                        "--checkpoint-keep must be >= 1, --checkpoint-keep-every >= 0 and "
+                        "--checkpoint-replicas auto, on or off\n");
         return 2;
     }
     if (eval_every > 0 && !(val && val[0])) {
@@ -511,6 +523,8 @@ int cmd_train(int argc, char **argv) {
     cfg.checkpoint_every = ckpt_every;
     cfg.checkpoint_keep = ckpt_keep;
     cfg.checkpoint_keep_every = ckpt_keep_every;
+    cfg.checkpoint_sync = ckpt_sync;
+    cfg.checkpoint_replicas = !strcmp(ckpt_replicas, "on") ? 1 : !strcmp(ckpt_replicas, "off") ? -1 : 0;
     cfg.resume_path = resume && resume[0] ? resume : NULL;
     cfg.log = stdout;
     cfg.model_opt.fuse_gelu = fuse_gelu;
