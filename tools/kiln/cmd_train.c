@@ -32,6 +32,10 @@ static const char *usage =
     "master weights, gradients and optimizer state; fp16 scales the loss dynamically. --plan\n"
     "prints the memory each category takes and the largest batch that fits, allocating\n"
     "nothing.\n\n"
+    "Checkpoints (--checkpoint-dir) are written by a writer thread while training goes on:\n"
+    "the step pauses only to copy the state (--checkpoint-sync: it waits for the whole write).\n"
+    "With several ranks each rank also writes its neighbour's optimizer file and rank 1 a\n"
+    "second model file; a resume rebuilds a missing or damaged file from its copy.\n\n"
     "Preemption: SIGTERM, SIGUSR1 or SIGINT stops the run after the current step; with\n"
     "--checkpoint-dir the checkpoint of the steps done is written, else the --save weights,\n"
     "and the exit status is 3: preempted, saved, resume me (a scheduler requeues the job;\n"
@@ -364,8 +368,8 @@ int cmd_train(int argc, char **argv) {
         {"checkpoint-keep-every", TOOL_FLAG_INT, &ckpt_keep_every,
          "also keep every checkpoint whose step is a multiple of N (0: none)"},
         {"checkpoint-sync", TOOL_FLAG_BOOL, &ckpt_sync,
-         "write checkpoints on the training thread (default: the step pauses only to copy the "
-         "state, a writer thread writes it while training goes on)"},
+         "write checkpoints on the training thread, the step waiting for the whole write (off: "
+         "a writer thread writes them while training goes on)"},
         {"checkpoint-replicas", TOOL_FLAG_STRING, &ckpt_replicas,
          "auto (several ranks: each rank also writes its neighbour's optimizer file, rank 1 a "
          "second model file; a resume rebuilds a bad file from its copy), on (one process "
