@@ -464,6 +464,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
     KILN_CHECK(kiln__trainer_resume(t));
     if (cfg->metrics_path)
         KILN_CHECK(open_metrics(&t->metrics, cfg->metrics_path));
+    KILN_CHECK(kiln__trainer_checkpoint_start(t));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
                         (double)t->micro;
     print_plan(t);

@@ -68,6 +68,9 @@ kiln_status kiln__trainer_resume(kiln_trainer *t);
  * writer is done (a MIN all-reduce), and if so the checkpoint published. wait: wait for it
  * (the next checkpoint, a stop, the run's end). Nothing when none is pending. */
 kiln_status kiln__trainer_checkpoint_poll(kiln_trainer *t, int64_t step, int wait);
+/* The checkpoints' staging allocated and its pages taken (a checkpoint_dir; no
+ * communication). */
+kiln_status kiln__trainer_checkpoint_start(kiln_trainer *t);
 /* The writer thread joined and the staging freed (a write in flight is waited for, never
  * published: its temporary folder is removed by the next checkpoint). */
 void kiln__trainer_checkpoint_free(kiln_trainer *t);
