@@ -141,8 +141,7 @@ static void put_hex(cJSON *o, const char *k, uint64_t v) {
 
 enum { REC = 8 }; /* a record's u64s before its loaders' (kiln__ckpt_job's rec) */
 
-static void add_file(cJSON *files, const char *name, const char *of, uint64_t size,
-                     uint64_t hash) {
+static void add_file(cJSON *files, const char *name, const char *of, uint64_t size, uint64_t hash) {
     cJSON *f = cJSON_CreateObject();
     cJSON_AddItemToArray(files, f);
     cJSON_AddStringToObject(f, "name", name);

@@ -59,8 +59,7 @@ kiln_status kiln__ckpt_list(const char *dir, int64_t **steps, int *count);
 /* A checkpoint folder's files and the folder; best effort. */
 void kiln__ckpt_remove_folder(const char *path);
 /* src copied to dst (written whole or not at all); *size and *hash: the bytes copied. */
-kiln_status kiln__ckpt_copy_file(const char *src, const char *dst, uint64_t *size,
-                                 uint64_t *hash);
+kiln_status kiln__ckpt_copy_file(const char *src, const char *dst, uint64_t *size, uint64_t *hash);
 /* The bytes of an optimizer file: the header, then the slabs that flags name for a range of
  * `range` elements of a slab of n, working weights of wsize bytes each. */
 size_t kiln__ckpt_image_bytes(uint32_t flags, int64_t range, int64_t n, size_t wsize);

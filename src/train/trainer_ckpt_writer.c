@@ -16,8 +16,8 @@
 #include "train/trainer_ckpt.h"
 
 size_t kiln__ckpt_image_bytes(uint32_t flags, int64_t range, int64_t n, size_t wsize) {
-    size_t r = (size_t)range, all[6] = {r * 4, r * 4, r * 4, r * wsize, (size_t)n * 4,
-                                        (size_t)n * 4};
+    size_t r = (size_t)range,
+           all[6] = {r * 4, r * 4, r * 4, r * wsize, (size_t)n * 4, (size_t)n * 4};
     size_t sum = KILN__CKPT_HEADER;
     for (int i = 0; i < 6; i++)
         if (flags & (1u << i))
@@ -25,7 +25,9 @@ size_t kiln__ckpt_image_bytes(uint32_t flags, int64_t range, int64_t n, size_t w
     return sum;
 }
 
-int kiln__ckpt_replica_holder(int r, int world) { return world > 1 ? (r + 1) % world : -1; }
+int kiln__ckpt_replica_holder(int r, int world) {
+    return world > 1 ? (r + 1) % world : -1;
+}
 
 /* bytes to folder/name, durable; *size and *hash: the file's. */
 static kiln_status write_bytes(const char *folder, const char *name, const void *p, size_t n,
@@ -45,8 +47,8 @@ static kiln_status write_bytes(const char *folder, const char *name, const void 
 }
 
 /* An optimizer file's image: its header's payload hash filled in, then written. */
-static kiln_status write_image(const char *folder, const char *name, unsigned char *image,
-                               size_t n, uint64_t *size, uint64_t *hash) {
+static kiln_status write_image(const char *folder, const char *name, unsigned char *image, size_t n,
+                               uint64_t *size, uint64_t *hash) {
     kiln__ckpt_header h;
     memcpy(&h, image, sizeof h);
     h.payload_xxh3 = XXH3_64bits(image + sizeof h, n - sizeof h);
@@ -76,8 +78,9 @@ kiln_status kiln__ckpt_job_write(kiln__ckpt_job *j) {
     if (j->kill) /* tests: a process killed with a half-written checkpoint */
         (void)kill(getpid(), SIGKILL);
     if (j->fail)
-        return kiln_error_setf(KILN_ERR_IO, "cannot write %s/model.safetensors: an injected "
-                                            "failure (KILN_TEST_CHECKPOINT_FAIL)",
+        return kiln_error_setf(KILN_ERR_IO,
+                               "cannot write %s/model.safetensors: an injected "
+                               "failure (KILN_TEST_CHECKPOINT_FAIL)",
                                j->tmp);
     if (j->peer_rank >= 0) {
         snprintf(name, sizeof name, "optim_rank%d.replica.bin", j->peer_rank);
@@ -91,8 +94,7 @@ kiln_status kiln__ckpt_job_write(kiln__ckpt_job *j) {
     return KILN_OK;
 }
 
-kiln_status kiln__ckpt_copy_file(const char *src, const char *dst, uint64_t *size,
-                                 uint64_t *hash) {
+kiln_status kiln__ckpt_copy_file(const char *src, const char *dst, uint64_t *size, uint64_t *hash) {
     int fd = -1;
     uint64_t total = 0;
     KILN_CHECK(kiln_file_open_regular(src, &fd, &total));

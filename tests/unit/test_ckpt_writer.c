@@ -50,9 +50,13 @@ static void test_job_write(void) {
     size_t n = kiln__ckpt_image_bytes(KILN__CKPT_M, 1000, 1000, 4);
     j->image = calloc(1, n);
     j->image_bytes = j->image_cap = n;
-    kiln__ckpt_header h = {.magic = KILN__CKPT_MAGIC, .version = KILN__CKPT_VERSION,
-                           .header_bytes = KILN__CKPT_HEADER, .rank = 3, .world = 4,
-                           .flags = KILN__CKPT_M, .payload_bytes = n - KILN__CKPT_HEADER};
+    kiln__ckpt_header h = {.magic = KILN__CKPT_MAGIC,
+                           .version = KILN__CKPT_VERSION,
+                           .header_bytes = KILN__CKPT_HEADER,
+                           .rank = 3,
+                           .world = 4,
+                           .flags = KILN__CKPT_M,
+                           .payload_bytes = n - KILN__CKPT_HEADER};
     memcpy(j->image, &h, sizeof h);
     for (size_t i = sizeof h; i < n; i++)
         j->image[i] = (unsigned char)(i * 7);

@@ -528,7 +528,9 @@ int cmd_train(int argc, char **argv) {
     cfg.checkpoint_keep = ckpt_keep;
     cfg.checkpoint_keep_every = ckpt_keep_every;
     cfg.checkpoint_sync = ckpt_sync;
-    cfg.checkpoint_replicas = !strcmp(ckpt_replicas, "on") ? 1 : !strcmp(ckpt_replicas, "off") ? -1 : 0;
+    cfg.checkpoint_replicas = !strcmp(ckpt_replicas, "on") ? 1 : 0;
+    if (!strcmp(ckpt_replicas, "off"))
+        cfg.checkpoint_replicas = -1;
     cfg.resume_path = resume && resume[0] ? resume : NULL;
     cfg.log = stdout;
     cfg.model_opt.fuse_gelu = fuse_gelu;
