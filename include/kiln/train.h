@@ -57,6 +57,15 @@ typedef struct kiln_train_config {
      * ZeRO stage and the steps may differ from the checkpoint's run: the state is re-cut. */
     const char *checkpoint_dir;
     int64_t checkpoint_every, checkpoint_keep, checkpoint_keep_every;
+    /* How checkpoints are written. checkpoint_sync 0: the step pauses only to copy the state
+     * into staging memory (kept between checkpoints), a writer thread writes and hashes the
+     * files while training goes on, and the checkpoint is published (state.json, rename,
+     * latest) at the end of the first step after every rank's writer is done; 1: all of it on
+     * the training thread. checkpoint_replicas 0: with several ranks rank r also writes rank
+     * r-1's optimizer file (optim_rank<r-1>.replica.bin) and rank 1 model.replica.safetensors,
+     * and a resume rebuilds a bad file from its replica; one process writes none; 1: one
+     * process too writes a second copy of its files; -1: none. */
+    int checkpoint_sync, checkpoint_replicas;
     const char *resume_path;
     double peak_gflops;       /* MFU denominator; <= 0 measures it at start */
     /* Precision and memory: the model's working dtype, recomputation, fusions and classifier
@@ -164,6 +173,8 @@ typedef struct kiln_train_memory {
     size_t activations; /* what forward saves for backward */
     size_t workspace;   /* scratch: activation gradients, attention workspace, logits */
     size_t batches;     /* token ids of a training (and evaluation) batch */
+    size_t checkpoint;  /* checkpoints' staging: this rank's optimizer file, its neighbour's
+                           (replicas) and the fp32 weights (0: no checkpoint_dir) */
     size_t total;       /* the sum */
     size_t headroom;    /* what the process needs besides (code, BLAS buffers, data pages) */
     size_t available;   /* what the process can still take (SIZE_MAX: unknown) */

@@ -88,6 +88,7 @@ done:
 void kiln_trainer_free(kiln_trainer *t) {
     if (!t)
         return;
+    kiln__trainer_checkpoint_free(t); /* first: its thread reads the model's tensors */
     kiln__metrics_close(t->metrics, t->cfg.log);
     kiln__guard_free(&t->guard);
     kiln__trainer_prune_free(t);
@@ -170,6 +171,18 @@ static size_text size_str(size_t bytes) {
     return t;
 }
 
+/* The checkpoints' staging (trainer_ckpt.c): this rank's optimizer file (the optimizer's
+ * state and, narrow, its working weights), its neighbour's (replicas) and the fp32 slab. */
+static size_t checkpoint_staging(const kiln_train_config *cfg, int world, int64_t slab,
+                                 int64_t owned, size_t state) {
+    if (!cfg->checkpoint_dir)
+        return 0;
+    kiln_dtype dt = cfg->model_opt.dtype;
+    size_t image = 128 + state + (dt == KILN_DTYPE_F32 ? 0 : (size_t)owned * kiln_dtype_size(dt));
+    int replicas = world > 1 ? cfg->checkpoint_replicas >= 0 : cfg->checkpoint_replicas > 0;
+    return image + (replicas && world > 1 ? image : 0) + (size_t)slab * sizeof(float);
+}
+
 kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_config *mc,
                                   kiln_train_memory *p) {
     memset(p, 0, sizeof *p);
@@ -209,7 +222,8 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
         model.total += comm;
     }
     p->batches = (size_t)(cfg->B * cfg->T) * 2 * sizeof(int32_t) * (cfg->val_path ? 2 : 1);
-    p->total = model.total + state + p->batches;
+    p->checkpoint = checkpoint_staging(cfg, world, slab, owned, state);
+    p->total = model.total + state + p->batches + p->checkpoint;
     /* The process takes more than its slabs: its code, OpenBLAS's work buffers, the pages
      * of the data. A plan that leaves less than this beside it is refused rather than left
      * to the kernel's out-of-memory killer. */
@@ -225,6 +239,8 @@ void kiln_train_memory_print(FILE *log, const kiln_train_memory *p, int64_t B, i
             size_str(p->params).s, size_str(p->grads).s, size_str(p->master).s,
             size_str(p->moments).s, size_str(p->activations).s, size_str(p->workspace).s,
             size_str(p->batches).s, (long long)B, (long long)T, size_str(p->total).s);
+    if (p->checkpoint)
+        fprintf(log, " (with checkpoints' staging %s)", size_str(p->checkpoint).s);
     if (p->available != SIZE_MAX)
         fprintf(log, " of %s available", size_str(p->available).s);
     fprintf(log, "\n");
@@ -433,6 +449,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
      * touches no file */
     if (cfg->metrics_path && !(t->resumed_step > 0 && t->steps_done >= cfg->steps))
         KILN_CHECK(kiln__metrics_open(&t->metrics, cfg->metrics_path, t->resumed_step > 0));
+    KILN_CHECK(kiln__trainer_checkpoint_start(t));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
                         (double)t->micro;
     print_plan(t);
@@ -592,6 +609,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
     /* before the step's figures: the agreement's traffic is this step's */
     if (cfg->stop_flag && mt.step < cfg->steps)
         KILN_CHECK(kiln__trainer_agree_stop(t, mt.step, *cfg->stop_flag != 0, &t->stopping));
+    KILN_CHECK(kiln__trainer_checkpoint_poll(t, mt.step, 0)); /* a background write done? */
     mt.ms = kiln_time_ms() - t0;
     mt.tokens_per_s = (double)(cfg->B * cfg->T * t->micro_total) / (mt.ms / 1e3);
     kiln__trainer_dist_stats(t, &mt);
@@ -635,6 +653,7 @@ kiln_status kiln_trainer_save_now(kiln_trainer *t, const char **where) {
         return kiln_error_setf(KILN_ERR_CONFIG, "no step is done yet: nothing to save");
     if (cfg->checkpoint_dir) {
         KILN_CHECK(kiln__trainer_checkpoint_now(t, t->steps_done));
+        KILN_CHECK(kiln__trainer_checkpoint_poll(t, t->steps_done, 1));
         if (t->ckpt_step != t->steps_done) /* the warning said why */
             return kiln_error_setf(KILN_ERR_IO, "the checkpoint of step %lld was not written",
                                    (long long)t->steps_done);

@@ -47,57 +47,6 @@ static slab_list rank_slabs(kiln_trainer *t) {
     return l;
 }
 
-/* optim_rank<R>.bin into folder; *size and *hash: the whole file's. */
-static kiln_status write_rank_file(kiln_trainer *t, const char *folder, int64_t step,
-                                   uint64_t *size, uint64_t *hash) {
-    char path[KILN__CKPT_PATH], name[64];
-    snprintf(name, sizeof name, "optim_rank%d.bin", t->rank);
-    KILN_CHECK(kiln__ckpt_path(path, folder, name));
-    slab_list l = rank_slabs(t);
-    kiln__ckpt_header h;
-    memset(&h, 0, sizeof h);
-    memcpy(h.magic, KILN__CKPT_MAGIC, 8);
-    h.version = KILN__CKPT_VERSION;
-    h.header_bytes = KILN__CKPT_HEADER;
-    h.rank = (uint32_t)t->rank;
-    h.world = (uint32_t)t->world;
-    h.lo = t->shard_lo;
-    h.hi = t->shard_hi;
-    h.n = kiln_gpt_slab_len(t->model);
-    h.work_dtype = (uint32_t)kiln_gpt_dtype(t->model);
-    h.flags = l.flags;
-    h.optim_steps = kiln_optim_steps_taken(t->opt);
-    h.step = step;
-    /* the payload's hash goes in the header, so the slabs are hashed before they are written */
-    XXH3_state_t *st = XXH3_createState();
-    if (!st)
-        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate a hash state");
-    XXH3_64bits_reset(st);
-    for (int i = 0; i < 6; i++) {
-        XXH3_64bits_update(st, l.p[i], l.bytes[i]);
-        h.payload_bytes += l.bytes[i];
-    }
-    h.payload_xxh3 = XXH3_64bits_digest(st);
-    XXH3_64bits_reset(st);
-    XXH3_64bits_update(st, &h, sizeof h);
-    kiln__atomic_file f = KILN__ATOMIC_FILE_INIT;
-    kiln_status s = kiln__atomic_open(&f, path);
-    if (s == KILN_OK)
-        s = kiln__atomic_write(&f, &h, sizeof h);
-    for (int i = 0; i < 6 && s == KILN_OK; i++) {
-        s = kiln__atomic_write(&f, l.p[i], l.bytes[i]);
-        XXH3_64bits_update(st, l.p[i], l.bytes[i]);
-    }
-    if (s == KILN_OK)
-        s = kiln__atomic_commit(&f);
-    else
-        kiln__atomic_abort(&f);
-    *size = sizeof h + h.payload_bytes;
-    *hash = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
-    return s;
-}
-
 kiln_status kiln__ckpt_path(char *out, const char *dir, const char *name) {
     int k = snprintf(out, KILN__CKPT_PATH, "%s/%s", dir, name);
     if (k < 0 || k >= KILN__CKPT_PATH)
@@ -181,19 +130,6 @@ static kiln_status prepare_folder(kiln_trainer *t, const char *tmp) {
     return KILN_OK;
 }
 
-/* Rank 0: model.safetensors from the fp32 master weights (the whole slab, gathered) or the
- * working weights, as --save writes them, but always fp32. */
-static kiln_status write_model(kiln_trainer *t, const char *tmp, const float *master,
-                               uint64_t *size, uint64_t *hash) {
-    char path[4096];
-    KILN_CHECK(kiln__ckpt_path(path, tmp, "model.safetensors"));
-    if (master)
-        KILN_CHECK(kiln_gpt_save_slab(t->model, path, master, KILN_DTYPE_F32, KILN_DTYPE_F32));
-    else
-        KILN_CHECK(kiln_gpt_save_safetensors(t->model, path, KILN_DTYPE_F32));
-    return kiln__ckpt_hash_file(path, size, hash);
-}
-
 static int loaders_of(const kiln_trainer *t, int r) {
     return t->cfg.rank_batches ? (int)t->cfg.rank_batches[r] : 1;
 }
@@ -204,9 +140,24 @@ static void put_hex(cJSON *o, const char *k, uint64_t v) {
     cJSON_AddStringToObject(o, k, b);
 }
 
-/* Rank 0, last: state.json from every rank's record (file size, hash, loader states). */
-static kiln_status write_state(kiln_trainer *t, const char *tmp, int64_t step, const uint64_t *all,
-                               const int64_t *at, uint64_t msize, uint64_t mhash) {
+enum { REC = 8 }; /* a record's u64s before its loaders' (kiln__ckpt_job's rec) */
+
+static void add_file(cJSON *files, const char *name, const char *of, uint64_t size, uint64_t hash) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddItemToArray(files, f);
+    cJSON_AddStringToObject(f, "name", name);
+    if (of)
+        cJSON_AddStringToObject(f, "of", of);
+    cJSON_AddNumberToObject(f, "size", (double)size);
+    put_hex(f, "xxh3", hash);
+}
+
+/* Rank 0, last: state.json from every rank's record (files' sizes and hashes, loader
+ * states) and the state staged with the job. */
+static kiln_status write_state(kiln_trainer *t, const kiln__ckpt_writer *w, const uint64_t *all,
+                               const int64_t *at) {
+    const char *tmp = w->job.tmp;
+    int64_t step = w->job.step;
     const kiln_gpt_config *mc = kiln_gpt_get_config(t->model);
     cJSON *j = cJSON_CreateObject();
     if (!j)
@@ -228,18 +179,19 @@ static kiln_status write_state(kiln_trainer *t, const char *tmp, int64_t step, c
     cJSON_AddStringToObject(m, "dtype", kiln_dtype_name(kiln_gpt_dtype(t->model)));
     cJSON_AddStringToObject(j, "optimizer", kiln_optim_kind_name(t->cfg.optim.kind));
     cJSON *ls = cJSON_AddObjectToObject(j, "loss_scaler");
-    cJSON_AddNumberToObject(ls, "scale", (double)t->scaler.scale);
-    cJSON_AddNumberToObject(ls, "clean_steps", (double)t->scaler.clean_steps);
-    cJSON_AddNumberToObject(ls, "skipped", (double)t->scaler.skipped);
+    cJSON_AddNumberToObject(ls, "scale", (double)w->scaler.scale);
+    cJSON_AddNumberToObject(ls, "clean_steps", (double)w->scaler.clean_steps);
+    cJSON_AddNumberToObject(ls, "skipped", (double)w->scaler.skipped);
     cJSON_AddNumberToObject(j, "first_loss", (double)t->first_loss);
     kiln__ckpt_put_run(t, j); /* the split and the settings by name: resuming on another split */
     cJSON *ranks = cJSON_AddArrayToObject(j, "ranks");
     cJSON *files = cJSON_AddArrayToObject(j, "files");
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddItemToArray(files, f);
-    cJSON_AddStringToObject(f, "name", "model.safetensors");
-    cJSON_AddNumberToObject(f, "size", (double)msize);
-    put_hex(f, "xxh3", mhash);
+    cJSON *replicas = cJSON_AddArrayToObject(j, "replicas");
+    add_file(files, "model.safetensors", NULL, all[at[0] + 4], all[at[0] + 5]);
+    int mr = t->world > 1 ? 1 : 0; /* the rank that writes the model's replica */
+    if (all[at[mr] + 6])
+        add_file(replicas, "model.replica.safetensors", "model.safetensors", all[at[mr] + 6],
+                 all[at[mr] + 7]);
     for (int r = 0; r < t->world; r++) {
         const uint64_t *rec = all + at[r];
         cJSON *ro = cJSON_CreateObject(), *la = cJSON_AddArrayToObject(ro, "loaders");
@@ -247,17 +199,18 @@ static kiln_status write_state(kiln_trainer *t, const char *tmp, int64_t step, c
         for (int k = 0; k < loaders_of(t, r); k++) {
             cJSON *lo = cJSON_CreateObject();
             cJSON_AddItemToArray(la, lo);
-            cJSON_AddNumberToObject(lo, "epoch", (double)rec[2 + 3 * k]);
-            cJSON_AddNumberToObject(lo, "position", (double)rec[3 + 3 * k]);
-            put_hex(lo, "seed", rec[4 + 3 * k]);
+            cJSON_AddNumberToObject(lo, "epoch", (double)rec[REC + 3 * k]);
+            cJSON_AddNumberToObject(lo, "position", (double)rec[REC + 1 + 3 * k]);
+            put_hex(lo, "seed", rec[REC + 2 + 3 * k]);
         }
-        char name[64];
+        char name[64], rname[64];
         snprintf(name, sizeof name, "optim_rank%d.bin", r);
-        f = cJSON_CreateObject();
-        cJSON_AddItemToArray(files, f);
-        cJSON_AddStringToObject(f, "name", name);
-        cJSON_AddNumberToObject(f, "size", (double)rec[0]);
-        put_hex(f, "xxh3", rec[1]);
+        add_file(files, name, NULL, rec[0], rec[1]);
+        int holder = t->world > 1 ? kiln__ckpt_replica_holder(r, t->world) : 0;
+        const uint64_t *hr = all + at[holder];
+        snprintf(rname, sizeof rname, "optim_rank%d.replica.bin", r);
+        if (hr[2])
+            add_file(replicas, rname, name, hr[2], hr[3]);
     }
     put_hex(j, "state_xxh3", 0); /* sealed below: state.json's own checksum */
     char *text = cJSON_Print(j);
@@ -368,14 +321,15 @@ static kiln_status publish(kiln_trainer *t, const char *tmp, const char *final, 
     return kiln__write_file_atomic(latest, name, (size_t)len);
 }
 
-/* Every rank's record: its file's size and hash, then (epoch, position, seed) per loader. */
-static kiln_status exchange_records(kiln_trainer *t, uint64_t size, uint64_t hash, uint64_t **all,
+/* Every rank's record: its job's rec (file sizes and hashes), then (epoch, position, seed)
+ * per loader as staged. */
+static kiln_status exchange_records(kiln_trainer *t, const kiln__ckpt_writer *w, uint64_t **all,
                                     int64_t **at) {
     int64_t *counts = calloc((size_t)t->world, sizeof *counts);
     *at = calloc((size_t)t->world + 1, sizeof **at);
     for (int r = 0; counts && *at && r < t->world; r++) {
-        (*at)[r + 1] = (*at)[r] + 2 + 3 * loaders_of(t, r);
-        counts[r] = 2 * (2 + 3 * loaders_of(t, r)); /* u64s moved as pairs of floats' bytes */
+        (*at)[r + 1] = (*at)[r] + REC + 3 * loaders_of(t, r);
+        counts[r] = 2 * (REC + 3 * loaders_of(t, r)); /* u64s moved as pairs of floats' bytes */
     }
     *all = *at ? calloc((size_t)(*at)[t->world] + 1, sizeof **all) : NULL;
     kiln_status s = KILN_OK;
@@ -384,15 +338,8 @@ static kiln_status exchange_records(kiln_trainer *t, uint64_t size, uint64_t has
         goto done;
     }
     uint64_t *mine = *all + (*at)[t->rank];
-    mine[0] = size;
-    mine[1] = hash;
-    for (int k = 0; k < loaders_of(t, t->rank); k++) {
-        kiln_loader_state ls =
-            kiln_loader_get_state(t->micro_loaders ? t->micro_loaders[k] : t->train);
-        mine[2 + 3 * k] = ls.epoch;
-        mine[3 + 3 * k] = ls.position;
-        mine[4 + 3 * k] = ls.seed;
-    }
+    memcpy(mine, w->job.rec, REC * sizeof *mine);
+    memcpy(mine + REC, w->loaders, (size_t)w->nloaders * 3 * sizeof *mine);
     if (t->world > 1)
         s = kiln_comm_allgather(mine, *all, counts, KILN_DTYPE_F32, t->comm);
 done:
@@ -431,67 +378,288 @@ static void warn(kiln_trainer *t, int64_t step, int own) {
         }                                                                                          \
     } while (0)
 
-kiln_status kiln__trainer_checkpoint(kiln_trainer *t, int64_t step) {
-    const kiln_train_config *cfg = &t->cfg;
-    if (!cfg->checkpoint_dir || cfg->checkpoint_every <= 0 ||
-        (step % cfg->checkpoint_every != 0 && step != cfg->steps))
-        return KILN_OK;
-    return kiln__trainer_checkpoint_now(t, step);
-}
-
-kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step) {
-    const kiln_train_config *cfg = &t->cfg;
-    if (!cfg->checkpoint_dir || step == t->ckpt_step)
-        return KILN_OK;
-    double t0 = kiln_time_ms();
-    if (strlen(cfg->checkpoint_dir) > KILN__CKPT_PATH - 64) {
-        (void)kiln_error_setf(KILN_ERR_ARG, "the checkpoint folder's path is too long");
-        warn(t, step, 1);
-        return KILN_OK;
-    }
-    char tmp[KILN__CKPT_PATH], final[KILN__CKPT_PATH];
-    snprintf(tmp, sizeof tmp, "%s/.step_%08lld.tmp", cfg->checkpoint_dir, (long long)step);
-    snprintf(final, sizeof final, "%s/" KILN__CKPT_STEP_FMT, cfg->checkpoint_dir, (long long)step);
-    float *master = kiln_optim_master(t->opt), *full = NULL;
-    uint64_t *all = NULL, size = 0, hash = 0, msize = 0, mhash = 0;
-    int64_t *at = NULL, n = kiln_gpt_slab_len(t->model);
+/* After every rank's writer is done (local: this rank's status): the records exchanged, and
+ * rank 0 writes state.json, renames the folder, updates latest and prunes. */
+static kiln_status publish_job(kiln_trainer *t, kiln__ckpt_writer *w, kiln_status local) {
+    int64_t step = w->job.step;
+    uint64_t *all = NULL;
+    int64_t *at = NULL;
     kiln_status s = KILN_OK, fatal = KILN_OK;
     int published = 0;
-    /* the collectives first (as --save does): these are not a write that may fail */
-    if (master && (t->shard_lo != 0 || t->shard_hi != n)) {
-        KILN_CHECK(kiln__trainer_gather_master(t, &full));
-        master = full;
-    }
-    if (!master && (fatal = kiln__trainer_zero3_need_all(t)))
+    if (local != KILN_OK)
+        (void)kiln_error_setf(local, "%s", w->msg);
+    AGREE_OR_WARN(local, "to write its checkpoint files");
+    if ((fatal = exchange_records(t, w, &all, &at)))
         goto cleanup;
-    AGREE_OR_WARN(t->rank == 0 ? prepare_folder(t, tmp) : KILN_OK, "to prepare the checkpoint");
-    s = write_rank_file(t, tmp, step, &size, &hash);
-    if (s == KILN_OK && t->rank == 0)
-        s = write_model(t, tmp, master, &msize, &mhash);
-    AGREE_OR_WARN(s, "to write its checkpoint files");
-    if ((fatal = exchange_records(t, size, hash, &all, &at)))
-        goto cleanup;
-    s = KILN_OK;
     if (t->rank == 0) {
-        s = write_state(t, tmp, step, all, at, msize, mhash);
+        s = write_state(t, w, all, at);
         if (s == KILN_OK)
-            s = publish(t, tmp, final, step);
+            s = publish(t, w->job.tmp, w->final, step);
         if (s == KILN_OK)
             prune(t, step);
     }
     AGREE_OR_WARN(s, "to complete the checkpoint");
     published = 1;
     t->ckpt_step = step;
-    if (cfg->log)
-        fprintf(cfg->log, "checkpoint: %s (step %lld) in %.0f ms\n", final, (long long)step,
-                kiln_time_ms() - t0);
+    if (t->cfg.log && t->cfg.checkpoint_sync)
+        fprintf(t->cfg.log, "checkpoint: %s (step %lld) in %.0f ms\n", w->final, (long long)step,
+                kiln_time_ms() - w->started_ms);
+    else if (t->cfg.log)
+        fprintf(t->cfg.log,
+                "checkpoint: %s (step %lld): the step paused %.0f ms to copy it; written in the "
+                "background in %.0f ms, published %.0f ms after the pause\n",
+                w->final, (long long)step, w->copy_ms, w->job.ms,
+                kiln_time_ms() - w->started_ms - w->copy_ms);
 cleanup:
     if (t->rank == 0 && !published) /* whatever a failed write left (renamed: nothing) */
-        kiln__ckpt_remove_folder(tmp);
-    free(full);
+        kiln__ckpt_remove_folder(w->job.tmp);
     free(all);
     free(at);
-    if (!master && fatal == KILN_OK)
-        fatal = kiln__trainer_zero3_drop_all(t);
     return fatal;
+}
+
+static int replicas_on(const kiln_trainer *t) {
+    return t->world > 1 ? t->cfg.checkpoint_replicas >= 0 : t->cfg.checkpoint_replicas > 0;
+}
+
+/* buf grown to at least bytes (a multiple of 4: images travel as floats), zero-padded. */
+static kiln_status grow(void **buf, size_t *cap, size_t bytes) {
+    size_t want = (bytes + 3) & ~(size_t)3;
+    if (*cap < want) {
+        void *p = realloc(*buf, want);
+        if (!p)
+            return kiln_error_setf(KILN_ERR_NOMEM,
+                                   "cannot allocate %.1f MiB to stage the checkpoint",
+                                   (double)want / (1 << 20));
+        *buf = p;
+        *cap = want;
+    }
+    memset((char *)*buf + bytes, 0, want - bytes);
+    return KILN_OK;
+}
+
+static long env_num(const char *name) {
+    const char *v = getenv(name);
+    return v && v[0] ? strtol(v, NULL, 10) : 0;
+}
+
+/* The staging buffers for this checkpoint, sized (local; before any collective). */
+static kiln_status stage_alloc(kiln_trainer *t, kiln__ckpt_writer *w) {
+    kiln__ckpt_job *j = &w->job;
+    int64_t n = kiln_gpt_slab_len(t->model);
+    slab_list l = rank_slabs(t);
+    size_t wsize = kiln_dtype_size(kiln_gpt_dtype(t->model));
+    j->image_bytes = kiln__ckpt_image_bytes(l.flags, t->shard_hi - t->shard_lo, n, wsize);
+    KILN_CHECK(grow((void **)&j->image, &j->image_cap, j->image_bytes));
+    j->peer_rank = -1;
+    if (replicas_on(t) && t->world > 1) {
+        int left = (t->rank + t->world - 1) % t->world;
+        int64_t lo = 0, hi = n;
+        if (t->dp)
+            kiln_dp_shard_of(t->dp, left, &lo, &hi);
+        if (t->cfg.local_steps > 0) /* local SGD: every rank the whole slab */
+            lo = 0, hi = n;
+        j->peer_bytes = kiln__ckpt_image_bytes(l.flags, hi - lo, n, wsize);
+        if (j->peer == j->image)
+            j->peer = NULL, j->peer_cap = 0;
+        KILN_CHECK(grow((void **)&j->peer, &j->peer_cap, j->peer_bytes));
+        j->peer_rank = left;
+    } else if (replicas_on(t)) { /* one process: a second copy of its own file */
+        if (j->peer != j->image)
+            free(j->peer);
+        j->peer = j->image;
+        j->peer_bytes = j->image_bytes;
+        j->peer_rank = 0;
+    }
+    j->write_model = t->rank == 0;
+    j->write_model_replica = replicas_on(t) && t->rank == (t->world > 1 ? 1 : 0);
+    float *master = kiln_optim_master(t->opt);
+    int sharded = master && (t->shard_lo != 0 || t->shard_hi != n);
+    if (j->write_model || j->write_model_replica || sharded)
+        KILN_CHECK(grow((void **)&j->weights, &j->weights_cap, (size_t)n * sizeof(float)));
+    int nl = loaders_of(t, t->rank);
+    if (w->nloaders < nl) {
+        uint64_t *p = realloc(w->loaders, (size_t)nl * 3 * sizeof *p);
+        if (!p)
+            return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the loaders' states");
+        w->loaders = p;
+    }
+    w->nloaders = nl;
+    return KILN_OK;
+}
+
+/* The fp32 weights into staging: gathered from every rank's shard (a collective), or
+ * copied; ZeRO 3's working weights gathered and dropped again. An error: communication. */
+static kiln_status stage_weights(kiln_trainer *t, kiln__ckpt_job *j) {
+    float *master = kiln_optim_master(t->opt);
+    int64_t n = kiln_gpt_slab_len(t->model);
+    int want = j->write_model || j->write_model_replica;
+    if (master && (t->shard_lo != 0 || t->shard_hi != n))
+        return kiln__trainer_gather_master_into(t, j->weights);
+    if (master) {
+        if (want)
+            memcpy(j->weights, master, (size_t)n * sizeof(float));
+        return KILN_OK;
+    }
+    KILN_CHECK(kiln__trainer_zero3_need_all(t));
+    if (want)
+        memcpy(j->weights, kiln_gpt_params(t->model), (size_t)n * sizeof(float));
+    return kiln__trainer_zero3_drop_all(t);
+}
+
+/* This rank's optimizer file's bytes (the payload's hash is the writer's to fill in). */
+static void stage_image(kiln_trainer *t, kiln__ckpt_job *j, int64_t step) {
+    slab_list l = rank_slabs(t);
+    kiln__ckpt_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, KILN__CKPT_MAGIC, 8);
+    h.version = KILN__CKPT_VERSION;
+    h.header_bytes = KILN__CKPT_HEADER;
+    h.rank = (uint32_t)t->rank;
+    h.world = (uint32_t)t->world;
+    h.lo = t->shard_lo;
+    h.hi = t->shard_hi;
+    h.n = kiln_gpt_slab_len(t->model);
+    h.work_dtype = (uint32_t)kiln_gpt_dtype(t->model);
+    h.flags = l.flags;
+    h.optim_steps = kiln_optim_steps_taken(t->opt);
+    h.step = step;
+    h.payload_bytes = j->image_bytes - sizeof h;
+    memcpy(j->image, &h, sizeof h);
+    size_t off = sizeof h;
+    for (int i = 0; i < 6; i++) {
+        if (l.bytes[i])
+            memcpy(j->image + off, l.p[i], l.bytes[i]);
+        off += l.bytes[i];
+    }
+}
+
+/* Each rank's image to the next rank (a ring): rank 0 sends first, the others receive
+ * first, so that no two wait for each other. */
+static kiln_status exchange_images(kiln_trainer *t, kiln__ckpt_job *j) {
+    enum { TAG = 7301 };
+    int right = (t->rank + 1) % t->world, left = (t->rank + t->world - 1) % t->world;
+    int64_t mine = (int64_t)((j->image_bytes + 3) / 4), theirs = (int64_t)((j->peer_bytes + 3) / 4);
+    if (t->rank == 0)
+        KILN_CHECK(kiln_comm_send(j->image, mine, KILN_DTYPE_F32, right, TAG, t->comm));
+    KILN_CHECK(kiln_comm_recv(j->peer, theirs, KILN_DTYPE_F32, left, TAG, t->comm));
+    if (t->rank != 0)
+        KILN_CHECK(kiln_comm_send(j->image, mine, KILN_DTYPE_F32, right, TAG, t->comm));
+    return KILN_OK;
+}
+
+kiln_status kiln__trainer_checkpoint_start(kiln_trainer *t) {
+    if (!t->cfg.checkpoint_dir)
+        return KILN_OK;
+    if (!t->ckw)
+        KILN_CHECK(kiln__ckpt_writer_create(&t->ckw));
+    kiln__ckpt_job *j = &t->ckw->job;
+    KILN_CHECK(stage_alloc(t, t->ckw));
+    /* the pages taken now, not in the first checkpoint's pause (1.4 GiB for gpt2-124m) */
+    memset(j->image, 0, j->image_cap);
+    if (j->peer && j->peer != j->image)
+        memset(j->peer, 0, j->peer_cap);
+    if (j->weights)
+        memset(j->weights, 0, j->weights_cap);
+    return KILN_OK;
+}
+
+kiln_status kiln__trainer_checkpoint(kiln_trainer *t, int64_t step) {
+    const kiln_train_config *cfg = &t->cfg;
+    if (!cfg->checkpoint_dir || cfg->checkpoint_every <= 0 ||
+        (step % cfg->checkpoint_every != 0 && step != cfg->steps))
+        return KILN_OK;
+    KILN_CHECK(kiln__trainer_checkpoint_now(t, step));
+    if (step == cfg->steps || t->stopping) /* the run's end waits for its last checkpoint */
+        return kiln__trainer_checkpoint_poll(t, step, 1);
+    return KILN_OK;
+}
+
+kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step) {
+    const kiln_train_config *cfg = &t->cfg;
+    if (!cfg->checkpoint_dir)
+        return KILN_OK;
+    KILN_CHECK(kiln__trainer_checkpoint_poll(t, step, 1)); /* one write at a time */
+    if (step == t->ckpt_step)
+        return KILN_OK;
+    if (strlen(cfg->checkpoint_dir) > KILN__CKPT_PATH - 64) {
+        (void)kiln_error_setf(KILN_ERR_ARG, "the checkpoint folder's path is too long");
+        warn(t, step, 1);
+        return KILN_OK;
+    }
+    if (!t->ckw)
+        KILN_CHECK(kiln__ckpt_writer_create(&t->ckw));
+    kiln__ckpt_writer *w = t->ckw;
+    kiln__ckpt_job *j = &w->job;
+    w->started_ms = kiln_time_ms();
+    j->step = step;
+    j->rank = t->rank;
+    j->model = t->model;
+    snprintf(j->tmp, sizeof j->tmp, "%s/.step_%08lld.tmp", cfg->checkpoint_dir, (long long)step);
+    snprintf(w->final, sizeof w->final, "%s/" KILN__CKPT_STEP_FMT, cfg->checkpoint_dir,
+             (long long)step);
+    /* tests: KILN_TEST_CHECKPOINT_{DELAY_MS,FAIL,KILL}: a slow writer; a failed write, or a
+     * killed process, at the checkpoint of that step */
+    j->delay_ms = env_num("KILN_TEST_CHECKPOINT_DELAY_MS");
+    j->fail = env_num("KILN_TEST_CHECKPOINT_FAIL") == step;
+    j->kill = env_num("KILN_TEST_CHECKPOINT_KILL") == step;
+    kiln_status s = stage_alloc(t, w);
+    if (s == KILN_OK && t->rank == 0)
+        s = prepare_folder(t, j->tmp);
+    AGREE_OR_WARN(s, "to prepare the checkpoint");
+    /* the collectives (not a write that may fail), then the copies */
+    KILN_CHECK(stage_weights(t, j));
+    stage_image(t, j, step);
+    if (j->peer_rank >= 0 && t->world > 1)
+        KILN_CHECK(exchange_images(t, j));
+    for (int k = 0; k < w->nloaders; k++) {
+        kiln_loader_state ls =
+            kiln_loader_get_state(t->micro_loaders ? t->micro_loaders[k] : t->train);
+        w->loaders[3 * k] = ls.epoch;
+        w->loaders[3 * k + 1] = ls.position;
+        w->loaders[3 * k + 2] = ls.seed;
+    }
+    w->scaler = t->scaler;
+    w->copy_ms = kiln_time_ms() - w->started_ms;
+    if (cfg->checkpoint_sync) {
+        s = kiln__ckpt_job_write(j);
+        snprintf(w->msg, sizeof w->msg, "%s", s != KILN_OK ? kiln_error_message() : "");
+        return publish_job(t, w, s);
+    }
+    s = kiln__ckpt_writer_submit(w);
+    if (s != KILN_OK) { /* no thread: written here */
+        s = kiln__ckpt_job_write(j);
+        snprintf(w->msg, sizeof w->msg, "%s", s != KILN_OK ? kiln_error_message() : "");
+        return publish_job(t, w, s);
+    }
+    w->pending = 1;
+    return KILN_OK;
+cleanup:
+    if (t->rank == 0)
+        kiln__ckpt_remove_folder(j->tmp);
+    return KILN_OK;
+}
+
+kiln_status kiln__trainer_checkpoint_poll(kiln_trainer *t, int64_t step, int wait) {
+    kiln__ckpt_writer *w = t->ckw;
+    if (!w || !w->pending)
+        return KILN_OK;
+    if (!wait) {
+        /* local SGD's ranks talk at their averages alone */
+        if (t->world > 1 && t->cfg.local_steps > 0 && !kiln__trainer_local_sync_due(t, step))
+            return KILN_OK;
+        double busy = kiln__ckpt_writer_done(w, 0) ? 0.0 : 1.0;
+        if (t->world > 1) /* every rank's: through the engine, counted in the step's traffic */
+            KILN_CHECK(kiln_dp_allreduce_sums(t->dp, &busy, 1));
+        if (busy > 0.0)
+            return KILN_OK;
+    }
+    kiln__ckpt_writer_done(w, 1);
+    w->pending = 0;
+    return publish_job(t, w, w->status);
+}
+
+void kiln__trainer_checkpoint_free(kiln_trainer *t) {
+    kiln__ckpt_writer_free(t->ckw);
+    t->ckw = NULL;
 }

@@ -9,7 +9,12 @@
  * own: checkpoints are read back on the machines that wrote them), then the slabs its
  * flags name, in flag order: moments 0 and 1 and the master weights (hi - lo fp32 each), the
  * working weights [lo, hi) in their dtype (bf16/fp16: stochastic rounding makes them not
- * recomputable from the master weights), DiLoCo's outer weights and momentum (n fp32 each). */
+ * recomputable from the master weights), DiLoCo's outer weights and momentum (n fp32 each).
+ *
+ * Replicas (state.json's "replicas", each naming the file it copies, with its own size and
+ * hash): optim_rank<R>.replica.bin, written by rank (R + 1) mod world from the bytes rank R
+ * sent it, and model.replica.safetensors, written by rank 1 (one process: both by itself, on
+ * request). A resume takes a bad file from its good replica and rewrites it. */
 #ifndef KILN_TRAIN_TRAINER_CKPT_H
 #define KILN_TRAIN_TRAINER_CKPT_H
 
@@ -59,5 +64,69 @@ kiln_status kiln__ckpt_seal(char *text, size_t len);
 kiln_status kiln__ckpt_check_seal(const char *path, char *text, size_t len);
 /* A checkpoint folder's files and the folder; best effort. */
 void kiln__ckpt_remove_folder(const char *path);
+/* src copied to dst (written whole or not at all); *size and *hash: the bytes copied. */
+kiln_status kiln__ckpt_copy_file(const char *src, const char *dst, uint64_t *size, uint64_t *hash);
+/* The bytes of an optimizer file: the header, then the slabs that flags name for a range of
+ * `range` elements of a slab of n, working weights of wsize bytes each. */
+size_t kiln__ckpt_image_bytes(uint32_t flags, int64_t range, int64_t n, size_t wsize);
+/* The rank that writes rank r's replica (-1: none with one process). */
+int kiln__ckpt_replica_holder(int r, int world);
+
+/* ---- the writer (trainer_ckpt_writer.c) ---- */
+
+#include <pthread.h>
+
+#include "kiln/model.h"
+#include "kiln/train.h"
+
+/* What a writer writes into a step's temporary folder: copies made on the training thread,
+ * so that training goes on meanwhile. The buffers stay allocated between checkpoints. */
+typedef struct kiln__ckpt_job {
+    int64_t step;
+    int rank;
+    char tmp[KILN__CKPT_PATH];
+    unsigned char *image; /* optim_rank<rank>.bin: header, then slabs (payload hash unset) */
+    size_t image_bytes, image_cap;
+    unsigned char *peer; /* rank peer_rank's file, for its replica (-1: none) */
+    size_t peer_bytes, peer_cap;
+    int peer_rank;
+    float *weights; /* the whole fp32 slab, for the model files */
+    size_t weights_cap;
+    kiln_gpt *model; /* its tensors' names and shapes only */
+    int write_model, write_model_replica;
+    long delay_ms;  /* tests: a pause before writing */
+    int fail, kill; /* tests: fail; SIGKILL the process once the first file is written */
+    /* out: own file's size and hash, the replica's, model.safetensors's, its replica's */
+    uint64_t rec[8];
+    double ms;
+} kiln__ckpt_job;
+/* The job's files into job->tmp (the payload hash filled in first). */
+kiln_status kiln__ckpt_job_write(kiln__ckpt_job *j);
+
+/* A job, the state it was staged with, and the thread that writes it. */
+typedef struct kiln__ckpt_writer {
+    kiln__ckpt_job job;
+    uint64_t *loaders; /* (epoch, position, seed) per loader of this rank, at the step */
+    int nloaders;
+    kiln_loss_scaler scaler;
+    int pending; /* handed over, not yet published */
+    double copy_ms, started_ms;
+    char final[KILN__CKPT_PATH];
+    /* the thread */
+    int have_thread, queued, done, quit;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    kiln_status status;
+    char msg[1024];
+} kiln__ckpt_writer;
+
+kiln_status kiln__ckpt_writer_create(kiln__ckpt_writer **out);
+/* Hand the job to the thread (started the first time). */
+kiln_status kiln__ckpt_writer_submit(kiln__ckpt_writer *w);
+/* Whether the job is written (wait: until it is); then w->status and w->msg say how. */
+int kiln__ckpt_writer_done(kiln__ckpt_writer *w, int wait);
+/* The thread joined (after its job) and everything freed. */
+void kiln__ckpt_writer_free(kiln__ckpt_writer *w);
 
 #endif

@@ -440,26 +440,27 @@ kiln_status kiln__trainer_gather_master(kiln_trainer *t, float **full) {
         return kiln_error_setf(KILN_ERR_NOMEM,
                                "cannot allocate %lld floats to gather the master weights",
                                (long long)n);
-    int64_t *counts = calloc((size_t)t->world, sizeof *counts);
-    if (!counts) {
+    kiln_status s = kiln__trainer_gather_master_into(t, *full);
+    if (s != KILN_OK) {
         free(*full);
         *full = NULL;
-        return kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
     }
+    return s;
+}
+
+kiln_status kiln__trainer_gather_master_into(kiln_trainer *t, float *full) {
+    int64_t *counts = calloc((size_t)t->world, sizeof *counts);
+    if (!counts)
+        return kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
     for (int r = 0; r < t->world; r++) {
         int64_t lo, hi;
         kiln_dp_shard_of(t->dp, r, &lo, &hi);
         counts[r] = hi - lo;
     }
-    memcpy(*full + t->shard_lo, kiln_optim_master(t->opt),
+    memcpy(full + t->shard_lo, kiln_optim_master(t->opt),
            (size_t)(t->shard_hi - t->shard_lo) * sizeof(float));
-    kiln_status s = kiln_comm_allgather(*full + t->shard_lo, *full, counts, KILN_DTYPE_F32,
-                                        t->comm);
+    kiln_status s = kiln_comm_allgather(full + t->shard_lo, full, counts, KILN_DTYPE_F32, t->comm);
     free(counts);
-    if (s != KILN_OK) {
-        free(*full);
-        *full = NULL;
-    }
     return s;
 }
 

@@ -154,6 +154,8 @@ static kiln_status rollback(kiln_trainer *t, const kiln_step_info *mt) {
                  (long long)t->rollbacks);
         return give_up(t, mt, why);
     }
+    /* a checkpoint still being written is published first: it may be the one to go back to */
+    KILN_CHECK(kiln__trainer_checkpoint_poll(t, mt->step, 1));
     int64_t to = 0;
     kiln_status s = rollback_target(t, t->first_bad, &to);
     if (s == KILN_OK && to == 0) {

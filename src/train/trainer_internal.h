@@ -66,6 +66,8 @@ struct kiln_trainer {
     const char *prune_meta[3];
     /* the --save file could not be written: failures in a row, and the step to try again */
     int64_t save_failures, save_retry_at;
+    /* checkpoints' staging and writer thread (trainer_ckpt.c; NULL: none yet) */
+    struct kiln__ckpt_writer *ckw;
 };
 
 /* ---- trainer_prune.c ---- */
@@ -116,6 +118,16 @@ kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step);
 /* cfg.resume_path's checkpoint into the trainer (after its weights and optimizer exist, before
  * any file of the run is written); every rank reads the files itself. */
 kiln_status kiln__trainer_resume(kiln_trainer *t);
+/* At a step's end while a checkpoint is written in the background: whether every rank's
+ * writer is done (a MIN all-reduce), and if so the checkpoint published. wait: wait for it
+ * (the next checkpoint, a stop, the run's end). Nothing when none is pending. */
+kiln_status kiln__trainer_checkpoint_poll(kiln_trainer *t, int64_t step, int wait);
+/* The checkpoints' staging allocated and its pages taken (a checkpoint_dir; no
+ * communication). */
+kiln_status kiln__trainer_checkpoint_start(kiln_trainer *t);
+/* The writer thread joined and the staging freed (a write in flight is waited for, never
+ * published: its temporary folder is removed by the next checkpoint). */
+void kiln__trainer_checkpoint_free(kiln_trainer *t);
 
 
 /* ---- trainer_dist.c ---- */
@@ -145,6 +157,7 @@ kiln_status kiln__trainer_dist_mean(kiln_trainer *t, double *v);
 /* The fp32 master weights of the whole slab in *full (malloc'd; the caller frees), gathered
  * from every rank's shard (zero >= 1 with narrow working weights). */
 kiln_status kiln__trainer_gather_master(kiln_trainer *t, float **full);
+kiln_status kiln__trainer_gather_master_into(kiln_trainer *t, float *full); /* n floats */
 /* Local SGD: whether this step averages (every local_steps, and the last). */
 int kiln__trainer_local_sync_due(const kiln_trainer *t, int64_t step);
 /* Local SGD's average of the weights, or DiLoCo's outer step (cfg.outer_lr, momentum). */

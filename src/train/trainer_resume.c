@@ -205,30 +205,92 @@ static kiln_status check_identity(kiln_trainer *t, const char *folder, const cJS
     return KILN_OK;
 }
 
-/* Every file listed in state.json has its size and checksum: KILN_ERR_FORMAT otherwise. */
-static kiln_status check_files(const char *folder, const cJSON *j, int world) {
+/* A file state.json lists (an entry of "files" or "replicas") has its size and checksum:
+ * KILN_ERR_FORMAT naming it otherwise. */
+static kiln_status check_entry(const char *folder, const cJSON *f) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+    int ok = 1;
+    uint64_t size = (uint64_t)num(f, "size", &ok), sum = hex(f, "xxh3", &ok), gs, gh;
+    if (!ok || !cJSON_IsString(name) || strchr(name->valuestring, '/'))
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json: a malformed file entry", folder);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", folder, name->valuestring);
+    if (kiln__ckpt_hash_file(path, &gs, &gh) != KILN_OK) /* any failure: a damaged folder */
+        return KILN_ERR_FORMAT;
+    if (gs != size || gh != sum)
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s does not match its checksum (%llu bytes, XXH3 %016llx; "
+                               "state.json says %llu bytes, %016llx)",
+                               path, (unsigned long long)gs, (unsigned long long)gh,
+                               (unsigned long long)size, (unsigned long long)sum);
+    return KILN_OK;
+}
+
+/* The replica state.json lists for the file `name` (NULL: none). */
+static const cJSON *replica_of(const cJSON *j, const char *name) {
+    const cJSON *reps = cJSON_GetObjectItemCaseSensitive(j, "replicas"), *r;
+    cJSON_ArrayForEach(r, reps) {
+        const cJSON *of = cJSON_GetObjectItemCaseSensitive(r, "of");
+        if (cJSON_IsString(of) && !strcmp(of->valuestring, name))
+            return r;
+    }
+    return NULL;
+}
+
+/* A file that failed its check (why: the message) rebuilt from its replica when that one is
+ * good: the primary rewritten from it, whole or not at all. KILN_ERR_FORMAT when there is no
+ * good replica. */
+static kiln_status rebuild(kiln_trainer *t, const char *folder, const cJSON *j, const cJSON *f) {
+    char why[1024], path[4096], rpath[4096];
+    snprintf(why, sizeof why, "%s", kiln_error_message());
+    const char *name = cJSON_GetObjectItemCaseSensitive(f, "name")->valuestring;
+    const cJSON *r = replica_of(j, name);
+    const cJSON *rname = cJSON_GetObjectItemCaseSensitive(r, "name");
+    if (!r || !cJSON_IsString(rname))
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s", why);
+    if (check_entry(folder, r) != KILN_OK) {
+        char rwhy[1024];
+        snprintf(rwhy, sizeof rwhy, "%s", kiln_error_message());
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s; its replica is bad too: %s", why, rwhy);
+    }
+    int ok = 1;
+    uint64_t size = (uint64_t)num(f, "size", &ok), sum = hex(f, "xxh3", &ok), gs = 0, gh = 0;
+    snprintf(path, sizeof path, "%s/%s", folder, name);
+    snprintf(rpath, sizeof rpath, "%s/%s", folder, rname->valuestring);
+    kiln_status s = kiln__ckpt_copy_file(rpath, path, &gs, &gh);
+    if (s == KILN_OK && (gs != size || gh != sum))
+        s = kiln_error_setf(KILN_ERR_FORMAT, "%s's replica %s is not a copy of it", path, rpath);
+    if (s != KILN_OK) {
+        char rwhy[1024];
+        snprintf(rwhy, sizeof rwhy, "%s", kiln_error_message());
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s; rebuilding it from its replica failed: %s",
+                               why, rwhy);
+    }
+    FILE *out = t->rank == 0 ? t->cfg.log : stderr;
+    if (out) {
+        char who[32] = "";
+        if (t->rank != 0)
+            snprintf(who, sizeof who, "rank %d: ", t->rank);
+        fprintf(out, "resume: %srebuilt %s from its replica %s (%s)\n", who, path, rpath, why);
+        fflush(out);
+    }
+    return KILN_OK;
+}
+
+/* Every file listed in state.json has its size and checksum, or is rebuilt from a good
+ * replica: KILN_ERR_FORMAT otherwise. */
+static kiln_status check_files(kiln_trainer *t, const char *folder, const cJSON *j, int world) {
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files"), *f;
     if (cJSON_GetArraySize(files) != world + 1)
         return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json lists %d files, not %d", folder,
                                cJSON_GetArraySize(files), world + 1);
     cJSON_ArrayForEach(f, files) {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
-        int ok = 1;
-        uint64_t size = (uint64_t)num(f, "size", &ok), sum = hex(f, "xxh3", &ok), gs, gh;
-        if (!ok || !cJSON_IsString(name) || strchr(name->valuestring, '/'))
-            return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json: a malformed file entry",
-                                   folder);
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", folder, name->valuestring);
-        kiln_status s = kiln__ckpt_hash_file(path, &gs, &gh);
-        if (s != KILN_OK)
-            return kiln_error_setf(KILN_ERR_FORMAT, "%s", kiln_error_message());
-        if (gs != size || gh != sum)
-            return kiln_error_setf(KILN_ERR_FORMAT,
-                                   "%s does not match its checksum (%llu bytes, XXH3 %016llx; "
-                                   "state.json says %llu bytes, %016llx)",
-                                   path, (unsigned long long)gs, (unsigned long long)gh,
-                                   (unsigned long long)size, (unsigned long long)sum);
+        kiln_status s = check_entry(folder, f);
+        if (s == KILN_OK)
+            continue;
+        if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(f, "name")))
+            return s;
+        KILN_CHECK(rebuild(t, folder, j, f));
     }
     return KILN_OK;
 }
@@ -241,8 +303,8 @@ static kiln_status check_folder(kiln_trainer *t, const char *folder, cJSON **out
     size_t len = 0;
     snprintf(path, sizeof path, "%s/state.json", folder);
     kiln_status s = kiln_file_read(path, (size_t)64 << 20, &text, &len);
-    if (s != KILN_OK)
-        return kiln_error_setf(KILN_ERR_FORMAT, "%s", kiln_error_message());
+    if (s != KILN_OK) /* its message says why: kept */
+        return KILN_ERR_FORMAT;
     if ((s = kiln__ckpt_check_seal(path, text, len)) != KILN_OK) {
         free(text);
         return s;
@@ -253,7 +315,7 @@ static kiln_status check_folder(kiln_trainer *t, const char *folder, cJSON **out
         return kiln_error_setf(KILN_ERR_FORMAT, "%s is not valid JSON", path);
     KILN_CHECK_GOTO(s, check_identity(t, folder, j), fail);
     int ok = 1; /* the world was checked with the rest */
-    KILN_CHECK_GOTO(s, check_files(folder, j, (int)num(j, "world", &ok)), fail);
+    KILN_CHECK_GOTO(s, check_files(t, folder, j, (int)num(j, "world", &ok)), fail);
     *out = j;
     return KILN_OK;
 fail:

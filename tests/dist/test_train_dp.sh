@@ -316,36 +316,87 @@ case_rank_killed() {
 
 case_resume_zero1() {
     need_mpi
-    # about 50 ms a step, so that the kill lands between the step-20 checkpoint and the end
     SLOW="train --layers 2 --heads 4 --embd 128 --context 64 --peak-gflops 100 --seq 64 \
 --batch 12 --threads 1 --data $DATA --steps 40 --zero 1"
     mpi 2 $SLOW --save ref.st
     expect_ok
-    LAST="mpirun -np 2 kiln $SLOW --checkpoint-dir ck (a rank killed after step 21)"
-    timeout -k 5 "$CMD_TIMEOUT" "$MPIRUN" $MPIFLAGS -np 2 "$KILN" $SLOW --checkpoint-dir ck \
-        --checkpoint-every 10 --save res.st --metrics m.jsonl </dev/null >"$W/stdout" \
-        2>"$W/stderr" &
-    job=$!
-    i=0
-    while ! grep -q '"step": \(2[1-9]\|3[0-9]\|40\),' m.jsonl 2>/dev/null && [ $i -lt 2000 ]; do
-        sleep 0.01
-        i=$((i + 1))
-    done
-    victim=$(pgrep -f -n "^$KILN train .*--save res.st")
-    [ -n "$victim" ] && kill -9 "$victim"
-    wait "$job"
+    # killed (SIGKILL) by a test hook in the writers during the step-30 checkpoint: after the
+    # step-20 one, however loaded the machine is
+    LAST="mpirun -np 2 kiln $SLOW --checkpoint-dir ck (KILN_TEST_CHECKPOINT_KILL=30)"
+    printf '$ %s\n' "$LAST" >>"$W/log"
+    timeout -k 5 "$CMD_TIMEOUT" "$MPIRUN" $MPIFLAGS -x KILN_TEST_CHECKPOINT_KILL=30 -np 2 "$KILN" \
+        $SLOW --checkpoint-dir ck --checkpoint-every 10 --save res.st </dev/null >"$W/stdout" \
+        2>"$W/stderr"
     RC=$?
-    check "the run was killed before its end (mpirun's status $RC)" test "$RC" -ne 0
+    check "the run was killed before its end (mpirun's status $RC)" test "$RC" -ne 0 -a "$RC" -ne 124
     check "its step-20 checkpoint is complete" test -f ck/step_00000020/state.json
+    check "its step-30 checkpoint is not" test ! -e ck/step_00000030
     mpi 2 $SLOW --checkpoint-dir ck --checkpoint-every 10 --save res.st --resume ck
     expect_ok
-    expect_out_re 'resumed from ck/step_000000[23]0: step [23]0 of 40'
+    expect_out_re 'resumed from ck/step_00000020: step 20 of 40'
     check "the resumed run's weights equal the uninterrupted run's, byte for byte" \
         same_file ref.st res.st
     check "both ranks' optimizer files are in the last checkpoint" \
         test -f ck/step_00000040/optim_rank1.bin
 }
 
+# Replicas: rank r also writes rank r-1's optimizer file, rank 1 a second model file. Rank 1's
+# optimizer file deleted and model.safetensors damaged: both rebuilt from their replicas, and
+# the resumed run ends byte-identical; both copies of a file bad: the checkpoint before.
+case_replicas_rebuild() {
+    need_mpi
+    R="$TRAIN --batch 2 --zero 1 --checkpoint-dir ck --checkpoint-every 5"
+    mpi 2 $R --save ref.st
+    expect_ok
+    check "each rank's file has its replica, and the model too: $(ls ck/step_00000015 | tr '\n' ' ')" \
+        test -f ck/step_00000015/optim_rank0.replica.bin -a \
+        -f ck/step_00000015/optim_rank1.replica.bin -a -f ck/step_00000015/model.replica.safetensors
+    rm -r ck/step_00000020
+    rm ck/step_00000015/optim_rank1.bin
+    flip_byte ck/step_00000015/model.safetensors 5000
+    cp -r ck ck.both
+    mpi 2 $R --resume ck --save res.st
+    expect_ok
+    cat "$W/stderr" >>"$W/stdout"
+    expect_out_re 'rebuilt ck/step_00000015/optim_rank1.bin from its replica ck/step_00000015/optim_rank1.replica.bin'
+    expect_out_re 'rebuilt ck/step_00000015/model.safetensors from its replica ck/step_00000015/model.replica.safetensors'
+    expect_out_re 'resumed from ck/step_00000015: step 15 of 20'
+    check "the resumed run's weights equal the uninterrupted run's, byte for byte" \
+        same_file ref.st res.st
+    check "rank 1's optimizer file is whole again" \
+        same_file ck/step_00000015/optim_rank1.bin ck/step_00000015/optim_rank1.replica.bin
+    rm ck.both/step_00000015/optim_rank1.bin
+    flip_byte ck.both/step_00000015/optim_rank1.replica.bin 300
+    mpi 2 $R --resume ck.both --save res2.st
+    expect_ok
+    expect_out_re 'not loading ck.both/step_00000015: .*its replica is bad too'
+    expect_out_re 'resumed from ck.both/step_00000010: step 10 of 20'
+    check "the run resumed from the checkpoint before ends byte-identical" same_file ref.st res2.st
+}
+
+# Every rank killed (SIGKILL, by a test hook in its writer) in the middle of writing the
+# step-20 checkpoint, ZeRO 2: the half-written folder is never loaded; the resume from step 10
+# ends byte-identical.
+case_killed_during_write() {
+    need_mpi
+    R="$TRAIN --steps 30 --batch 2 --zero 2 --checkpoint-dir ck --checkpoint-every 10"
+    mpi 2 $TRAIN --steps 30 --batch 2 --zero 2 --save ref.st
+    expect_ok
+    LAST="mpirun -np 2 kiln $R --save res.st (KILN_TEST_CHECKPOINT_KILL=20)"
+    printf '$ %s\n' "$LAST" >>"$W/log"
+    timeout -k 5 "$CMD_TIMEOUT" "$MPIRUN" $MPIFLAGS -x KILN_TEST_CHECKPOINT_KILL=20 -np 2 "$KILN" \
+        $R --save res.st </dev/null >"$W/stdout" 2>"$W/stderr"
+    RC=$?
+    check "the run was killed (mpirun's status $RC)" test "$RC" -ne 0 -a "$RC" -ne 124
+    check "the step-20 checkpoint is not published" test ! -e ck/step_00000020
+    check "latest names step 10" grep -qx step_00000010 ck/latest
+    mpi 2 $R --resume ck --save res.st
+    expect_ok
+    expect_out_re 'resumed from ck/step_00000010: step 10 of 30'
+    check "the resumed run's weights equal the uninterrupted run's, byte for byte" \
+        same_file ref.st res.st
+    check "no temporary folder is left" test -z "$(ls -A ck | grep '\.tmp')"
+}
 
 # mpi_signal_at N SIG ARGS...: mpirun -np 2 kiln ARGS (writing m.jsonl) in the background,
 # mpirun sent SIG once step N is done; mpirun's status in RC.

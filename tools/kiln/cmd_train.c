@@ -33,6 +33,10 @@ static const char *usage =
     "master weights, gradients and optimizer state; fp16 scales the loss dynamically. --plan\n"
     "prints the memory each category takes and the largest batch that fits, allocating\n"
     "nothing.\n\n"
+    "Checkpoints (--checkpoint-dir) are written by a writer thread while training goes on:\n"
+    "the step pauses only to copy the state (--checkpoint-sync: it waits for the whole write).\n"
+    "With several ranks each rank also writes its neighbour's optimizer file and rank 1 a\n"
+    "second model file; a resume rebuilds a missing or damaged file from its copy.\n\n"
     "Preemption: SIGTERM, SIGUSR1 or SIGINT stops the run after the current step; with\n"
     "--checkpoint-dir the checkpoint of the steps done is written, else the --save weights,\n"
     "and the exit status is 3: preempted, saved, resume me (a scheduler requeues the job;\n"
@@ -305,6 +309,8 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     int64_t save_every = 0, seed = (int64_t)cfg.seed;
     const char *ckpt_dir = NULL, *resume = NULL;
     int64_t ckpt_every = 0, ckpt_keep = cfg.checkpoint_keep, ckpt_keep_every = 0;
+    int ckpt_sync = 0;
+    const char *ckpt_replicas = "auto";
     double lr = cfg.lr.lr, min_lr_frac = 0.1, wd = cfg.optim.weight_decay;
     double beta1 = cfg.optim.beta1, beta2 = cfg.optim.beta2, eps = cfg.optim.eps;
     double momentum = cfg.optim.momentum, dampening = cfg.optim.dampening;
@@ -374,6 +380,13 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         {"checkpoint-keep", TOOL_FLAG_INT, &ckpt_keep, "keep the last N checkpoints"},
         {"checkpoint-keep-every", TOOL_FLAG_INT, &ckpt_keep_every,
          "also keep every checkpoint whose step is a multiple of N (0: none)"},
+        {"checkpoint-sync", TOOL_FLAG_BOOL, &ckpt_sync,
+         "write checkpoints on the training thread, the step waiting for the whole write (off: "
+         "a writer thread writes them while training goes on)"},
+        {"checkpoint-replicas", TOOL_FLAG_STRING, &ckpt_replicas,
+         "auto (several ranks: each rank also writes its neighbour's optimizer file, rank 1 a "
+         "second model file; a resume rebuilds a bad file from its copy), on (one process "
+         "too: a second copy of its own files), off"},
         {"resume", TOOL_FLAG_STRING, &resume,
          "continue from a checkpoint: a --checkpoint-dir folder (its newest good checkpoint) "
          "or one step folder in it; run with the same flags, except that the number of ranks, "
@@ -514,9 +527,12 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     cfg.inject_spike_count = spike_count;
     int has_ckpt_dir = ckpt_dir && ckpt_dir[0];
     if (ckpt_every < 0 || ckpt_keep < 1 || ckpt_keep_every < 0 ||
-        has_ckpt_dir != (ckpt_every > 0)) {
+        has_ckpt_dir != (ckpt_every > 0) ||
+        (strcmp(ckpt_replicas, "auto") && strcmp(ckpt_replicas, "on") &&
+         strcmp(ckpt_replicas, "off"))) {
         fprintf(stderr, "kiln train: --checkpoint-dir and --checkpoint-every (>= 1) go together; "
-                        "--checkpoint-keep must be >= 1 and --checkpoint-keep-every >= 0\n");
+                        "--checkpoint-keep must be >= 1, --checkpoint-keep-every >= 0 and "
+                        "--checkpoint-replicas auto, on or off\n");
         return 2;
     }
     if (eval_every > 0 && !(val && val[0])) {
@@ -590,6 +606,10 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     cfg.checkpoint_every = ckpt_every;
     cfg.checkpoint_keep = ckpt_keep;
     cfg.checkpoint_keep_every = ckpt_keep_every;
+    cfg.checkpoint_sync = ckpt_sync;
+    cfg.checkpoint_replicas = !strcmp(ckpt_replicas, "on") ? 1 : 0;
+    if (!strcmp(ckpt_replicas, "off"))
+        cfg.checkpoint_replicas = -1;
     cfg.resume_path = resume && resume[0] ? resume : NULL;
     const char *run_log = NULL; /* replay: the run's metrics, read */
     if (replay_step) {
