@@ -14,6 +14,7 @@
 #include "kiln/train.h"
 #include "train/metrics.h"
 #include "train/trainer_internal.h"
+#include "train/watchdog.h"
 
 kiln_train_config kiln_train_config_default(void) {
     kiln_train_config c;
@@ -36,6 +37,9 @@ kiln_train_config kiln_train_config_default(void) {
     c.dp = kiln_dp_config_default();
     c.outer_lr = 1.0f;
     c.checkpoint_keep = 3;
+    c.watchdog = (kiln_watchdog_config){.enabled = 1, .warn_factor = 5, .hang_factor = 20,
+                                        .hang_min_s = 300, .window = 20, .heartbeat_s = 5,
+                                        .straggler_factor = 1.3, .straggler_window = 20};
     return c;
 }
 
@@ -84,6 +88,7 @@ done:
 void kiln_trainer_free(kiln_trainer *t) {
     if (!t)
         return;
+    kiln__watchdog_stop(t->wd);
     if (t->metrics)
         fclose(t->metrics);
     free(t->inputs);
@@ -446,6 +451,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
     /* before the metrics file (truncated when opened): a checkpoint that is refused leaves
      * every file of the run as it was */
     KILN_CHECK(kiln__trainer_resume(t));
+    KILN_CHECK(kiln__watchdog_start(t));
     if (cfg->metrics_path)
         KILN_CHECK(open_metrics(&t->metrics, cfg->metrics_path));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
@@ -656,6 +662,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
                                (long long)cfg->steps);
     kiln_step_info mt = {.step = t->steps_done + 1, .steps = cfg->steps, .val_loss = NAN};
     double t0 = kiln_time_ms();
+    kiln__watchdog_begin(t->wd, mt.step);
     KILN_CHECK(train_step(t, &mt));
     if (kiln_gpt_dtype(t->model) == KILN_DTYPE_F16) {
         mt.loss_scale = t->scaler.scale;
@@ -664,9 +671,11 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
     /* before the step's figures: the agreement's traffic is this step's */
     if (cfg->stop_flag && mt.step < cfg->steps)
         KILN_CHECK(kiln__trainer_agree_stop(t, mt.step, *cfg->stop_flag != 0, &t->stopping));
+    KILN_CHECK(kiln__watchdog_exchange(t, mt.step));
     mt.ms = kiln_time_ms() - t0;
     mt.tokens_per_s = (double)(cfg->B * cfg->T * t->micro_total) / (mt.ms / 1e3);
     kiln__trainer_dist_stats(t, &mt);
+    kiln__watchdog_account(t->wd, &mt);
     mt.mfu = t->flops_per_step / (mt.ms / 1e3) / (t->peak * 1e9);
     if (t->steps_done == 0)
         t->first_loss = mt.loss;
@@ -687,6 +696,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
         KILN_CHECK(kiln__train_metrics_write(t->metrics, cfg->metrics_path, &mt));
     if (info)
         *info = mt;
+    KILN_CHECK(kiln__watchdog_end(t, &mt));
     KILN_CHECK(maybe_save(t, mt.step, 0));
     return kiln__trainer_checkpoint(t, mt.step);
 }
@@ -713,6 +723,7 @@ kiln_status kiln_trainer_save_now(kiln_trainer *t, const char **where) {
 }
 
 int kiln_trainer_stopping(const kiln_trainer *t) { return t->stopping; }
+int kiln_trainer_watchdog_exit(const kiln_trainer *t) { return kiln__watchdog_exit_code(t->wd); }
 int64_t kiln_trainer_steps_done(const kiln_trainer *t) { return t->steps_done; }
 kiln_gpt *kiln_trainer_model(kiln_trainer *t) { return t->model; }
 kiln_optim *kiln_trainer_optim(kiln_trainer *t) { return t->opt; }

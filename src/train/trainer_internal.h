@@ -49,6 +49,7 @@ struct kiln_trainer {
     int64_t ckpt_step;    /* the step of the last checkpoint written or resumed from (0: none) */
     int64_t resumed_step; /* the step this process started from (0: not resumed) */
     int stopping;         /* the ranks agreed to stop after the last step (cfg.stop_flag) */
+    struct kiln__watchdog *wd; /* watchdog.c (NULL: off) */
 };
 
 /* ---- trainer_ckpt.c, trainer_resume.c ---- */
