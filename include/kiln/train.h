@@ -50,8 +50,9 @@ typedef struct kiln_watchdog_config {
     int straggler_window;      /* exchanges in a rank's median (3..1024) */
     int straggler_exit;        /* a straggler for another whole window after the warning ends
                                   the run: kiln_trainer_watchdog_exit says KILN_EXIT_STRAGGLER */
-    /* Fault injection (tests): rank inject_hang_rank sleeps for good inside step
-     * inject_hang_step (0: never); rank inject_slow_rank sleeps inject_slow_ms in every step. */
+    /* Fault injection (tests), in a run that was not resumed (a restart goes past it): rank
+     * inject_hang_rank sleeps for good inside step inject_hang_step (0: never); rank
+     * inject_slow_rank sleeps inject_slow_ms in every step. */
     int64_t inject_hang_step;
     int inject_hang_rank;
     double inject_slow_ms;

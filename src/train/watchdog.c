@@ -26,6 +26,7 @@ struct kiln__watchdog {
     kiln_watchdog_config cfg;
     int rank, world;
     int64_t steps;
+    int resumed; /* faults are injected in a run that was not resumed: a restart goes past them */
     char *hb_path, *hb_tmp; /* NULL: no heartbeat */
     pthread_t thread;
     pthread_mutex_t mu;
@@ -313,6 +314,7 @@ kiln_status kiln__watchdog_start(kiln_trainer *t) {
     wd->rank = t->rank;
     wd->world = t->world;
     wd->steps = t->cfg.steps;
+    wd->resumed = t->resumed_step > 0;
     wd->straggler_rank = wd->verdict_rank = wd->flagged_rank = -1;
     wd->median_ms = wd->last_ms = NAN;
     wd->progress_ms = kiln_time_ms();
@@ -404,6 +406,8 @@ void kiln__watchdog_begin(kiln__watchdog *wd, int64_t step) {
     wd->exchanged = 0;
     wd->exchange_ms = 0;
     const kiln_watchdog_config *c = &wd->cfg;
+    if (wd->resumed)
+        return;
     if (c->inject_slow_ms > 0 && c->inject_slow_rank == wd->rank)
         sleep_ms(c->inject_slow_ms);
     if (c->inject_hang_step == step && c->inject_hang_rank == wd->rank) {

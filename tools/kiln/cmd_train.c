@@ -114,8 +114,7 @@ static int stop_preempted(kiln_trainer *tr, int checkpoint, int rank, int world,
 
 /* The watchdog stopped the run (a persistent straggler, --straggler-exit): every rank after
  * the same step. Its checkpoint (or --save weights), then the watchdog's status. */
-static int stop_watchdog(kiln_trainer *tr, int rank, int world, kiln_comm *comm,
-                         const char *what) {
+static int stop_watchdog(kiln_trainer *tr, int rank, int world, kiln_comm *comm, const char *what) {
     const char *where = NULL;
     kiln_status s = kiln_trainer_save_now(tr, &where);
     if (s) {

@@ -44,9 +44,11 @@ int tool_watchdog_flags_apply(const tool_watchdog_flags *f, kiln_watchdog_config
      "data parallel: a rank that stays a straggler another window ends the run after a "       \
      "checkpoint, exit 5 (for kiln run --fewer-ranks)"},                                        \
     {"inject-hang", TOOL_FLAG_STRING, &(f).inject_hang,                                         \
-     "fault injection (tests): RANK:STEP, that rank sleeps for good inside that step"},        \
+     "fault injection (tests): RANK:STEP, that rank sleeps for good inside that step (not "    \
+     "in a resumed run)"},                                                                      \
     {"inject-slow", TOOL_FLAG_STRING, &(f).inject_slow,                                         \
-     "fault injection (tests): RANK:MS, that rank sleeps MS more in every step"}
+     "fault injection (tests): RANK:MS, that rank sleeps MS more in every step (not in a "     \
+     "resumed run)"}
 /* clang-format on */
 
 #endif
