@@ -55,7 +55,8 @@ struct kiln__watchdog {
     int nrows, next_row;
     int verdict_rank; /* the last full window's straggler (-1: none) */
     double verdict_ratio;
-    int flagged_rank, flagged_for; /* the straggler warned about, and for how many exchanges */
+    int named_rank, named_for;   /* the rank the verdicts named last, how many in a row */
+    int flagged_rank, clear_for; /* the straggler warned about; verdicts without it in a row */
     int exit_code;
 };
 
@@ -315,7 +316,7 @@ kiln_status kiln__watchdog_start(kiln_trainer *t) {
     wd->world = t->world;
     wd->steps = t->cfg.steps;
     wd->resumed = t->resumed_step > 0;
-    wd->straggler_rank = wd->verdict_rank = wd->flagged_rank = -1;
+    wd->straggler_rank = wd->verdict_rank = wd->flagged_rank = wd->named_rank = -1;
     wd->median_ms = wd->last_ms = NAN;
     wd->progress_ms = kiln_time_ms();
     wd->last_write_ms = -INFINITY;
@@ -487,47 +488,51 @@ static kiln_status write_event(kiln_trainer *t, const char *event, int64_t step,
     return KILN_OK;
 }
 
-/* After an exchange: warn about a new straggler or its recovery (rank 0), and stop the run
- * when one persists with straggler_exit. Every rank has the same verdicts. */
+/* After an exchange. A rank named by the verdicts of a whole window of exchanges in a row is
+ * a straggler (rank 0 warns, and writes an event); one not named for a whole window is no
+ * longer; with straggler_exit, one named for another whole window stops the run. Every rank
+ * has the same verdicts, so they all decide alike. */
 static kiln_status straggler_step(kiln_trainer *t, int64_t step) {
     kiln__watchdog *wd = t->wd;
-    int r = wd->verdict_rank;
+    int W = wd->cfg.straggler_window, r = wd->verdict_rank;
+    if (wd->nrows < W)
+        return KILN_OK;
+    wd->named_for = r >= 0 && r == wd->named_rank ? wd->named_for + 1 : r >= 0;
+    wd->named_rank = r;
+    wd->clear_for = wd->flagged_rank >= 0 && r != wd->flagged_rank ? wd->clear_for + 1 : 0;
     double mine = 0, others = 0;
-    if (r >= 0 && r == wd->flagged_rank) {
-        wd->flagged_for++;
-    } else if (r >= 0) {
+    if (r >= 0 && r != wd->flagged_rank && wd->named_for >= W) {
         straggler_figures(wd, r, &mine, &others);
         if (t->rank == 0)
-            say("kiln: warning: watchdog: rank %d is a straggler: its compute time per step "
-                "(median %.1f ms over the last %d exchanges) is %.2fx the other ranks' (%.1f ms); "
-                "--rank-batches gives a slower rank fewer micro-batches%s\n",
-                r, mine, wd->nrows, wd->verdict_ratio, others,
+            say("kiln: warning: watchdog: rank %d is a straggler: its compute time per step is "
+                "%.2fx the other ranks' (median over the last %d exchanges: %.1f ms against "
+                "%.1f ms); --rank-batches gives a slower rank fewer micro-batches%s\n",
+                r, wd->verdict_ratio, W, mine, others,
                 wd->cfg.straggler_exit ? "; the run ends if it stays one for another window" : "");
         KILN_CHECK(write_event(t, "straggler", step, r, wd->verdict_ratio, mine, others));
         wd->flagged_rank = r;
-        wd->flagged_for = 1;
-    } else if (wd->flagged_rank >= 0) {
+        wd->clear_for = 0;
+    } else if (wd->flagged_rank >= 0 && wd->clear_for >= W) {
         straggler_figures(wd, wd->flagged_rank, &mine, &others);
         if (t->rank == 0)
-            say("kiln: watchdog: rank %d is no longer a straggler (%.2fx the other ranks')\n",
-                wd->flagged_rank, mine / others);
+            say("kiln: watchdog: rank %d is no longer a straggler (median %.1f ms against the "
+                "other ranks' %.1f ms)\n",
+                wd->flagged_rank, mine, others);
         KILN_CHECK(
             write_event(t, "straggler_end", step, wd->flagged_rank, mine / others, mine, others));
         wd->flagged_rank = -1;
-        wd->flagged_for = 0;
     }
     pthread_mutex_lock(&wd->mu);
     wd->straggler_rank = wd->flagged_rank;
     wd->straggler_ratio = wd->verdict_ratio;
     pthread_mutex_unlock(&wd->mu);
-    if (wd->cfg.straggler_exit && wd->flagged_rank >= 0 &&
-        wd->flagged_for > wd->cfg.straggler_window) {
+    if (wd->cfg.straggler_exit && wd->flagged_rank >= 0 && wd->named_rank == wd->flagged_rank &&
+        wd->named_for >= 2 * W) {
         if (t->rank == 0)
-            say("kiln: watchdog: rank %d has stayed a straggler (%.2fx) for %d more exchanges: "
+            say("kiln: watchdog: rank %d has stayed a straggler (%.2fx) for another %d exchanges: "
                 "ending the run after step %lld with status %d (restart it on fewer ranks, or "
                 "with --rank-batches)\n",
-                wd->flagged_rank, wd->verdict_ratio, wd->cfg.straggler_window, (long long)step,
-                KILN_EXIT_STRAGGLER);
+                wd->flagged_rank, wd->verdict_ratio, W, (long long)step, KILN_EXIT_STRAGGLER);
         wd->exit_code = KILN_EXIT_STRAGGLER;
         t->stopping = 1;
     }

@@ -39,10 +39,11 @@ typedef enum kiln__hang_verdict {
 kiln__hang_verdict kiln__hang_judge(const kiln_watchdog_config *c, double elapsed_s,
                                     double median_ms, int samples, double *warn_s, double *hang_s);
 
-/* times: rows x world compute times (ms), row-major, one row per exchange. Each rank's median
- * over the rows, against the median of the other ranks' medians: the rank with the largest
- * ratio when it is above factor, else -1. *ratio (may be NULL): that largest ratio (0 when
- * none can be formed: world < 2, rows < 1, or the others' median is ~0). */
+/* times: rows x world compute times (ms), row-major, one row per exchange. In each row, each
+ * rank's time over the median of the other ranks'; a rank's ratio is the median of its rows'.
+ * Returns the rank with the largest ratio when it is above factor, else -1. *ratio (may be
+ * NULL): that largest ratio (0 when none can be formed: world < 2, no rows, or the others at
+ * ~0 ms). */
 int kiln__straggler_find(const float *times, int rows, int world, double factor, double *ratio);
 
 /* ---- watchdog.c: the watchdog of a trainer ---- */

@@ -64,24 +64,24 @@ int kiln__straggler_find(const float *times, int rows, int world, double factor,
         return -1;
     if (rows > KILN__WD_MAX_WINDOW)
         rows = KILN__WD_MAX_WINDOW;
-    double med[KILN__WD_MAX_WINDOW], col[KILN__WD_MAX_WINDOW];
-    for (int r = 0; r < world; r++) {
-        for (int i = 0; i < rows; i++)
-            col[i] = times[(size_t)i * (size_t)world + (size_t)r];
-        med[r] = kiln__median(col, rows);
-    }
+    /* each row's ratio, so that a step slow on every rank (a busy machine) cancels out */
+    double row[KILN__WD_MAX_WINDOW], others[KILN__WD_MAX_WINDOW];
     int worst = -1;
     double best = 0.0;
     for (int r = 0; r < world; r++) {
-        int k = 0;
-        for (int q = 0; q < world; q++)
-            if (q != r)
-                col[k++] = med[q];
-        double others = kiln__median(col, k);
-        if (!(others > 1e-3) || !isfinite(med[r])) /* ms: a ratio to ~0 means nothing */
-            continue;
-        double x = med[r] / others;
-        if (x > best) {
+        int n = 0;
+        for (int i = 0; i < rows; i++) {
+            const float *t = times + (size_t)i * (size_t)world;
+            int k = 0;
+            for (int q = 0; q < world; q++)
+                if (q != r)
+                    others[k++] = t[q];
+            double o = kiln__median(others, k);
+            if (o > 1e-3 && isfinite(t[r])) /* ms: a ratio to ~0 means nothing */
+                row[n++] = t[r] / o;
+        }
+        double x = kiln__median(row, n);
+        if (n > 0 && x > best) {
             best = x;
             worst = r;
         }
