@@ -173,7 +173,7 @@ static void beat(kiln__watchdog *wd, int hung) {
 
 static void where(char *buf, size_t cap, const kiln__watchdog *wd) {
     if (wd->in_step)
-        snprintf(buf, cap, "step %lld", (long long)wd->step);
+        snprintf(buf, cap, "in step %lld", (long long)wd->step);
     else
         snprintf(buf, cap, "after step %lld (evaluating, saving or checkpointing)",
                  (long long)wd->step);
@@ -198,17 +198,18 @@ static void judge(kiln__watchdog *wd, double now) {
         hb_state s = snapshot(wd, now, 1);
         if (wd->hb_path)
             (void)write_heartbeat(wd, &s);
-        say("kiln: watchdog: rank %d: %s has made no progress for %.1f s (%s; the limit is "
-            "%.1f s): hung; exiting with status %d\n",
-            wd->rank, at, elapsed, med, hang_s, KILN_EXIT_HUNG);
+        say("kiln: watchdog: rank %d: no progress for %.1f s %s (%s; the limit is %.1f s): "
+            "hung; exiting with status %d\n",
+            wd->rank, elapsed, at, med, hang_s, KILN_EXIT_HUNG);
         _exit(KILN_EXIT_HUNG); /* no atexit handlers: the training thread is still inside */
     }
     if (v == KILN__HANG_SLOW && wd->warned_seq != wd->seq) {
         wd->warned_seq = wd->seq;
         wd->last_write_ms = -INFINITY; /* the health changed: a heartbeat now */
-        say("kiln: warning: watchdog: rank %d: %s has run %.1f s, %.0fx the median step of "
-            "%.1f ms (hung at %.0f s)\n",
-            wd->rank, at, elapsed, elapsed * 1e3 / wd->median_ms, wd->median_ms, hang_s);
+        say("kiln: warning: watchdog: rank %d: no progress for %.1f s %s, %.0fx the median step "
+            "of %.1f ms (hung at %.1f s)\n",
+            wd->rank, elapsed, at, elapsed * 1e3 / fmax(wd->median_ms, 1e-3), wd->median_ms,
+            hang_s);
     }
 }
 
