@@ -469,6 +469,8 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
     kiln_status s = kiln__trainer_agree(t, trainer_init(t), "to start");
     if (s == KILN_OK)
         s = kiln__trainer_dist_check(t, kiln_gpt_get_config(t->model));
+    if (s == KILN_OK)
+        s = kiln__watchdog_agree(t);
     if (s == KILN_OK) /* ZeRO 3: from now on each rank holds its shard of the weights alone */
         s = kiln__trainer_zero3_drop_all(t);
     if (s) {

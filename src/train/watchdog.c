@@ -383,6 +383,43 @@ void kiln__watchdog_stop(kiln__watchdog *wd) {
     wd_free(wd);
 }
 
+static int exchanges(const kiln__watchdog *wd) {
+    return wd && wd->world > 1 && wd->cfg.straggler_factor > 0;
+}
+
+kiln_status kiln__watchdog_agree(kiln_trainer *t) {
+    if (t->world < 2)
+        return KILN_OK;
+    /* this rank's part (exchange or not, and the window) as a float, and every rank's */
+    float mine = exchanges(t->wd) ? (float)t->wd->cfg.straggler_window : 0.0f;
+    float *all = calloc((size_t)t->world, sizeof *all);
+    int64_t *counts = calloc((size_t)t->world, sizeof *counts);
+    kiln_status s = KILN_OK;
+    if (!all || !counts) {
+        s = kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the watchdog's check");
+        goto done;
+    }
+    for (int r = 0; r < t->world; r++)
+        counts[r] = 1;
+    KILN_CHECK_GOTO(s, kiln_comm_allgather(&mine, all, counts, KILN_DTYPE_F32, t->comm), done);
+    for (int r = 1; r < t->world; r++)
+        if (all[r] != all[0]) {
+            char a[64], b[64];
+            snprintf(a, sizeof a, all[0] > 0 ? "over %.0f steps" : "not at all", (double)all[0]);
+            snprintf(b, sizeof b, all[r] > 0 ? "over %.0f steps" : "not at all", (double)all[r]);
+            s = kiln_error_setf(KILN_ERR_CONFIG,
+                                "the ranks' watchdogs differ: rank 0 looks for stragglers %s, "
+                                "rank %d %s; give every rank the same --straggler-factor, "
+                                "--straggler-window and --watchdog",
+                                a, r, b);
+            break;
+        }
+done:
+    free(all);
+    free(counts);
+    return s;
+}
+
 int kiln__watchdog_exit_code(const kiln__watchdog *wd) {
     return wd ? wd->exit_code : 0;
 }
@@ -420,7 +457,7 @@ void kiln__watchdog_begin(kiln__watchdog *wd, int64_t step) {
 
 kiln_status kiln__watchdog_exchange(kiln_trainer *t, int64_t step) {
     kiln__watchdog *wd = t->wd;
-    if (!wd || t->world < 2 || !(wd->cfg.straggler_factor > 0))
+    if (!exchanges(wd))
         return KILN_OK;
     if (t->cfg.local_steps > 0 && !kiln__trainer_local_sync_due(t, step))
         return KILN_OK; /* local SGD's ranks talk at the averages alone */

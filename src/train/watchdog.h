@@ -54,6 +54,10 @@ struct kiln_trainer;
  * the first step); t->wd stays NULL when the watchdog is off. */
 kiln_status kiln__watchdog_start(struct kiln_trainer *t);
 void kiln__watchdog_stop(kiln__watchdog *wd); /* joins the thread; NULL is safe */
+/* Every rank takes part in the exchange of compute times, or none (ranks given different
+ * watchdog flags would wait for each other): an error on every rank naming those that differ.
+ * One collective, after the ranks' start is agreed. */
+kiln_status kiln__watchdog_agree(struct kiln_trainer *t);
 /* Step `step` begins (kiln_trainer_step's start); sleeps there when a fault is injected. */
 void kiln__watchdog_begin(kiln__watchdog *wd, int64_t step);
 /* Inside the step, before the exchange: each rank's compute time of the steps since the last

@@ -71,6 +71,20 @@ case_straggler_detection_off() {
     check "no event" py 'assert not events and all(h["health"] == "ok" for h in hb)'
 }
 
+# Ranks that would not all take part in the exchange are refused at the start, on every rank.
+case_watchdogs_differ() {
+    need_mpi
+    LAST="mpirun -np 1 kiln $TRAIN : -np 1 kiln $TRAIN --straggler-factor 0"
+    printf '$ %s\n' "$LAST" >>"$W/log"
+    timeout -k 5 "$CMD_TIMEOUT" "$MPIRUN" $MPIFLAGS -np 1 "$KILN" $TRAIN --save w.st : \
+        -np 1 "$KILN" $TRAIN --save w.st --straggler-factor 0 </dev/null >"$W/stdout" 2>"$W/stderr"
+    RC=$?
+    expect_rc 1
+    expect_err "rank 0 of 2): invalid configuration: the ranks' watchdogs differ" \
+        "rank 1 of 2): invalid configuration" "rank 1 not at all"
+    check "nothing saved" test ! -e w.st
+}
+
 case_straggler_exit() {
     need_mpi
     mpi 2 $TRAIN --save w.st --metrics m.jsonl --heartbeat hb.json --inject-slow 1:20 \
