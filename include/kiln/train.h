@@ -29,7 +29,7 @@ extern "C" {
  * how long; at hang_factor x the median, and never before hang_min_s (the only limit until
  * three steps are timed), it writes the heartbeat with health "hung" and ends the process
  * with KILN_EXIT_HUNG. It watches from the first step to the last: the time between two
- * kiln_trainer_step calls counts. With several ranks, each rank's compute time per step (the
+ * kiln_trainer_step calls counts, and an evaluation is allowed its batches' worth of steps. With several ranks, each rank's compute time per step (the
  * step less what it waited in communication) goes to every rank each step (an allgather of one
  * float, counted in the step's communication; with local SGD at the averages only). In each
  * exchange a rank's time is divided by the median of the other ranks'; a rank whose median

@@ -648,6 +648,7 @@ static kiln_status maybe_save(kiln_trainer *t, int64_t step, int force) {
 kiln_status kiln_trainer_evaluate(kiln_trainer *t, double *val_loss) {
     if (!t->val)
         return kiln_error_setf(KILN_ERR_CONFIG, "no validation data to evaluate (a val_path)");
+    kiln__watchdog_evaluating(t);
     KILN_CHECK(kiln_evaluate(t->model, t->val, t->cfg.B, t->cfg.T, t->cfg.eval_batches, val_loss,
                              NULL));
     /* each rank evaluated its slice of every batch: the mean of the means is one process's

@@ -38,6 +38,7 @@ struct kiln__watchdog {
     uint64_t warned_seq; /* the stall that was warned about (0: none) */
     double progress_ms;  /* kiln_time_ms of the last progress */
     double last_ms, median_ms;
+    double allowance; /* the stall's work in median steps (an evaluation's batches; else 1) */
     int samples;
     int straggler_rank; /* -1: none */
     double straggler_ratio;
@@ -174,6 +175,8 @@ static void beat(kiln__watchdog *wd, int hung) {
 static void where(char *buf, size_t cap, const kiln__watchdog *wd) {
     if (wd->in_step)
         snprintf(buf, cap, "in step %lld", (long long)wd->step);
+    else if (wd->allowance > 1)
+        snprintf(buf, cap, "evaluating after step %lld", (long long)wd->step);
     else
         snprintf(buf, cap, "after step %lld (evaluating, saving or checkpointing)",
                  (long long)wd->step);
@@ -189,8 +192,9 @@ static void median_text(char *buf, size_t cap, const kiln__watchdog *wd) {
 /* Under mu: judge the stall, warn once, end the process when hung. */
 static void judge(kiln__watchdog *wd, double now) {
     double elapsed = (now - wd->progress_ms) / 1e3, warn_s, hang_s;
+    double expected_ms = wd->median_ms * fmax(1.0, wd->allowance);
     kiln__hang_verdict v =
-        kiln__hang_judge(&wd->cfg, elapsed, wd->median_ms, wd->samples, &warn_s, &hang_s);
+        kiln__hang_judge(&wd->cfg, elapsed, expected_ms, wd->samples, &warn_s, &hang_s);
     char at[96], med[64];
     where(at, sizeof at, wd);
     median_text(med, sizeof med, wd);
@@ -206,10 +210,10 @@ static void judge(kiln__watchdog *wd, double now) {
     if (v == KILN__HANG_SLOW && wd->warned_seq != wd->seq) {
         wd->warned_seq = wd->seq;
         wd->last_write_ms = -INFINITY; /* the health changed: a heartbeat now */
-        say("kiln: warning: watchdog: rank %d: no progress for %.1f s %s, %.0fx the median step "
-            "of %.1f ms (hung at %.1f s)\n",
-            wd->rank, elapsed, at, elapsed * 1e3 / fmax(wd->median_ms, 1e-3), wd->median_ms,
-            hang_s);
+        say("kiln: warning: watchdog: rank %d: no progress for %.1f s %s, %.0fx the %s of "
+            "%.1f ms (hung at %.1f s)\n",
+            wd->rank, elapsed, at, elapsed * 1e3 / fmax(expected_ms, 1e-3),
+            wd->allowance > 1 ? "time expected" : "median step", expected_ms, hang_s);
     }
 }
 
@@ -438,6 +442,7 @@ void kiln__watchdog_begin(kiln__watchdog *wd, int64_t step) {
     pthread_mutex_lock(&wd->mu);
     wd->step = step;
     wd->in_step = 1;
+    wd->allowance = 1;
     wd->armed = 1;
     wd->seq++;
     wd->progress_ms = kiln_time_ms();
@@ -453,6 +458,21 @@ void kiln__watchdog_begin(kiln__watchdog *wd, int64_t step) {
         say("kiln: fault injection: rank %d hangs in step %lld\n", wd->rank, (long long)step);
         sleep_ms(3600e3); /* for good: the watchdog (or a supervisor) ends it */
     }
+}
+
+void kiln__watchdog_evaluating(kiln_trainer *t) {
+    kiln__watchdog *wd = t->wd;
+    if (!wd || !t->val)
+        return;
+    int64_t n = kiln_loader_batches_per_epoch(t->val);
+    if (t->cfg.eval_batches > 0 && t->cfg.eval_batches < n)
+        n = t->cfg.eval_batches;
+    pthread_mutex_lock(&wd->mu);
+    /* a batch's forward pass is a third of a micro-batch's step: 3x to spare */
+    wd->allowance = (double)n / (double)(t->micro > 0 ? t->micro : 1);
+    wd->seq++;
+    wd->progress_ms = kiln_time_ms();
+    pthread_mutex_unlock(&wd->mu);
 }
 
 kiln_status kiln__watchdog_exchange(kiln_trainer *t, int64_t step) {
@@ -592,6 +612,7 @@ kiln_status kiln__watchdog_end(kiln_trainer *t, const kiln_step_info *mt) {
     int was_warned = wd->warned_seq != 0 && wd->warned_seq == wd->seq;
     double took = (kiln_time_ms() - wd->progress_ms) / 1e3;
     wd->in_step = 0;
+    wd->allowance = 1;
     wd->seq++;
     wd->progress_ms = kiln_time_ms();
     wd->last_ms = mt->ms;

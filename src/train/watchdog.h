@@ -60,6 +60,9 @@ void kiln__watchdog_stop(kiln__watchdog *wd); /* joins the thread; NULL is safe 
 kiln_status kiln__watchdog_agree(struct kiln_trainer *t);
 /* Step `step` begins (kiln_trainer_step's start); sleeps there when a fault is injected. */
 void kiln__watchdog_begin(kiln__watchdog *wd, int64_t step);
+/* An evaluation of the validation data begins: progress, and a stall until the next is allowed
+ * the evaluation's batches' worth of median steps. */
+void kiln__watchdog_evaluating(struct kiln_trainer *t);
 /* Inside the step, before the exchange: each rank's compute time of the steps since the last
  * exchange to every rank (world > 1 and straggler detection on). */
 kiln_status kiln__watchdog_exchange(struct kiln_trainer *t, int64_t step);
