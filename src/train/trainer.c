@@ -363,6 +363,7 @@ static kiln_status open_train_data(kiln_trainer *t) {
 static kiln_status trainer_init(kiln_trainer *t) {
     const kiln_train_config *cfg = &t->cfg;
     kiln__trainer_dist_setup(t);
+    KILN_CHECK(kiln__watchdog_start(t)); /* heartbeats from here; hangs from the first step */
     if (t->rank != 0) { /* one console and one metrics file: rank 0's */
         t->cfg.log = NULL;
         t->cfg.metrics_path = NULL;
@@ -451,7 +452,6 @@ static kiln_status trainer_init(kiln_trainer *t) {
     /* before the metrics file (truncated when opened): a checkpoint that is refused leaves
      * every file of the run as it was */
     KILN_CHECK(kiln__trainer_resume(t));
-    KILN_CHECK(kiln__watchdog_start(t));
     if (cfg->metrics_path)
         KILN_CHECK(open_metrics(&t->metrics, cfg->metrics_path));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
@@ -470,7 +470,7 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
     if (s == KILN_OK)
         s = kiln__trainer_dist_check(t, kiln_gpt_get_config(t->model));
     if (s == KILN_OK)
-        s = kiln__watchdog_agree(t);
+        s = kiln__watchdog_ready(t);
     if (s == KILN_OK) /* ZeRO 3: from now on each rank holds its shard of the weights alone */
         s = kiln__trainer_zero3_drop_all(t);
     if (s) {

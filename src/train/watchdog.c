@@ -320,7 +320,6 @@ kiln_status kiln__watchdog_start(kiln_trainer *t) {
     wd->rank = t->rank;
     wd->world = t->world;
     wd->steps = t->cfg.steps;
-    wd->resumed = t->resumed_step > 0;
     wd->straggler_rank = wd->verdict_rank = wd->flagged_rank = wd->named_rank = -1;
     wd->median_ms = wd->last_ms = NAN;
     wd->progress_ms = kiln_time_ms();
@@ -391,7 +390,9 @@ static int exchanges(const kiln__watchdog *wd) {
     return wd && wd->world > 1 && wd->cfg.straggler_factor > 0;
 }
 
-kiln_status kiln__watchdog_agree(kiln_trainer *t) {
+kiln_status kiln__watchdog_ready(kiln_trainer *t) {
+    if (t->wd)
+        t->wd->resumed = t->resumed_step > 0;
     if (t->world < 2)
         return KILN_OK;
     /* this rank's part (exchange or not, and the window) as a float, and every rank's */

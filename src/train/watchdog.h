@@ -50,14 +50,14 @@ int kiln__straggler_find(const float *times, int rows, int world, double factor,
 typedef struct kiln__watchdog kiln__watchdog;
 struct kiln_trainer;
 
-/* Checks t->cfg.watchdog and starts the thread (after t's rank and world are known, before
- * the first step); t->wd stays NULL when the watchdog is off. */
+/* Checks t->cfg.watchdog and starts the thread, which writes heartbeats from now on (after t's
+ * rank and world are known, at the start); t->wd stays NULL when the watchdog is off. */
 kiln_status kiln__watchdog_start(struct kiln_trainer *t);
 void kiln__watchdog_stop(kiln__watchdog *wd); /* joins the thread; NULL is safe */
-/* Every rank takes part in the exchange of compute times, or none (ranks given different
- * watchdog flags would wait for each other): an error on every rank naming those that differ.
- * One collective, after the ranks' start is agreed. */
-kiln_status kiln__watchdog_agree(struct kiln_trainer *t);
+/* The start is done (a resumed run is known). Every rank takes part in the exchange of compute
+ * times, or none (ranks given different watchdog flags would wait for each other): an error on
+ * every rank naming those that differ. One collective, after the ranks' start is agreed. */
+kiln_status kiln__watchdog_ready(struct kiln_trainer *t);
 /* Step `step` begins (kiln_trainer_step's start); sleeps there when a fault is injected. */
 void kiln__watchdog_begin(kiln__watchdog *wd, int64_t step);
 /* An evaluation of the validation data begins: progress, and a stall until the next is allowed
