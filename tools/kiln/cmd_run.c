@@ -308,6 +308,19 @@ static int rank_count_arg(char **cmd, int n) {
     return -1;
 }
 
+/* The heartbeat file to watch: `given`, else the command's --heartbeat (rank 0's file,
+ * PATH.rank0, when it runs on several ranks). 0 when there is none. */
+static int heartbeat_path(char *buf, size_t cap, const char *given, char **cmd, int n, int np_at) {
+    const char *own = command_flag(cmd, n, "heartbeat");
+    if (given && given[0])
+        snprintf(buf, cap, "%s", given);
+    else if (own && own[0])
+        snprintf(buf, cap, "%s%s", own, np_at >= 0 && strcmp(cmd[np_at], "1") ? ".rank0" : "");
+    else
+        return 0;
+    return 1;
+}
+
 /* --fewer-ranks: the next start on one rank fewer (down to min_ranks), said on stderr;
  * buf holds the new count's text. */
 static void fewer_ranks(char **cmd, int at, int64_t min_ranks, char *buf, size_t cap) {
@@ -321,9 +334,9 @@ static void fewer_ranks(char **cmd, int at, int64_t min_ranks, char *buf, size_t
     }
     snprintf(buf, cap, "%ld", np - 1);
     fprintf(stderr,
-            "kiln run: --fewer-ranks: the command starts again on %ld ranks instead of "
+            "kiln run: --fewer-ranks: the command starts again on %ld rank%s instead of "
             "%ld (%s %ld -> %s %ld)\n",
-            np - 1, np, cmd[at - 1], np, cmd[at - 1], np - 1);
+            np - 1, np - 1 == 1 ? "" : "s", np, cmd[at - 1], np, cmd[at - 1], np - 1);
     cmd[at] = buf;
 }
 
@@ -404,15 +417,7 @@ int cmd_run(int argc, char **argv) {
     char np_text[32], hb_path[4096];
     hb_watch watch = {NULL, stale_s, grace_s};
     if (stale_s > 0) {
-        const char *own = command_flag(cmd, n, "heartbeat");
-        if (heartbeat && heartbeat[0])
-            snprintf(hb_path, sizeof hb_path, "%s", heartbeat);
-        else if (own && own[0]) /* several ranks: rank 0's file */
-            snprintf(hb_path, sizeof hb_path, "%s%s", own,
-                     np_at >= 0 && strcmp(cmd[np_at], "1") ? ".rank0" : "");
-        else
-            hb_path[0] = '\0';
-        if (!hb_path[0]) {
+        if (!heartbeat_path(hb_path, sizeof hb_path, heartbeat, cmd, n, np_at)) {
             fprintf(stderr, "kiln run: --stale-s needs a heartbeat file: --heartbeat PATH here, or "
                             "--heartbeat PATH in the command\n");
             free(cmd);
@@ -428,6 +433,8 @@ int cmd_run(int argc, char **argv) {
     double t0 = now_ms(), wait_s = backoff;
     int status = 0, done = 0, stale = 0, ends[END_KINDS] = {0};
     for (done = 0;; done++) {
+        if (watch.path) /* -np may have changed (--fewer-ranks) */
+            heartbeat_path(hb_path, sizeof hb_path, heartbeat, cmd, n, np_at);
         if ((rc = run_child(cmd, &watch, &status, &stale)))
             break;
         if (metrics)
