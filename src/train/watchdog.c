@@ -422,6 +422,8 @@ kiln_status kiln__watchdog_ready(kiln_trainer *t) {
 done:
     free(all);
     free(counts);
+    if (t->dp) /* the start's own traffic is not the first step's */
+        (void)kiln_dp_take_stats(t->dp);
     return s;
 }
 
