@@ -19,7 +19,7 @@ import tempfile
 import time
 
 TINY = "--layers 2 --heads 2 --embd 32 --context 32 --peak-gflops 100 --seq 16 --threads 1"
-# about 100-200 ms a step on one core: the hang factor, not the minimum, sets the limit
+# a few hundred ms a step on one core: the hang factor, not the minimum, sets the limit
 MID = "--layers 4 --heads 4 --embd 256 --context 128 --peak-gflops 100 --seq 128 --batch 8 --threads 1"
 
 
@@ -85,7 +85,7 @@ def main():
     print("| case | status | warned after | ended after | limit |")
     print("| --- | --- | --- | --- | --- |")
     cases = [("1 process, tiny steps, --hang-min-s 5", TINY + " --batch 4", ["--hang-min-s", "5"], 1),
-             ("1 process, ~0.1-0.2 s steps, --hang-min-s 1", MID, ["--hang-min-s", "1"], 1)]
+             ("1 process, steps of a few 100 ms, --hang-min-s 1", MID, ["--hang-min-s", "1"], 1)]
     if a.mpirun:
         cases.append(("2 ranks, rank 1 hangs, --hang-min-s 5", TINY + " --batch 4",
                       ["--hang-min-s", "5"], 2))
