@@ -215,7 +215,7 @@ def read_metrics(path, warmup):
     with open(path) as f:
         for line in f:
             line = line.strip()
-            if line.startswith("{"):
+            if line.startswith("{") and '"event"' not in line:  # watchdog events
                 steps.append(json.loads(line))
     timed = [s for s in steps if s["step"] > warmup]
     mean = lambda k: sum(s[k] for s in timed) / len(timed)  # noqa: E731

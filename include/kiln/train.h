@@ -22,6 +22,51 @@ typedef struct kiln_batch_skip {
 } kiln_batch_skip;
 enum { KILN_TRAIN_MAX_SKIPS = 64 };
 
+/* The watchdog's exit statuses (kiln train's; next to its 3, "preempted"): a step ran past
+ * the hang limit (the process ends, under mpirun every rank with it), or a rank stayed a
+ * straggler with straggler_exit set (every rank stops after the same step, saved). */
+#define KILN_EXIT_HUNG 4
+#define KILN_EXIT_STRAGGLER 5
+
+/* Hangs and stragglers. A thread per process knows when each step begins and ends and keeps
+ * the median of the last `window` step times (the process's first step, warming caches, is
+ * left out). When no progress (a step's beginning or end) comes for warn_factor x the median
+ * (and at least min(hang_min_s / 4, 10 s)) it warns on stderr, naming the rank, the step and
+ * how long; at hang_factor x the median, and never before hang_min_s (the only limit until
+ * three steps are timed), it writes the heartbeat with health "hung" and ends the process
+ * with KILN_EXIT_HUNG. It watches from the first step to the last: the time between two
+ * kiln_trainer_step calls counts, and an evaluation is allowed its batches' worth of steps. With several ranks, each rank's compute time per step (the
+ * step less what it waited in communication) goes to every rank each step (an allgather of one
+ * float, counted in the step's communication; with local SGD at the averages only). In each
+ * exchange a rank's time is divided by the median of the other ranks'; a rank whose median
+ * ratio over straggler_window exchanges is above straggler_factor, in every verdict of a whole
+ * window (so at least 2 windows of steps), is a straggler: rank 0 warns on stderr and writes
+ * an event ({"event": "straggler", ...}) in the metrics file. */
+typedef struct kiln_watchdog_config {
+    int enabled;               /* 0: no thread, no heartbeat, no exchange */
+    double warn_factor;        /* a warning at this many times the median step */
+    double hang_factor;        /* the end at this many times the median step, */
+    double hang_min_s;         /* and never before this many seconds without progress */
+    int window;                /* steps in the median (3..1024) */
+    /* heartbeat: a JSON file rewritten (under a temporary name, then renamed) every
+     * heartbeat_s seconds and when the health changes: pid, rank, world, step, steps, time of
+     * the last progress, last and median step ms, health (ok, slow, hung, straggler) and the
+     * time. NULL: none. With world > 1 each rank writes PATH.rank<R>. */
+    const char *heartbeat_path;
+    double heartbeat_s;
+    double straggler_factor;   /* 0: no straggler detection */
+    int straggler_window;      /* exchanges in a rank's median (3..1024) */
+    int straggler_exit;        /* a straggler for another whole window after the warning ends
+                                  the run: kiln_trainer_watchdog_exit says KILN_EXIT_STRAGGLER */
+    /* Fault injection (tests), in a run that was not resumed (a restart goes past it): rank
+     * inject_hang_rank sleeps for good inside step inject_hang_step (0: never); rank
+     * inject_slow_rank sleeps inject_slow_ms in every step. */
+    int64_t inject_hang_step;
+    int inject_hang_rank;
+    double inject_slow_ms;
+    int inject_slow_rank;
+} kiln_watchdog_config;
+
 typedef struct kiln_train_config {
     /* Model: the architecture; vocab_size 0 takes the training shards' vocabulary.
      * init_path: start from these safetensors weights instead of a seeded init. */
@@ -137,6 +182,10 @@ typedef struct kiln_train_config {
      * is plain averaging. Needs dp.zero 0. */
     int64_t local_steps;
     float outer_lr, outer_momentum;
+    /* Hang and straggler detection, heartbeats (on by default: warn at 5x the median step,
+     * end at 20x and at least 300 s; heartbeat every 5 s when a path is set; stragglers at
+     * 1.3x over 20 steps). */
+    kiln_watchdog_config watchdog;
     FILE *log;                /* console lines (NULL: silent) */
 } kiln_train_config;
 
@@ -229,6 +278,9 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info);
 kiln_status kiln_trainer_evaluate(kiln_trainer *t, double *val_loss);
 /* Whether the ranks agreed, in the last step, to stop after it (cfg.stop_flag). */
 int kiln_trainer_stopping(const kiln_trainer *t);
+/* The exit status the watchdog asks for when it stopped the run (KILN_EXIT_STRAGGLER: the
+ * ranks agreed, and kiln_trainer_stopping is 1); 0 otherwise. */
+int kiln_trainer_watchdog_exit(const kiln_trainer *t);
 /* The state after the steps done so far, now, by every rank: with cfg.checkpoint_dir a
  * checkpoint of them (an error, not a warning, when it could not be written), else the weights
  * to cfg.save_path (when they are good). *where: the folder or file written. */

@@ -14,6 +14,7 @@
 #include "kiln/train.h"
 #include "train/metrics.h"
 #include "train/trainer_internal.h"
+#include "train/watchdog.h"
 
 kiln_train_config kiln_train_config_default(void) {
     kiln_train_config c;
@@ -40,6 +41,9 @@ kiln_train_config kiln_train_config_default(void) {
     c.guard_z = 6.0f;
     c.guard_max_bad = 3;
     c.guard_max_rollbacks = 3;
+    c.watchdog = (kiln_watchdog_config){.enabled = 1, .warn_factor = 5, .hang_factor = 20,
+                                        .hang_min_s = 300, .window = 20, .heartbeat_s = 5,
+                                        .straggler_factor = 1.3, .straggler_window = 20};
     return c;
 }
 
@@ -88,6 +92,7 @@ done:
 void kiln_trainer_free(kiln_trainer *t) {
     if (!t)
         return;
+    kiln__watchdog_stop(t->wd);
     kiln__trainer_checkpoint_free(t); /* first: its thread reads the model's tensors */
     kiln__metrics_close(t->metrics, t->cfg.log);
     kiln__guard_free(&t->guard);
@@ -355,6 +360,7 @@ static kiln_status open_train_data(kiln_trainer *t) {
 static kiln_status trainer_init(kiln_trainer *t) {
     const kiln_train_config *cfg = &t->cfg;
     kiln__trainer_dist_setup(t);
+    KILN_CHECK(kiln__watchdog_start(t)); /* heartbeats from here; hangs from the first step */
     if (t->rank != 0) { /* one console and one metrics file: rank 0's */
         t->cfg.log = NULL;
         t->cfg.metrics_path = NULL;
@@ -465,6 +471,8 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
     kiln_status s = kiln__trainer_agree(t, trainer_init(t), "to start");
     if (s == KILN_OK)
         s = kiln__trainer_dist_check(t, kiln_gpt_get_config(t->model));
+    if (s == KILN_OK)
+        s = kiln__watchdog_ready(t);
     if (s == KILN_OK) /* ZeRO 3: from now on each rank holds its shard of the weights alone */
         s = kiln__trainer_zero3_drop_all(t);
     if (s) {
@@ -584,6 +592,7 @@ static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
 kiln_status kiln_trainer_evaluate(kiln_trainer *t, double *val_loss) {
     if (!t->val)
         return kiln_error_setf(KILN_ERR_CONFIG, "no validation data to evaluate (a val_path)");
+    kiln__watchdog_evaluating(t);
     KILN_CHECK(kiln_evaluate(t->model, t->val, t->cfg.B, t->cfg.T, t->cfg.eval_batches, val_loss,
                              NULL));
     /* each rank evaluated its slice of every batch: the mean of the means is one process's
@@ -600,6 +609,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
                                (long long)cfg->steps);
     kiln_step_info mt = {.step = t->steps_done + 1, .steps = cfg->steps, .val_loss = NAN};
     double t0 = kiln_time_ms();
+    kiln__watchdog_begin(t->wd, mt.step);
     KILN_CHECK(kiln__trainer_guard_skip_batches(t, mt.step));
     KILN_CHECK(train_step(t, &mt));
     if (kiln_gpt_dtype(t->model) == KILN_DTYPE_F16) {
@@ -610,9 +620,11 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
     if (cfg->stop_flag && mt.step < cfg->steps)
         KILN_CHECK(kiln__trainer_agree_stop(t, mt.step, *cfg->stop_flag != 0, &t->stopping));
     KILN_CHECK(kiln__trainer_checkpoint_poll(t, mt.step, 0)); /* a background write done? */
+    KILN_CHECK(kiln__watchdog_exchange(t, mt.step));
     mt.ms = kiln_time_ms() - t0;
     mt.tokens_per_s = (double)(cfg->B * cfg->T * t->micro_total) / (mt.ms / 1e3);
     kiln__trainer_dist_stats(t, &mt);
+    kiln__watchdog_account(t->wd, &mt);
     mt.mfu = t->flops_per_step / (mt.ms / 1e3) / (t->peak * 1e9);
     if (t->steps_done == 0)
         t->first_loss = mt.loss;
@@ -636,6 +648,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
     }
     if (info)
         *info = mt;
+    KILN_CHECK(kiln__watchdog_end(t, &mt));
     int rolled = 0;
     KILN_CHECK(kiln__trainer_guard_after(t, &mt, &rolled));
     if (rolled) /* back at an older step: its checkpoint is the one just loaded */
@@ -669,6 +682,7 @@ kiln_status kiln_trainer_save_now(kiln_trainer *t, const char **where) {
 }
 
 int kiln_trainer_stopping(const kiln_trainer *t) { return t->stopping; }
+int kiln_trainer_watchdog_exit(const kiln_trainer *t) { return kiln__watchdog_exit_code(t->wd); }
 int64_t kiln_trainer_steps_done(const kiln_trainer *t) { return t->steps_done; }
 kiln_gpt *kiln_trainer_model(kiln_trainer *t) { return t->model; }
 kiln_optim *kiln_trainer_optim(kiln_trainer *t) { return t->opt; }

@@ -455,10 +455,10 @@ static kiln_status stage_alloc(kiln_trainer *t, kiln__ckpt_writer *w) {
     if (replicas_on(t) && t->world > 1) {
         int left = (t->rank + t->world - 1) % t->world;
         int64_t lo = 0, hi = n;
-        if (t->dp)
+        /* the neighbour's optimizer range: its shard with ZeRO >= 1, else the whole slab (as
+         * under local SGD) */
+        if (t->dp && t->cfg.dp.zero >= 1 && t->cfg.local_steps == 0)
             kiln_dp_shard_of(t->dp, left, &lo, &hi);
-        if (t->cfg.local_steps > 0) /* local SGD: every rank the whole slab */
-            lo = 0, hi = n;
         j->peer_bytes = kiln__ckpt_image_bytes(l.flags, hi - lo, n, wsize);
         if (j->peer == j->image)
             j->peer = NULL, j->peer_cap = 0;

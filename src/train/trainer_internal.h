@@ -68,6 +68,7 @@ struct kiln_trainer {
     int64_t save_failures, save_retry_at;
     /* checkpoints' staging and writer thread (trainer_ckpt.c; NULL: none yet) */
     struct kiln__ckpt_writer *ckw;
+    struct kiln__watchdog *wd; /* watchdog.c (NULL: off) */
 };
 
 /* ---- trainer_prune.c ---- */

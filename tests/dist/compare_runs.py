@@ -34,7 +34,8 @@ def load(path):
 
 def losses(path):
     with open(path) as f:
-        return [json.loads(line)["loss"] for line in f if line.strip()]
+        rows = [json.loads(line) for line in f if line.strip()]
+        return [r["loss"] for r in rows if "event" not in r]  # events (stragglers) are no steps
 
 
 def main():

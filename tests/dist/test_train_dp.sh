@@ -374,6 +374,23 @@ case_replicas_rebuild() {
     check "the run resumed from the checkpoint before ends byte-identical" same_file ref.st res2.st
 }
 
+# ZeRO 0: every rank holds the whole optimizer state, and so does its neighbour's replica
+# (the replica's size is the neighbour's range, not a reduction shard).
+case_replicas_zero0() {
+    need_mpi
+    R="$TRAIN --batch 2 --zero 0 --checkpoint-dir ck --checkpoint-every 5"
+    mpi 2 $R --save ref.st
+    expect_ok
+    rm -r ck/step_00000020
+    rm ck/step_00000015/optim_rank0.bin
+    mpi 2 $R --resume ck --save res.st
+    expect_ok
+    cat "$W/stderr" >>"$W/stdout"
+    expect_out_re 'rebuilt ck/step_00000015/optim_rank0.bin from its replica'
+    check "the resumed run's weights equal the uninterrupted run's, byte for byte" \
+        same_file ref.st res.st
+}
+
 # Every rank killed (SIGKILL, by a test hook in its writer) in the middle of writing the
 # step-20 checkpoint, ZeRO 2: the half-written folder is never loaded; the resume from step 10
 # ends byte-identical.

@@ -52,3 +52,16 @@ foreach(line ${kiln_elastic_cases})
     LABELS dist FIXTURES_REQUIRED cli_fixture TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT "KILN_BIN=${CMAKE_BINARY_DIR}/kiln;KILN_SOURCE_DIR=${CMAKE_SOURCE_DIR};KILN_CLI_WORK=${CMAKE_BINARY_DIR}/cli-work;KILN_MPIRUN=${KILN_MPIRUN};OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
 endforeach()
+
+# The watchdog on 2 ranks (tests/dist/test_watchdog_dp.sh): stragglers and hangs, each
+# case_<name> one CTest test, dist.watchdog.<name>, on the cli tests' fixture.
+set(KILN_DIST_WATCHDOG ${CMAKE_SOURCE_DIR}/tests/dist/test_watchdog_dp.sh)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${KILN_DIST_WATCHDOG})
+file(STRINGS ${KILN_DIST_WATCHDOG} kiln_watchdog_cases REGEX "^case_[a-z0-9_]+\\(\\)")
+foreach(line ${kiln_watchdog_cases})
+  string(REGEX REPLACE "^case_([a-z0-9_]+)\\(\\).*" "\\1" case ${line})
+  add_test(NAME dist.watchdog.${case} COMMAND sh ${KILN_DIST_WATCHDOG} ${case})
+  set_tests_properties(dist.watchdog.${case} PROPERTIES
+    LABELS dist FIXTURES_REQUIRED cli_fixture TIMEOUT 120 SKIP_RETURN_CODE 77
+    ENVIRONMENT "KILN_BIN=${CMAKE_BINARY_DIR}/kiln;KILN_SOURCE_DIR=${CMAKE_SOURCE_DIR};KILN_CLI_WORK=${CMAKE_BINARY_DIR}/cli-work;KILN_MPIRUN=${KILN_MPIRUN};OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
+endforeach()

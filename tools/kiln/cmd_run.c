@@ -29,7 +29,14 @@ static const char *usage =
     "checkpoint; at most --restarts times, then kiln run exits with the command's last status.\n"
     "A command that cannot be executed exits 127 at once. At the end it prints the goodput:\n"
     "the time of the steps kept (from the command's --metrics file, a step redone after a\n"
-    "restart counted once) over the wall time.";
+    "restart counted once) over the wall time.\n\n"
+    "Hangs: exit 4 (kiln train's watchdog found a hung step) and exit 5 (it stopped a run with\n"
+    "a straggling rank, --straggler-exit) are restarted like a crash, and counted apart. With\n"
+    "--stale-s S, a heartbeat file (--heartbeat, else the command's own --heartbeat, rank 0's\n"
+    "under mpirun) that is not renewed for S seconds means the command is frozen (e.g. stopped\n"
+    "whole, where its own watchdog cannot act): its process group gets SIGTERM, SIGKILL after\n"
+    "--term-grace seconds, and it is restarted. --fewer-ranks: a restart after a failure of\n"
+    "`mpirun ... -np N ...` (or -n N) starts it on N - 1 ranks, down to --min-ranks.";
 
 /* The child's process group, for the handler to pass signals on to (0: none running). */
 static volatile sig_atomic_t child_group;
@@ -122,9 +129,74 @@ static void read_metrics(step_times *st, const char *path) {
     fclose(f);
 }
 
-/* Start cmd in a process group of its own and wait for it; *status: waitpid's. Returns 0, or
- * 127 when the command could not be executed (said on stderr). */
-static int run_child(char **cmd, int *status) {
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void nap_ms(double ms) {
+    struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
+    nanosleep(&ts, NULL);
+}
+
+/* A heartbeat file to watch (path NULL: none): stale after stale_s seconds without a new one
+ * (counted from the command's start while it has written none since), then SIGTERM to the
+ * group and SIGKILL grace_s later. */
+typedef struct hb_watch {
+    const char *path;
+    double stale_s, grace_s;
+} hb_watch;
+
+static void reap(pid_t pid, int *status) {
+    while (waitpid(pid, status, 0) < 0 && errno == EINTR)
+        ;
+}
+
+/* Wait for pid, the leader of its group; *stale: the heartbeat went stale and the group was
+ * killed. */
+static void wait_child(pid_t pid, int *status, const hb_watch *w, int *stale) {
+    *stale = 0;
+    if (!w->path) {
+        reap(pid, status);
+        return;
+    }
+    double start = wall_s();
+    for (;;) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR))
+            return;
+        double beat = start;
+        struct stat sb;
+        if (stat(w->path, &sb) == 0)
+            beat = fmax(beat, (double)sb.st_mtim.tv_sec + (double)sb.st_mtim.tv_nsec * 1e-9);
+        double age = wall_s() - beat;
+        if (age <= w->stale_s) {
+            nap_ms(50);
+            continue;
+        }
+        *stale = 1;
+        fprintf(stderr,
+                "kiln run: the heartbeat %s was not renewed for %.1f s (--stale-s %g): "
+                "the command is frozen; SIGTERM to its processes, SIGKILL in %g s\n",
+                w->path, age, w->stale_s, w->grace_s);
+        kill(-pid, SIGTERM);
+        double until = now_ms() + w->grace_s * 1e3;
+        while (now_ms() < until) {
+            if (waitpid(pid, status, WNOHANG) == pid)
+                return;
+            nap_ms(20);
+        }
+        kill(-pid, SIGKILL);
+        reap(pid, status);
+        return;
+    }
+}
+
+/* Start cmd in a process group of its own and wait for it; *status: waitpid's; *stale: it was
+ * killed for a stale heartbeat. Returns 0, or 127 when the command could not be executed
+ * (said on stderr). */
+static int run_child(char **cmd, const hb_watch *hb, int *status, int *stale) {
     int pipefd[2];
     /* close-on-exec: a successful exec closes it, a failed one writes errno into it */
     if (pipe(pipefd) != 0 || fcntl(pipefd[0], F_SETFD, FD_CLOEXEC) != 0 ||
@@ -158,8 +230,11 @@ static int run_child(char **cmd, int *status) {
     while ((r = read(pipefd[0], &e, sizeof e)) < 0 && errno == EINTR)
         ;
     close(pipefd[0]);
-    while (waitpid(pid, status, 0) < 0 && errno == EINTR)
-        ;
+    *stale = 0;
+    if (r == (ssize_t)sizeof e) /* the exec failed: nothing to watch */
+        reap(pid, status);
+    else
+        wait_child(pid, status, hb, stale);
     child_group = 0;
     if (r == (ssize_t)sizeof e) {
         fprintf(stderr, "kiln run: cannot execute '%s': %s\n", cmd[0], strerror(e));
@@ -216,13 +291,95 @@ static void report_goodput(const step_times *st, const char *metrics, double wal
            wall_ms / 1e3, restarts, restarts == 1 ? "" : "s");
 }
 
+/* The rank count of `mpirun ... -np N ...` (or -n, --np, --n): the index of N in cmd, or -1
+ * when cmd is not an mpirun (mpiexec, orterun) or has no count. */
+static int rank_count_arg(char **cmd, int n) {
+    const char *base = strrchr(cmd[0], '/');
+    base = base ? base + 1 : cmd[0];
+    if (strcmp(base, "mpirun") && strcmp(base, "mpiexec") && strcmp(base, "orterun"))
+        return -1;
+    for (int i = 1; i + 1 < n; i++)
+        if (!strcmp(cmd[i], "-np") || !strcmp(cmd[i], "-n") || !strcmp(cmd[i], "--np") ||
+            !strcmp(cmd[i], "--n")) {
+            char *end = NULL;
+            long v = strtol(cmd[i + 1], &end, 10);
+            return end != cmd[i + 1] && *end == '\0' && v >= 1 && v <= (1 << 20) ? i + 1 : -1;
+        }
+    return -1;
+}
+
+/* The heartbeat file to watch: `given`, else the command's --heartbeat (rank 0's file,
+ * PATH.rank0, when it runs on several ranks). 0 when there is none. */
+static int heartbeat_path(char *buf, size_t cap, const char *given, char **cmd, int n, int np_at) {
+    const char *own = command_flag(cmd, n, "heartbeat");
+    if (given && given[0])
+        snprintf(buf, cap, "%s", given);
+    else if (own && own[0])
+        snprintf(buf, cap, "%s%s", own, np_at >= 0 && strcmp(cmd[np_at], "1") ? ".rank0" : "");
+    else
+        return 0;
+    return 1;
+}
+
+/* --fewer-ranks: the next start on one rank fewer (down to min_ranks), said on stderr;
+ * buf holds the new count's text. */
+static void fewer_ranks(char **cmd, int at, int64_t min_ranks, char *buf, size_t cap) {
+    long np = strtol(cmd[at], NULL, 10);
+    if (np <= min_ranks) {
+        fprintf(stderr,
+                "kiln run: --fewer-ranks: already at --min-ranks %lld; the command "
+                "starts again on %ld ranks\n",
+                (long long)min_ranks, np);
+        return;
+    }
+    snprintf(buf, cap, "%ld", np - 1);
+    fprintf(stderr,
+            "kiln run: --fewer-ranks: the command starts again on %ld rank%s instead of "
+            "%ld (%s %ld -> %s %ld)\n",
+            np - 1, np - 1 == 1 ? "" : "s", np, cmd[at - 1], np, cmd[at - 1], np - 1);
+    cmd[at] = buf;
+}
+
+/* Why the command ended, for the restart's count. */
+enum { END_CRASH, END_HANG, END_STRAGGLER, END_KINDS };
+
+static int end_kind(int rc, int stale) {
+    if (stale || rc == TOOL_EXIT_HUNG)
+        return END_HANG;
+    return rc == TOOL_EXIT_STRAGGLER ? END_STRAGGLER : END_CRASH;
+}
+
+static void report_ends(const int *ends) {
+    if (ends[END_CRASH] + ends[END_HANG] + ends[END_STRAGGLER] == 0)
+        return;
+    printf("kiln run: the command failed %d time%s: %d crash%s, %d hang%s (the watchdog's exit "
+           "4 or a stale heartbeat), %d straggler stop%s (exit 5)\n",
+           ends[END_CRASH] + ends[END_HANG] + ends[END_STRAGGLER],
+           ends[END_CRASH] + ends[END_HANG] + ends[END_STRAGGLER] == 1 ? "" : "s", ends[END_CRASH],
+           ends[END_CRASH] == 1 ? "" : "es", ends[END_HANG], ends[END_HANG] == 1 ? "" : "s",
+           ends[END_STRAGGLER], ends[END_STRAGGLER] == 1 ? "" : "s");
+}
+
 int cmd_run(int argc, char **argv) {
-    int64_t restarts = 3;
-    double backoff = 1.0, max_backoff = 60.0;
+    int64_t restarts = 3, min_ranks = 1;
+    double backoff = 1.0, max_backoff = 60.0, stale_s = 0.0, grace_s = 10.0;
+    const char *heartbeat = NULL;
+    int fewer = 0;
     const tool_flag flags[] = {
         {"restarts", TOOL_FLAG_INT, &restarts, "restarts after a crash before giving up"},
         {"backoff", TOOL_FLAG_FLOAT, &backoff, "seconds before the first restart (then doubled)"},
         {"max-backoff", TOOL_FLAG_FLOAT, &max_backoff, "the longest wait between restarts, s"},
+        {"heartbeat", TOOL_FLAG_STRING, &heartbeat,
+         "with --stale-s: the heartbeat file to watch (default: the command's --heartbeat, "
+         "PATH.rank0 under mpirun -np N > 1)"},
+        {"stale-s", TOOL_FLAG_FLOAT, &stale_s,
+         "a heartbeat not renewed for this many seconds: kill and restart the command (0: "
+         "not watched)"},
+        {"term-grace", TOOL_FLAG_FLOAT, &grace_s,
+         "seconds between SIGTERM and SIGKILL to a frozen command"},
+        {"fewer-ranks", TOOL_FLAG_BOOL, &fewer,
+         "restart a failed `mpirun -np N` command on N - 1 ranks (down to --min-ranks)"},
+        {"min-ranks", TOOL_FLAG_INT, &min_ranks, "with --fewer-ranks: the fewest ranks"},
     };
     int dash = 1;
     while (dash < argc && strcmp(argv[dash], "--"))
@@ -242,6 +399,11 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "kiln run: --restarts, --backoff and --max-backoff must be >= 0\n");
         return 2;
     }
+    if (!(stale_s >= 0) || stale_s > 1e7 || !(grace_s >= 0) || grace_s > 1e6 || min_ranks < 1 ||
+        min_ranks > (1 << 20)) {
+        fprintf(stderr, "kiln run: --stale-s and --term-grace must be >= 0 and --min-ranks >= 1\n");
+        return 2;
+    }
     int n = argc - dash - 1;
     /* the command, and room for `--resume D` and the NULL */
     char **cmd = calloc((size_t)n + 3, sizeof *cmd);
@@ -251,21 +413,45 @@ int cmd_run(int argc, char **argv) {
     const char *ckpt = command_flag(cmd, n, "checkpoint-dir");
     const char *metrics = command_flag(cmd, n, "metrics");
     int resumes = command_flag(cmd, n, "resume") != NULL;
+    int np_at = rank_count_arg(cmd, n);
+    char np_text[32], hb_path[4096];
+    hb_watch watch = {NULL, stale_s, grace_s};
+    if (stale_s > 0) {
+        if (!heartbeat_path(hb_path, sizeof hb_path, heartbeat, cmd, n, np_at)) {
+            fprintf(stderr, "kiln run: --stale-s needs a heartbeat file: --heartbeat PATH here, or "
+                            "--heartbeat PATH in the command\n");
+            free(cmd);
+            return 2;
+        }
+        watch.path = hb_path;
+    }
+    if (fewer && np_at < 0)
+        fprintf(stderr, "kiln run: --fewer-ranks: the command is not `mpirun ... -np N ...`; it "
+                        "restarts as it is\n");
     step_times st = {NULL, 0};
     set_handlers(on_signal);
     double t0 = now_ms(), wait_s = backoff;
-    int status = 0, done = 0;
+    int status = 0, done = 0, stale = 0, ends[END_KINDS] = {0};
     for (done = 0;; done++) {
-        if ((rc = run_child(cmd, &status)))
+        if (watch.path) /* -np may have changed (--fewer-ranks) */
+            heartbeat_path(hb_path, sizeof hb_path, heartbeat, cmd, n, np_at);
+        if ((rc = run_child(cmd, &watch, &status, &stale)))
             break;
         if (metrics)
             read_metrics(&st, metrics);
         rc = shell_status(status);
-        if (rc == 0 || rc == TOOL_EXIT_PREEMPTED || stop_signal)
+        if (!stale && (rc == 0 || rc == TOOL_EXIT_PREEMPTED || stop_signal))
             break;
-        char what[128];
+        ends[end_kind(rc, stale)]++;
+        char what[160];
         describe(what, sizeof what, status);
-        if (done >= restarts) {
+        if (stale)
+            snprintf(what + strlen(what), sizeof what - strlen(what), " after a stale heartbeat");
+        else if (rc == TOOL_EXIT_HUNG)
+            snprintf(what + strlen(what), sizeof what - strlen(what), " (a hung step)");
+        else if (rc == TOOL_EXIT_STRAGGLER)
+            snprintf(what + strlen(what), sizeof what - strlen(what), " (a straggling rank)");
+        if (done >= restarts || stop_signal) {
             fprintf(stderr, "kiln run: the command ended with %s; giving up after %d restart%s\n",
                     what, done, done == 1 ? "" : "s");
             break;
@@ -278,6 +464,8 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "kiln run: the command ended with %s; restart %d of %lld in %.1f s%s\n",
                 what, done + 1, (long long)restarts, wait_s,
                 cmd[n] ? " (with --resume from its checkpoints)" : "");
+        if (fewer && np_at >= 0)
+            fewer_ranks(cmd, np_at, min_ranks, np_text, sizeof np_text);
         sleep_s(wait_s);
         wait_s = fmin(wait_s * 2.0, max_backoff);
         if (stop_signal)
@@ -287,6 +475,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "kiln run: the command was preempted (exit 3, its checkpoint written): "
                         "requeue the job to resume it\n");
     report_goodput(&st, metrics, now_ms() - t0, done);
+    report_ends(ends);
     free(st.ms);
     free(cmd);
     return rc;

@@ -17,6 +17,7 @@
 #include "kiln/optim.h"
 #include "kiln/train.h"
 #include "tool_common.h"
+#include "watchdog_flags.h"
 
 static const char *usage =
     "usage: kiln train [flags]\n\n"
@@ -40,7 +41,14 @@ static const char *usage =
     "Preemption: SIGTERM, SIGUSR1 or SIGINT stops the run after the current step; with\n"
     "--checkpoint-dir the checkpoint of the steps done is written, else the --save weights,\n"
     "and the exit status is 3: preempted, saved, resume me (a scheduler requeues the job;\n"
-    "`kiln run` passes it on). A second SIGTERM or SIGINT exits at once (143, 130).";
+    "`kiln run` passes it on). A second SIGTERM or SIGINT exits at once (143, 130).\n\n"
+    "Watchdog (on by default): a step that runs --hang-warn-factor times the median step is\n"
+    "warned about on stderr; at --hang-factor times the median, and never before --hang-min-s,\n"
+    "it is hung: the --heartbeat file says \"hung\" and the process exits 4 (under mpirun every\n"
+    "rank ends). With several ranks a rank consistently slower than the others (its compute\n"
+    "time per step over --straggler-window steps above --straggler-factor times theirs) is\n"
+    "named by rank 0 and in the metrics file; with --straggler-exit it ends the run after a\n"
+    "checkpoint, exit 5. --inject-hang and --inject-slow are test aids.";
 
 /* Preemption: SIGTERM, SIGUSR1 or SIGINT asks the run to stop after the current step, save
  * what it has and exit TOOL_EXIT_PREEMPTED. The handler only records the signal and its time
@@ -107,6 +115,26 @@ static int stop_preempted(kiln_trainer *tr, int checkpoint, int rank, int world,
         fflush(stdout);
     }
     return TOOL_EXIT_PREEMPTED;
+}
+
+/* The watchdog stopped the run (a persistent straggler, --straggler-exit): every rank after
+ * the same step. Its checkpoint (or --save weights), then the watchdog's status. */
+static int stop_watchdog(kiln_trainer *tr, int rank, int world, kiln_comm *comm, const char *what) {
+    const char *where = NULL;
+    kiln_status s = kiln_trainer_save_now(tr, &where);
+    if (s) {
+        tool_report(what, s);
+        if (world > 1)
+            kiln_comm_abort(comm, 1, "the checkpoint at the watchdog's stop failed");
+        return 1;
+    }
+    if (rank == 0) {
+        printf("stopped by the watchdog after step %lld (a straggling rank): the state is in %s; "
+               "exit %d: resume it on fewer ranks, or with --rank-batches\n",
+               (long long)kiln_trainer_steps_done(tr), where, kiln_trainer_watchdog_exit(tr));
+        fflush(stdout);
+    }
+    return kiln_trainer_watchdog_exit(tr);
 }
 
 /* Preset or JSON, then the overriding flags. */
@@ -331,6 +359,8 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     double prune = 0.0;
     const char *prune_scope = "global";
     int64_t prune_start = 1, prune_end = 0, prune_every = 1;
+    tool_watchdog_flags wf;
+    tool_watchdog_flags_init(&wf, &cfg.watchdog);
     const tool_flag flags[] = {
         {"model", TOOL_FLAG_STRING, &model, "preset name or model JSON file"},
         {"layers", TOOL_FLAG_INT, &layers, "override the number of layers (0: keep)"},
@@ -462,6 +492,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
          "process)"},
         {"plan-memory", TOOL_FLAG_STRING, &plan_memory,
          "with --plan: the memory to fit, e.g. 24G (default: what the machine has available)"},
+        TOOL_WATCHDOG_FLAGS(wf),
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos,
@@ -636,6 +667,8 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     cfg.outer_lr = (float)outer_lr;
     cfg.outer_momentum = (float)outer_momentum;
     cfg.dp.bucket_bytes = (int64_t)(bucket_mb * (1 << 20));
+    if ((rc = tool_watchdog_flags_apply(&wf, &cfg.watchdog)))
+        return rc;
     if (plan)
         return print_plan(&cfg, plan_memory);
     /* one process, or a rank of many when mpirun or srun started several */
@@ -689,6 +722,13 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     int nothing_left = started && cfg.resume_path && kiln_trainer_steps_done(tr) >= cfg.steps;
     while (s == KILN_OK && !kiln_trainer_stopping(tr) && kiln_trainer_steps_done(tr) < cfg.steps)
         s = kiln_trainer_step(tr, NULL);
+    if (s == KILN_OK && kiln_trainer_watchdog_exit(tr)) {
+        rc = stop_watchdog(tr, rank, world, comm, what);
+        kiln_trainer_free(tr);
+        kiln_comm_free(comm);
+        free(per_rank);
+        return rc;
+    }
     if (s == KILN_OK && kiln_trainer_stopping(tr)) {
         rc = stop_preempted(tr, cfg.checkpoint_dir != NULL, rank, world, comm, what);
         kiln_trainer_free(tr);

@@ -15,6 +15,11 @@
  * preemption) stopped it between steps and the steps so far were saved: "resume me". A
  * scheduler requeues the job (Slurm: sbatch --requeue); kiln run passes it on. */
 #define TOOL_EXIT_PREEMPTED 3
+/* The watchdog's (kiln/train.h): a hung step ended the process (4); a rank stayed a
+ * straggler with --straggler-exit, and the run stopped after a checkpoint (5). kiln run
+ * restarts the command after either, like after a crash. */
+#define TOOL_EXIT_HUNG KILN_EXIT_HUNG
+#define TOOL_EXIT_STRAGGLER KILN_EXIT_STRAGGLER
 
 /* Use n threads for kiln's loops and OpenBLAS (n <= 0: leave OpenMP's default), with a
  * warning on stderr when that is more threads than the cores this process may run on. */
