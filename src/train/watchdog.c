@@ -247,7 +247,9 @@ static void *watch(void *arg) {
 
 /* ---- start and stop ---- */
 
-static kiln_status check_config(const kiln_watchdog_config *c, int world) {
+/* resumed: a run that goes on from a checkpoint, where the injected faults do not fire (a
+ * restart on fewer ranks may no longer have the rank named). */
+static kiln_status check_config(const kiln_watchdog_config *c, int world, int resumed) {
     if (!(c->warn_factor >= 1.0) || !(c->hang_factor >= c->warn_factor) || !(c->hang_min_s > 0) ||
         c->hang_factor > 1e6 || c->hang_min_s > 1e7)
         return kiln_error_setf(KILN_ERR_CONFIG,
@@ -270,14 +272,16 @@ static kiln_status check_config(const kiln_watchdog_config *c, int world) {
                                "or 0 (off)",
                                c->straggler_factor);
     if (c->inject_hang_step < 0 ||
-        (c->inject_hang_step > 0 && (c->inject_hang_rank < 0 || c->inject_hang_rank >= world)))
+        (c->inject_hang_step > 0 &&
+         (c->inject_hang_rank < 0 || (c->inject_hang_rank >= world && !resumed))))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "fault injection: a hang in step %lld of rank %d, but the run has "
                                "%d rank%s (0..%d) and steps from 1",
                                (long long)c->inject_hang_step, c->inject_hang_rank, world,
                                world == 1 ? "" : "s", world - 1);
     if (!(c->inject_slow_ms >= 0) || c->inject_slow_ms > 1e6 ||
-        (c->inject_slow_ms > 0 && (c->inject_slow_rank < 0 || c->inject_slow_rank >= world)))
+        (c->inject_slow_ms > 0 &&
+         (c->inject_slow_rank < 0 || (c->inject_slow_rank >= world && !resumed))))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "fault injection: %g ms more per step on rank %d, but the run has "
                                "%d rank%s (0..%d), and the time must be 0..1e6 ms",
@@ -312,7 +316,7 @@ kiln_status kiln__watchdog_start(kiln_trainer *t) {
     t->wd = NULL;
     if (!c->enabled)
         return KILN_OK;
-    KILN_CHECK(check_config(c, t->world));
+    KILN_CHECK(check_config(c, t->world, t->cfg.resume_path != NULL));
     kiln__watchdog *wd = calloc(1, sizeof *wd);
     if (!wd)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the watchdog");

@@ -185,4 +185,45 @@ case_global_batch_differs() {
     check "nothing saved by the refused run" test ! -e y.st
 }
 
+# The same command on any number of ranks (--global-batch), restarted on fewer: a run on 2
+# ranks whose rank 1 hangs at step 12 ends with the hang status; `kiln run --fewer-ranks`
+# starts it again on 1 rank, which resumes the step-10 checkpoint (optimizer state re-cut, the
+# 4 sequences a step as 2 micro-batches) and ends equal to an uninterrupted run. 3 ranks of a
+# global batch of 8 take 3, 3 and 2 micro-batches (uneven ranks) and train alike too.
+case_fewer_ranks_after_hang() {
+    need_mpi
+    G="--batch 2 --global-batch 4"
+    run $TRAIN $G --save ref.st --metrics ref.jsonl
+    expect_ok
+    LAST="kiln run --fewer-ranks -- mpirun -np 2 kiln $TRAIN $G --inject-hang 1:12 ..."
+    printf '$ %s\n' "$LAST" >>"$W/log"
+    timeout -k 5 120 "$KILN" run --restarts 2 --backoff 0 --fewer-ranks --min-ranks 1 -- \
+        "$MPIRUN" $MPIFLAGS -np 2 "$KILN" $TRAIN $G --checkpoint-dir ck --checkpoint-every 5 \
+        --inject-hang 1:12 --hang-min-s 2 --save res.st --metrics res.jsonl \
+        </dev/null >"$W/stdout" 2>"$W/stderr"
+    RC=$?
+    expect_ok
+    expect_err "--fewer-ranks: the command starts again on 1 rank"
+    expect_out_re 'resumed a checkpoint of 2 ranks .* on 1 rank .*optimizer state re-cut'
+    if $COMPARE ref.st res.st ref.jsonl ref.jsonl 1e-5 >cmp.out 2>&1; then
+        ok "restarted on 1 rank, the run equals the uninterrupted one: $(cat cmp.out)"
+    else
+        bad "restarted on 1 rank, the run equals the uninterrupted one: $(cat cmp.out)"
+    fi
+    mpi 3 $TRAIN --batch 2 --global-batch 8 --save three.st --metrics three.jsonl
+    expect_ok
+    expect_out_re 'a step takes 8 sequences .*uneven ranks'
+    run $TRAIN --batch 2 --global-batch 8 --save one.st --metrics one.jsonl
+    expect_ok
+    if $COMPARE one.st three.st one.jsonl three.jsonl 1e-5 >cmp.out 2>&1; then
+        ok "3 uneven ranks equal one process: $(cat cmp.out)"
+    else
+        bad "3 uneven ranks equal one process: $(cat cmp.out)"
+    fi
+    run $TRAIN --batch 3 --global-batch 8 --save x.st
+    expect_usage
+    run $TRAIN --batch 2 --global-batch 8 --grad-accum 2 --save x.st
+    expect_usage
+}
+
 main "$@"

@@ -289,6 +289,34 @@ static int64_t step_micro(const kiln_train_config *cfg, int world) {
     return n;
 }
 
+/* --global-batch G: G / B micro-batches a step over `world` ranks, evenly (--grad-accum) when
+ * they divide, else the first ranks one more (--rank-batches), so that the same command runs
+ * on any number of ranks (kiln run --fewer-ranks) and trains the same way. */
+static int split_global_batch(int64_t G, int64_t B, int world, kiln_train_config *cfg,
+                              int64_t **per_rank) {
+    *per_rank = NULL;
+    int64_t micro = G / B;
+    if (G % B || micro < world) {
+        fprintf(stderr,
+                "kiln train: --global-batch %lld must be a multiple of --batch %lld with at least "
+                "one micro-batch per rank (%d ranks)\n",
+                (long long)G, (long long)B, world);
+        return 2;
+    }
+    if (micro % world == 0) {
+        cfg->grad_accum = micro / world;
+        return 0;
+    }
+    int64_t *v = calloc((size_t)world, sizeof *v);
+    if (!v)
+        return 1;
+    for (int r = 0; r < world; r++)
+        v[r] = micro / world + (r < micro % world);
+    cfg->grad_accum = 1;
+    *per_rank = v;
+    return 0;
+}
+
 /* --rank-batches 3,1: one count per rank, each 1..4096. */
 static int parse_rank_batches(const char *text, int world, int64_t accum, int64_t **out) {
     *out = NULL;
@@ -352,6 +380,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     double outer_lr = 1.0, outer_momentum = 0.0;
     double bucket_mb = (double)kiln_dp_config_default().bucket_bytes / (1 << 20);
     const char *reduce_dtype = "fp32", *rank_batches = NULL;
+    int64_t global_batch = 0;
     int64_t guard_window = cfg.guard_window, guard_max_bad = cfg.guard_max_bad;
     int64_t guard_rollbacks = cfg.guard_max_rollbacks;
     double guard_z = cfg.guard_z;
@@ -379,6 +408,10 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         {"batch", TOOL_FLAG_INT, &B, "sequences per micro-batch (B)"},
         {"seq", TOOL_FLAG_INT, &T, "tokens per sequence (T)"},
         {"grad-accum", TOOL_FLAG_INT, &accum, "micro-batches per optimizer step"},
+        {"global-batch", TOOL_FLAG_INT, &global_batch,
+         "sequences per optimizer step over all ranks, split into --batch micro-batches over "
+         "however many ranks run (evenly, or the first ranks one more): the same command "
+         "trains alike on any number of ranks (0: --batch x --grad-accum per rank)"},
         {"steps", TOOL_FLAG_INT, &steps,
          "optimizer steps (0: check the data, model and memory plan; train and save nothing)"},
         {"optimizer", TOOL_FLAG_STRING, &optimizer, "adamw, adam, sgd or rmsprop"},
@@ -693,6 +726,16 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         return 1;
     }
     int64_t *per_rank = NULL;
+    if (global_batch && (rank_batches || accum != 1 || global_batch < 0)) {
+        fprintf(stderr, "kiln train: --global-batch sets the micro-batches of every rank: leave "
+                        "--grad-accum and --rank-batches out\n");
+        kiln_comm_free(comm);
+        return 2;
+    }
+    if (global_batch && (rc = split_global_batch(global_batch, B, world, &cfg, &per_rank))) {
+        kiln_comm_free(comm);
+        return rc;
+    }
     if (rank_batches && (rc = parse_rank_batches(rank_batches, world, accum, &per_rank))) {
         kiln_comm_free(comm);
         return rc;
