@@ -183,6 +183,15 @@ const void *kiln_gpt_logits(const kiln_gpt *m);
 /* The first `rows` rows of the last forward's logits widened to fp32 into a host buffer
  * (rows x Vp floats). */
 kiln_status kiln_gpt_logits_f32(const kiln_gpt *m, int64_t rows, float *out);
+/* Distillation: until cleared (p NULL), forward_backward's loss is alpha x the cross-entropy
+ * with the targets + (1 - alpha) x T^2 x KL(p || softmax(logits / T)) per position (Hinton
+ * et al.'s soft targets, T the temperature), and its gradient flows back; p holds, for each of
+ * the B*T positions of the coming batch, the teacher's softmax(logits / T) over the V tokens
+ * (rows of V floats, the caller's, alive until the call). An fp32 model on the CPU
+ * backend; the reported loss is the mixed one. */
+kiln_status kiln_gpt_set_soft_targets(kiln_gpt *m, const float *p, float alpha,
+                                      float temperature);
+
 /* Per-position losses (B,T) of the last forward with targets. */
 const float *kiln_gpt_losses(const kiln_gpt *m);
 

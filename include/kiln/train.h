@@ -150,6 +150,13 @@ typedef struct kiln_train_config {
     double prune_sparsity;
     int prune_scope;
     int64_t prune_start, prune_end, prune_every;
+    /* Distillation: with teacher_path (safetensors weights of a model with the student's
+     * vocabulary, any size), every micro-batch also runs forward through the teacher, and the
+     * student's loss is distill_alpha x the data's cross-entropy + (1 - distill_alpha) x T^2 x
+     * KL(teacher || student) at temperature distill_temperature (kiln_gpt_set_soft_targets).
+     * An fp32 student. NULL: none. */
+    const char *teacher_path;
+    float distill_alpha, distill_temperature;
     /* tests: a spike (gradients x100, loss x4) at the first visit of steps
      * [inject_spike_step, inject_spike_step + inject_spike_count) (0: never) */
     int64_t inject_spike_step, inject_spike_count;

@@ -2,6 +2,7 @@
  * The model is embedding, blocks 0..L-1 and head, each with its own forward and backward.
  * Activations are in the model's dtype (m->dt); the ops keep what precision needs in fp32. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -148,16 +149,55 @@ static void head_layernorm(kiln_gpt *m, int64_t BT) {
                              block_input(m, m->cfg.n_layer), m->p.lnfw, m->p.lnfb, BT, C);
 }
 
+/* Distillation's part of rows [r0, r0+n) (fp32 logits, before the cross-entropy overwrites
+ * them): into soft.scratch (1 - alpha) T (softmax(z / T) - p) dloss, the gradient of
+ * (1 - alpha) T^2 KL(p || softmax(z / T)), and each row's KL into soft.kl. */
+static void soft_rows(kiln_gpt *m, int64_t r0, int64_t n, float dloss) {
+    int64_t V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
+    float T = m->soft.temperature, w = (1.0f - m->soft.alpha) * T * dloss;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const float *z = (const float *)m->logits + i * Vp;
+        const float *p = m->soft.p + (r0 + i) * V;
+        float *g = m->soft.scratch + i * Vp;
+        float mx = -INFINITY;
+        for (int64_t v = 0; v < V; v++)
+            mx = fmaxf(mx, z[v] / T);
+        double sum = 0.0;
+        for (int64_t v = 0; v < V; v++)
+            sum += exp((double)(z[v] / T - mx));
+        double lse = (double)mx + log(sum), kl = 0.0;
+        for (int64_t v = 0; v < V; v++) {
+            double logq = (double)(z[v] / T) - lse;
+            if (p[v] > 0.0f)
+                kl += (double)p[v] * (log((double)p[v]) - logq);
+            g[v] = w * ((float)exp(logq) - p[v]);
+        }
+        m->soft.kl[r0 + i] = (float)kl;
+    }
+}
+
 /* Rows [r0, r0+n) of the classifier: logits, then the losses, and with dloss != 0 the
- * logits' gradient in place and its backward: dlnf rows (d.dln) and dwte +=. */
+ * logits' gradient in place and its backward: dlnf rows (d.dln) and dwte +=. With soft
+ * targets the cross-entropy's share is alpha and distillation's is added. */
 static void head_rows(kiln_gpt *m, int64_t r0, int64_t n, float dloss, int grad) {
     kiln_backend *be = m->be;
     kiln_dtype dt = m->dt;
     int64_t C = m->cfg.n_embd, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
     void *lnf = row(m->lnf, r0, C, dt);
     be->matmul_forward(be, dt, m->logits, lnf, m->p.wte, NULL, n, C, Vp, 1, NULL);
+    int soft = m->soft.p != NULL;
+    if (soft)
+        soft_rows(m, r0, n, grad ? dloss : 0.0f);
     be->crossentropy_forward_backward(be, dt, m->losses + r0, grad ? m->logits : NULL, m->logits,
-                                      m->targets + r0, dloss, n, V, Vp);
+                                      m->targets + r0, soft ? dloss * m->soft.alpha : dloss, n, V,
+                                      Vp);
+    if (soft && grad) {
+        float *d = m->logits;
+        const float *g = m->soft.scratch;
+        for (int64_t i = 0; i < n * Vp; i++)
+            d[i] += g[i];
+    }
     if (grad)
         be->matmul_backward(be, dt, row(m->d.dln, r0, C, dt), m->g.wte, NULL, m->logits, lnf,
                             m->p.wte, n, C, Vp, 1);
@@ -204,7 +244,38 @@ static kiln_status need_head(kiln_gpt *m) {
 
 /* The loss over the batch (in fixed order: the same bits on every run). */
 static float mean_loss(kiln_gpt *m, int64_t BT) {
-    return (float)(m->be->sum(m->be, m->losses, BT) / (double)BT);
+    double ce = m->be->sum(m->be, m->losses, BT) / (double)BT;
+    if (!m->soft.p)
+        return (float)ce;
+    double kl = m->be->sum(m->be, m->soft.kl, BT) / (double)BT, T = m->soft.temperature;
+    return (float)(m->soft.alpha * ce + (1.0 - m->soft.alpha) * T * T * kl);
+}
+
+kiln_status kiln_gpt_set_soft_targets(kiln_gpt *m, const float *p, float alpha,
+                                      float temperature) {
+    if (!p) {
+        m->soft.p = NULL;
+        return KILN_OK;
+    }
+    if (m->dt != KILN_DTYPE_F32 || strcmp(m->be->name, "cpu"))
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "distillation needs an fp32 model on the CPU backend");
+    if (!(alpha >= 0.0f && alpha <= 1.0f) || !(temperature > 0.0f && temperature <= 100.0f))
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "distillation: alpha must be in [0, 1] and the temperature in "
+                               "(0, 100] (got %g, %g)",
+                               alpha, temperature);
+    if (!m->soft.kl) {
+        m->soft.kl = calloc((size_t)(m->maxB * m->maxT), sizeof *m->soft.kl);
+        m->soft.scratch = calloc((size_t)(m->logit_rows * m->cfg.padded_vocab_size),
+                                 sizeof *m->soft.scratch);
+        if (!m->soft.kl || !m->soft.scratch)
+            return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate distillation's buffers");
+    }
+    m->soft.p = p;
+    m->soft.alpha = alpha;
+    m->soft.temperature = temperature;
+    return KILN_OK;
 }
 
 /* Checks the batch and runs the embedding and every block; with_lnf: the last block's fused
@@ -316,6 +387,9 @@ kiln_status kiln_gpt_backward(kiln_gpt *m, float grad_scale) {
     KILN_CHECK(check_trainable(m));
     if (!m->have_targets)
         return kiln_error_setf(KILN_ERR_ARG, "backward needs a forward with targets before it");
+    if (m->soft.p)
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "distillation's gradient comes from forward_backward");
     int64_t B = m->B, T = m->T, BT = B * T;
     float dloss = grad_scale / (float)BT;
     KILN_CHECK(need_head(m));

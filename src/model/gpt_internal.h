@@ -87,6 +87,14 @@ struct kiln_gpt {
     void *logits;               /* (logit_rows,Vp); holds dlogits after backward */
     int64_t logit_rows;         /* B*T, or the classifier chunk (at least maxB) */
     float *losses;              /* (B,T) fp32 */
+    /* distillation (kiln_gpt_set_soft_targets): the teacher's tempered probabilities
+     * (B*T, V, the caller's), the mix, and per row its KL term; scratch: a chunk's rows */
+    struct {
+        const float *p;
+        float alpha, temperature;
+        float *kl;      /* (maxB*maxT) */
+        float *scratch; /* (logit_rows, Vp) */
+    } soft;
     void *att_scratch;          /* the backend's attention workspace */
     gpt_grad_scratch d;
     int32_t *inputs, *targets; /* the last forward's batch (B,T), host memory */

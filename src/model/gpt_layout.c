@@ -295,6 +295,8 @@ kiln_status kiln_gpt_create_inference(kiln_gpt **out, const kiln_gpt_config *cfg
 void kiln_gpt_free(kiln_gpt *m) {
     if (!m)
         return;
+    free(m->soft.kl);
+    free(m->soft.scratch);
     if (m->be) {
         m->be->free(m->be, m->acts);
         if (m->mapped) {

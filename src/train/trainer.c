@@ -41,6 +41,8 @@ kiln_train_config kiln_train_config_default(void) {
     c.guard_z = 6.0f;
     c.guard_max_bad = 3;
     c.guard_max_rollbacks = 3;
+    c.distill_alpha = 0.5f;
+    c.distill_temperature = 2.0f;
     c.watchdog = (kiln_watchdog_config){.enabled = 1, .warn_factor = 5, .hang_factor = 20,
                                         .hang_min_s = 300, .window = 20, .heartbeat_s = 5,
                                         .straggler_factor = 1.3, .straggler_window = 20};
@@ -97,6 +99,7 @@ void kiln_trainer_free(kiln_trainer *t) {
     kiln__metrics_close(t->metrics, t->cfg.log);
     kiln__guard_free(&t->guard);
     kiln__trainer_prune_free(t);
+    kiln__trainer_distill_free(t);
     free(t->inputs);
     free(t->targets);
     kiln_dp_free(t->dp);
@@ -451,6 +454,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
     KILN_CHECK(kiln__trainer_guard_init(t));
     KILN_CHECK(kiln__trainer_resume(t));
     KILN_CHECK(kiln__trainer_prune_init(t));
+    KILN_CHECK(kiln__trainer_distill_init(t));
     /* a resumed run adds to the lines of the run it continues; one with nothing left to do
      * touches no file */
     if (cfg->metrics_path && !(t->resumed_step > 0 && t->steps_done >= cfg->steps))
@@ -508,6 +512,7 @@ kiln_status kiln__trainer_forward_backward(kiln_trainer *t, float S, double *los
         float l = 0.0f;
         kiln_loader *ld = t->micro_loaders ? t->micro_loaders[micro] : t->train;
         KILN_CHECK(kiln_loader_next(ld, t->inputs, t->targets));
+        KILN_CHECK(kiln__trainer_distill_targets(t));
         if (t->dp && !t->cfg.local_steps && micro == t->micro - 1)
             KILN_CHECK(kiln_dp_begin(t->dp, kiln_gpt_grads(t->model)));
         KILN_CHECK(kiln_gpt_forward_backward(t->model, t->inputs, t->targets, cfg->B, cfg->T,

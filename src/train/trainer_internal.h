@@ -64,6 +64,9 @@ struct kiln_trainer {
     uint8_t *prune_keep;
     char *prune_json;
     const char *prune_meta[3];
+    /* distillation (trainer_distill.c): the teacher, its logits and tempered probabilities */
+    kiln_gpt *teacher;
+    float *teacher_logits, *teacher_p;
     /* the --save file could not be written: failures in a row, and the step to try again */
     int64_t save_failures, save_retry_at;
     /* checkpoints' staging and writer thread (trainer_ckpt.c; NULL: none yet) */
@@ -79,6 +82,13 @@ kiln_status kiln__trainer_prune_step(kiln_trainer *t, int64_t step);
 /* The metadata of saved weights ("kiln.sparsity": per-matrix sparsity), or NULL. */
 const char *const *kiln__trainer_prune_meta(kiln_trainer *t, const float *w32);
 void kiln__trainer_prune_free(kiln_trainer *t);
+
+/* ---- trainer_distill.c ---- */
+/* The teacher loaded and checked against the student (cfg.teacher_path; nothing without). */
+kiln_status kiln__trainer_distill_init(kiln_trainer *t);
+/* The teacher's forward on t->inputs, its probabilities the student's soft targets. */
+kiln_status kiln__trainer_distill_targets(kiln_trainer *t);
+void kiln__trainer_distill_free(kiln_trainer *t);
 
 /* ---- trainer_save.c ---- */
 /* The --save weights after `step` when due (save_every, the last step, a failed save's retry)

@@ -381,6 +381,8 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     double bucket_mb = (double)kiln_dp_config_default().bucket_bytes / (1 << 20);
     const char *reduce_dtype = "fp32", *rank_batches = NULL;
     int64_t global_batch = 0;
+    const char *teacher = NULL;
+    double distill_alpha = cfg.distill_alpha, distill_temp = cfg.distill_temperature;
     int64_t guard_window = cfg.guard_window, guard_max_bad = cfg.guard_max_bad;
     int64_t guard_rollbacks = cfg.guard_max_rollbacks;
     double guard_z = cfg.guard_z;
@@ -499,6 +501,14 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
          "pruning: the step the final sparsity is reached, along Zhu and Gupta's cubic "
          "schedule (0: --prune-start, one shot)"},
         {"prune-every", TOOL_FLAG_INT, &prune_every, "pruning: steps between pruning steps"},
+        {"teacher", TOOL_FLAG_STRING, &teacher,
+         "distillation: a trained model (safetensors, the same vocabulary) whose tempered "
+         "outputs the student learns from (kiln distill)"},
+        {"distill-alpha", TOOL_FLAG_FLOAT, &distill_alpha,
+         "distillation: the weight of the data's cross-entropy; 1 - alpha goes to T^2 x KL "
+         "from the teacher"},
+        {"distill-temperature", TOOL_FLAG_FLOAT, &distill_temp,
+         "distillation: the temperature T both models' outputs are softened by"},
         {"zero", TOOL_FLAG_INT, &zero,
          "data parallel: 0 replicates the optimizer state on every rank, 1 shards it, 2 shards "
          "the gradients' reduction too, 3 the weights too (gathered per block for use)"},
@@ -576,6 +586,15 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
                         "--prune-start\n");
         return 2;
     }
+    if (teacher && (!teacher[0] || !(distill_alpha >= 0 && distill_alpha <= 1) ||
+                    !(distill_temp > 0 && distill_temp <= 100))) {
+        fprintf(stderr, "kiln train: --teacher needs a file, --distill-alpha in [0, 1] and "
+                        "--distill-temperature in (0, 100]\n");
+        return 2;
+    }
+    cfg.teacher_path = teacher;
+    cfg.distill_alpha = (float)distill_alpha;
+    cfg.distill_temperature = (float)distill_temp;
     cfg.prune_sparsity = prune;
     cfg.prune_scope = (int)scope;
     cfg.prune_start = prune_start;

@@ -18,6 +18,7 @@ static const tool_command commands[] = {
     {"tokenizer", cmd_tokenizer, "encode, decode, or train a tokenizer"},
     {"replay", cmd_replay, "re-run one step of a run from its checkpoint: a bad batch or a blow-up?"},
     {"run", cmd_run, "supervise a training: restart it from its checkpoints after a crash"},
+    {"distill", cmd_distill, "train a smaller model on a teacher's outputs"},
     {"export", cmd_export, "write a model as GGUF for llama.cpp"},
     {"bench", cmd_bench, "measure this machine (kiln bench peak)"},
 };
