@@ -63,6 +63,8 @@ typedef struct kiln_optim_slab {
     int64_t lo, hi;
     kiln_dtype work;
     uint64_t stochastic_seed;
+    int master; /* keep fp32 master weights even for F32 working weights (quantization-aware
+                   training writes fake-quantized working weights from them) */
 } kiln_optim_slab;
 
 /* Moment slabs (and master weights) for [lo, hi) are allocated here on the backend (zero).

@@ -150,6 +150,12 @@ typedef struct kiln_train_config {
     double prune_sparsity;
     int prune_scope;
     int64_t prune_start, prune_end, prune_every;
+    /* Quantization-aware training: qat_bits 8 trains fp32 master weights while forward and
+     * backward see them fake-quantized: every block matrix symmetric int8 per output column,
+     * the tied embedding/head per row (scale max|w| / 127; round(w / scale) x scale), the
+     * gradient passed straight through to the master weights. The saved weights are the
+     * master's; quantized to int8 they give the model the run trained. One process. 0: none. */
+    int qat_bits;
     /* Distillation: with teacher_path (safetensors weights of a model with the student's
      * vocabulary, any size), every micro-batch also runs forward through the teacher, and the
      * student's loss is distill_alpha x the data's cross-entropy + (1 - distill_alpha) x T^2 x

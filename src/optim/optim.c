@@ -20,7 +20,7 @@ struct kiln_optim {
     kiln_param_range *ranges; /* inside [lo, hi), sorted, disjoint, same-decay neighbours merged */
     int nranges;
     float *state[2]; /* (n) each, element 0 at slab offset lo; see kiln_optim_state */
-    float *master;   /* (n) fp32 master weights when the working weights are narrower */
+    float *master;   /* (n) fp32 master weights when the working weights are narrower, or asked */
     int64_t steps;   /* updates applied so far */
 };
 
@@ -270,7 +270,7 @@ kiln_status kiln_optim_create(kiln_optim **out, const kiln_optim_config *cfg,
         if (need[i])
             KILN_CHECK_GOTO(st, alloc_slab(o, &o->state[i], what[i]), fail);
     }
-    if (sl.work != KILN_DTYPE_F32)
+    if (sl.work != KILN_DTYPE_F32 || sl.master)
         KILN_CHECK_GOTO(st, alloc_slab(o, &o->master, "fp32 master weights"), fail);
     *out = o;
     return KILN_OK;

@@ -136,7 +136,8 @@ static kiln_status build_optimizer(kiln_trainer *t) {
                             .lo = t->shard_lo,
                             .hi = t->shard_hi,
                             .work = kiln_gpt_dtype(t->model),
-                            .stochastic_seed = cfg->stochastic_rounding ? cfg->seed * 2 + 1 : 0};
+                            .stochastic_seed = cfg->stochastic_rounding ? cfg->seed * 2 + 1 : 0,
+                            .master = cfg->qat_bits > 0};
     kiln_status s = kiln_optim_create(&t->opt, &cfg->optim, &slab, r, n,
                                       kiln_gpt_backend(t->model));
     free(r);
@@ -205,6 +206,8 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
     if (owned > slab)
         owned = slab;
     size_t state = kiln_optim_state_bytes_for(&cfg->optim, owned, dt);
+    if (cfg->qat_bits && dt == KILN_DTYPE_F32) /* master weights kept for the fake quantization */
+        state += (size_t)owned * sizeof(float);
     if (world > 1 && cfg->local_steps > 0 && (cfg->outer_lr != 1.0f || cfg->outer_momentum != 0.0f))
         state += (size_t)slab * 2 * sizeof(float); /* DiLoCo's outer weights and momentum */
     p->params = model.params;
@@ -217,7 +220,7 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
         p->grads = (size_t)ge * sizeof(float);
         model.total = model.total - model.params - model.grads + p->params + p->grads;
     }
-    p->master = dt == KILN_DTYPE_F32 ? 0 : (size_t)owned * sizeof(float);
+    p->master = dt == KILN_DTYPE_F32 && !cfg->qat_bits ? 0 : (size_t)owned * sizeof(float);
     p->moments = state - p->master;
     p->activations = model.activations;
     p->workspace = model.workspace;
@@ -455,6 +458,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
     KILN_CHECK(kiln__trainer_resume(t));
     KILN_CHECK(kiln__trainer_prune_init(t));
     KILN_CHECK(kiln__trainer_distill_init(t));
+    KILN_CHECK(kiln__trainer_qat_init(t));
     /* a resumed run adds to the lines of the run it continues; one with nothing left to do
      * touches no file */
     if (cfg->metrics_path && !(t->resumed_step > 0 && t->steps_done >= cfg->steps))
@@ -587,6 +591,7 @@ static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
     KILN_CHECK(kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model),
                                       kiln_gpt_grads(t->model), mt->lr, (float)coef));
     KILN_CHECK(kiln__trainer_prune_step(t, mt->step));
+    KILN_CHECK(kiln__trainer_qat_apply(t));
     if (t->cfg.local_steps > 0)
         return kiln__trainer_local_sync_due(t, mt->step) ? kiln__trainer_outer_step(t) : KILN_OK;
     if (t->zero3) /* gathered weights are stale now: each is gathered again where used */

@@ -90,6 +90,12 @@ kiln_status kiln__trainer_distill_init(kiln_trainer *t);
 kiln_status kiln__trainer_distill_targets(kiln_trainer *t);
 void kiln__trainer_distill_free(kiln_trainer *t);
 
+/* ---- trainer_qat.c ---- */
+/* Checks the flags; the working weights fake-quantized from the master's (after a resume too). */
+kiln_status kiln__trainer_qat_init(kiln_trainer *t);
+/* After an update: the working weights fake-quantized from the updated master weights. */
+kiln_status kiln__trainer_qat_apply(kiln_trainer *t);
+
 /* ---- trainer_save.c ---- */
 /* The --save weights after `step` when due (save_every, the last step, a failed save's retry)
  * or forced (a stop). Weights that are not good are an error (KILN_ERR_RANGE, naming where the

@@ -491,6 +491,9 @@ static kiln_status restore_weights(kiln_trainer *t, const char *folder, const ra
                                    folder, r, kiln_dtype_name(wd));
     KILN_CHECK(take_recut(f, KILN__CKPT_MASTER, sizeof(float), t->shard_lo, t->shard_hi, master,
                           "master weights"));
+    if (wd == KILN_DTYPE_F32) /* master weights kept for fp32 (quantization-aware training): the
+                                 working weights are theirs, written again from them */
+        return kiln_optim_write_working(t->opt, kiln_gpt_params(t->model));
     return take_recut(f, KILN__CKPT_WORKING, kiln_dtype_size(wd), 0, kiln_gpt_slab_len(t->model),
                       kiln_gpt_params(t->model), "working weights");
 }

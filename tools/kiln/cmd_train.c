@@ -382,6 +382,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     const char *reduce_dtype = "fp32", *rank_batches = NULL;
     int64_t global_batch = 0;
     const char *teacher = NULL;
+    int64_t qat = 0;
     double distill_alpha = cfg.distill_alpha, distill_temp = cfg.distill_temperature;
     int64_t guard_window = cfg.guard_window, guard_max_bad = cfg.guard_max_bad;
     int64_t guard_rollbacks = cfg.guard_max_rollbacks;
@@ -501,6 +502,9 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
          "pruning: the step the final sparsity is reached, along Zhu and Gupta's cubic "
          "schedule (0: --prune-start, one shot)"},
         {"prune-every", TOOL_FLAG_INT, &prune_every, "pruning: steps between pruning steps"},
+        {"qat", TOOL_FLAG_INT, &qat,
+         "quantization-aware training: 8 trains the model as int8 will run it (fake-quantized "
+         "matrices per output channel, fp32 master weights; 0: none)"},
         {"teacher", TOOL_FLAG_STRING, &teacher,
          "distillation: a trained model (safetensors, the same vocabulary) whose tempered "
          "outputs the student learns from (kiln distill)"},
@@ -592,6 +596,11 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
                         "--distill-temperature in (0, 100]\n");
         return 2;
     }
+    if (qat != 0 && qat != 8) {
+        fprintf(stderr, "kiln train: --qat takes 8 (int8) or 0\n");
+        return 2;
+    }
+    cfg.qat_bits = (int)qat;
     cfg.teacher_path = teacher;
     cfg.distill_alpha = (float)distill_alpha;
     cfg.distill_temperature = (float)distill_temp;
