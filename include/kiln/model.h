@@ -32,6 +32,10 @@ typedef struct kiln_gpt_config {
     int64_t n_layer;           /* L */
     int64_t n_head;            /* NH */
     int64_t n_embd;            /* C */
+    /* Cross-layer weight sharing: each block's weights serve this many consecutive layers
+     * (layers l and l + 1 of share 2 use block l / 2's); 0 or 1: none. Divides n_layer. The
+     * layers keep their own activations; the shared weights' gradients add up over them. */
+    int64_t share_layers;
 } kiln_gpt_config;
 
 /* Names the presets accept, NULL-terminated. */
@@ -47,6 +51,8 @@ kiln_status kiln_gpt_config_preset(kiln_gpt_config *cfg, const char *name);
 kiln_status kiln_gpt_config_from_json(kiln_gpt_config *cfg, const char *path);
 /* Check that the configuration can work and set padded_vocab_size. */
 kiln_status kiln_gpt_config_validate(kiln_gpt_config *cfg);
+/* The blocks of weights: n_layer / share_layers. */
+int64_t kiln_gpt_config_blocks(const kiln_gpt_config *cfg);
 /* Parameters (excluding the padded embedding rows). */
 int64_t kiln_gpt_config_num_params(const kiln_gpt_config *cfg);
 /* Model FLOPs of one training step (forward + backward) per token at sequence length T:

@@ -51,6 +51,11 @@ kiln_status kiln_gpt_save_slab_meta(kiln_gpt *m, const char *path, const void *s
         snprintf(v, sizeof v, "%lld", (long long)*config_field(&cfg, k));
         s = kiln_safetensors_writer_set_metadata(w, meta_keys[k].key, v);
     }
+    if (s == KILN_OK && cfg.share_layers > 1) { /* the tensors hold n_layer / share blocks */
+        char v[32];
+        snprintf(v, sizeof v, "%lld", (long long)cfg.share_layers);
+        s = kiln_safetensors_writer_set_metadata(w, "kiln.share_layers", v);
+    }
     for (int k = 0; s == KILN_OK && meta && meta[k] && meta[k + 1]; k += 2)
         s = kiln_safetensors_writer_set_metadata(w, meta[k], meta[k + 1]);
     if (s == KILN_OK)
@@ -307,6 +312,16 @@ kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *p
     kiln_gpt_config c;
     memset(&c, 0, sizeof c);
     kiln_status s = infer_config(f, &c);
+    /* shared blocks: the tensors count blocks, each serving share_layers layers */
+    const char *share = kiln_safetensors_metadata(f, "kiln.share_layers");
+    if (s == KILN_OK && share && (s = parse_meta_int(path, "kiln.share_layers", share,
+                                                      &c.share_layers)) == KILN_OK &&
+        c.share_layers > 1) {
+        if (c.share_layers > 1024)
+            s = kiln_error_setf(KILN_ERR_FORMAT, "%s: kiln.share_layers %lld is beyond 1024",
+                                path, (long long)c.share_layers);
+        c.n_layer *= c.share_layers > 1024 ? 1 : c.share_layers;
+    }
     int present = 0;
     for (int k = 0; s == KILN_OK && k < N_META_KEYS; k++) {
         const char *v = kiln_safetensors_metadata(f, meta_keys[k].key);

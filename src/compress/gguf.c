@@ -301,7 +301,9 @@ static kiln_status plan_tensors(const kiln_gpt *m, kiln_gguf_type type, gguf_ten
                 snprintf(kn, sizeof kn, k == 0 ? "ln_f.weight" : "ln_f.bias");
                 snprintf(t->name, sizeof t->name, k == 0 ? "output_norm.weight" : "output_norm.bias");
             } else {
-                snprintf(kn, sizeof kn, "h.%lld.%s", (long long)l, block[k].kiln);
+                /* shared blocks: each layer written with its block's weights */
+                int64_t share = c->share_layers > 1 ? c->share_layers : 1;
+                snprintf(kn, sizeof kn, "h.%lld.%s", (long long)(l / share), block[k].kiln);
                 snprintf(t->name, sizeof t->name, "blk.%lld.%s", (long long)l, block[k].gguf);
                 t->transpose = block[k].transpose;
             }

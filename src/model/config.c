@@ -93,6 +93,8 @@ kiln_status kiln_gpt_config_from_json(kiln_gpt_config *cfg, const char *path) {
         s = json_int(root, "vocab_size", NULL, 1, &c.vocab_size, path);
     if (!s)
         s = json_int(root, "max_seq_len", "n_positions", 0, &c.max_seq_len, path);
+    if (!s)
+        s = json_int(root, "share_layers", NULL, 1, &c.share_layers, path);
     cJSON_Delete(root);
     if (s)
         return s;
@@ -126,6 +128,12 @@ kiln_status kiln_gpt_config_validate(kiln_gpt_config *cfg) {
     if (cfg->vocab_size < 2 || cfg->vocab_size > (1LL << 31) - 256)
         return kiln_error_setf(KILN_ERR_CONFIG, "vocab_size is %lld; it must be 2..2^31-256",
                                (long long)cfg->vocab_size);
+    if (cfg->share_layers < 0 || cfg->share_layers > cfg->n_layer ||
+        (cfg->share_layers > 1 && cfg->n_layer % cfg->share_layers != 0))
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "share_layers is %lld; it must divide n_layer %lld (0 or 1: no "
+                               "sharing)",
+                               (long long)cfg->share_layers, (long long)cfg->n_layer);
     if (cfg->max_seq_len < 1 || cfg->max_seq_len > (1 << 20))
         return kiln_error_setf(KILN_ERR_CONFIG, "max_seq_len is %lld; it must be 1..2^20",
                                (long long)cfg->max_seq_len);
@@ -134,8 +142,12 @@ kiln_status kiln_gpt_config_validate(kiln_gpt_config *cfg) {
     return KILN_OK;
 }
 
+int64_t kiln_gpt_config_blocks(const kiln_gpt_config *cfg) {
+    return cfg->share_layers > 1 ? cfg->n_layer / cfg->share_layers : cfg->n_layer;
+}
+
 int64_t kiln_gpt_config_num_params(const kiln_gpt_config *cfg) {
-    int64_t C = cfg->n_embd, L = cfg->n_layer;
+    int64_t C = cfg->n_embd, L = kiln_gpt_config_blocks(cfg);
     int64_t block = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) +
                     (4 * C * C + C);
     return cfg->vocab_size * C + cfg->max_seq_len * C + L * block + 2 * C;

@@ -217,9 +217,22 @@ static void head_layernorm_backward(kiln_gpt *m, int64_t BT) {
 /* Part `part` of the model (kiln__gpt_part_range) has its final gradient for this backward:
  * tell the caller of kiln_gpt_set_grad_ready, once the backend has finished writing it (a
  * queued op must not race the caller's communication). */
-static kiln_status report_grads(kiln_gpt *m, int64_t part) {
-    if (!m->grad_ready)
+/* The part (block of weights) of layer l: -1 the embeddings (and -2 none) as they are, L ln_f
+ * (part U), a layer its shared block's. */
+static int64_t layer_part(const kiln_gpt *m, int64_t l) {
+    int64_t share = m->cfg.share_layers > 1 ? m->cfg.share_layers : 1;
+    if (l < 0)
+        return l;
+    return l >= m->cfg.n_layer ? kiln_gpt_config_blocks(&m->cfg) : l / share;
+}
+
+/* After layer l's backward (L: ln_f's, -1: the embeddings'). A shared block's gradients are
+ * final once its lowest layer, the last backward reaches, has run. */
+static kiln_status report_grads(kiln_gpt *m, int64_t l) {
+    int64_t share = m->cfg.share_layers > 1 ? m->cfg.share_layers : 1;
+    if (!m->grad_ready || (l >= 0 && l < m->cfg.n_layer && l % share != 0))
         return KILN_OK;
+    int64_t part = layer_part(m, l);
     KILN_CHECK(m->be->synchronize(m->be));
     int64_t lo, hi;
     kiln__gpt_part_range(m, part, &lo, &hi);
@@ -227,13 +240,13 @@ static kiln_status report_grads(kiln_gpt *m, int64_t part) {
     return KILN_OK;
 }
 
-/* Part `part`'s parameters are about to be read (ZeRO 3: fetched by the caller's hook);
- * `next` is the part wanted after it (-2: none known). */
-static kiln_status need(kiln_gpt *m, int64_t part, int64_t next) {
+/* Layer l's parameters are about to be read (ZeRO 3: their part fetched by the caller's
+ * hook); `next` is the layer wanted after it (-2: none known). */
+static kiln_status need(kiln_gpt *m, int64_t l, int64_t next) {
     if (!m->param_need)
         return KILN_OK;
     KILN_CHECK(m->be->synchronize(m->be)); /* queued ops may still read the slab */
-    return m->param_need(m->param_need_ctx, (int)part, (int)next);
+    return m->param_need(m->param_need_ctx, (int)layer_part(m, l), (int)layer_part(m, next));
 }
 
 /* The head's parameters: ln_f and the tied wte. */

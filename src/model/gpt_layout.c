@@ -49,7 +49,7 @@ static int64_t build_layout(kiln_gpt *m) {
     add_tensor(&lb, "wte.weight", -1, 2, V, C);
     lb.offset += (Vp - V) * C; /* padded rows: in the slab, in no tensor */
     add_tensor(&lb, "wpe.weight", -1, 2, m->cfg.max_seq_len, C);
-    for (int l = 0; l < (int)m->cfg.n_layer; l++) {
+    for (int l = 0; l < (int)kiln_gpt_config_blocks(&m->cfg); l++) { /* shared: fewer */
         add_block_tensor(&lb, l, "ln_1.weight", 1, C, 0);
         add_block_tensor(&lb, l, "ln_1.bias", 1, C, 0);
         add_block_tensor(&lb, l, "attn.c_attn.weight", 2, C, 3 * C);
@@ -73,7 +73,7 @@ static int64_t build_layout(kiln_gpt *m) {
  * each part runs from its first tensor to the next part's; the embeddings start at 0 (wte's
  * padded rows are theirs) and the last part ends at the slab's end. */
 void kiln__gpt_part_range(const kiln_gpt *m, int64_t part, int64_t *lo, int64_t *hi) {
-    int64_t L = m->cfg.n_layer;
+    int64_t L = kiln_gpt_config_blocks(&m->cfg); /* parts are blocks of weights */
     *lo = part < 0 ? 0 : m->tensors[2 + 12 * part].offset;
     *hi = part < L ? m->tensors[2 + 12 * (part + 1)].offset : m->slab_len;
 }
@@ -83,9 +83,10 @@ void kiln_gpt_part_range(const kiln_gpt *m, int part, int64_t *lo, int64_t *hi) 
 }
 
 int kiln_gpt_grad_ranges(const kiln_gpt *m, int64_t *lo, int64_t *hi, int max) {
-    int n = (int)m->cfg.n_layer + 2;
-    for (int i = 0; i < n && i < max; i++) /* backward's order: ln_f, blocks L-1..0, embeddings */
-        kiln__gpt_part_range(m, m->cfg.n_layer - i, &lo[i], &hi[i]);
+    int64_t U = kiln_gpt_config_blocks(&m->cfg);
+    int n = (int)U + 2;
+    for (int i = 0; i < n && i < max; i++) /* backward's order: ln_f, blocks U-1..0, embeddings */
+        kiln__gpt_part_range(m, U - i, &lo[i], &hi[i]);
     return n;
 }
 
@@ -95,8 +96,9 @@ static void bind_params(const kiln_gpt *m, gpt_params *v, void *slab) {
     kiln_dtype dt = m->dt;
     v->wte = slab_at(slab, t[0].offset, dt);
     v->wpe = slab_at(slab, t[1].offset, dt);
+    int64_t share = m->cfg.share_layers > 1 ? m->cfg.share_layers : 1;
     for (int64_t l = 0; l < m->cfg.n_layer; l++) {
-        const kiln_tensor_info *b = &t[2 + 12 * l];
+        const kiln_tensor_info *b = &t[2 + 12 * (l / share)]; /* shared: the same block */
         gpt_block_params *bp = &v->block[l];
         void **fields[12] = {&bp->ln1w,     &bp->ln1b,     &bp->qkvw,    &bp->qkvb,
                              &bp->attprojw, &bp->attprojb, &bp->ln2w,    &bp->ln2b,
@@ -112,8 +114,9 @@ static void bind_grads(const kiln_gpt *m, gpt_grads *v, float *slab) {
     const kiln_tensor_info *t = m->tensors;
     v->wte = slab + t[0].offset;
     v->wpe = slab + t[1].offset;
+    int64_t share = m->cfg.share_layers > 1 ? m->cfg.share_layers : 1;
     for (int64_t l = 0; l < m->cfg.n_layer; l++) {
-        const kiln_tensor_info *b = &t[2 + 12 * l];
+        const kiln_tensor_info *b = &t[2 + 12 * (l / share)];
         gpt_block_grads *bg = &v->block[l];
         float **fields[12] = {&bg->ln1w,     &bg->ln1b,     &bg->qkvw,    &bg->qkvb,
                               &bg->attprojw, &bg->attprojb, &bg->ln2w,    &bg->ln2b,

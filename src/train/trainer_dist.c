@@ -126,7 +126,7 @@ static int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
 
 void kiln__zero3_resident(const kiln_train_config *cfg, const kiln_gpt_config *mc, int rank,
                           int world, int64_t slab, int64_t *params, int64_t *grads) {
-    int64_t C = mc->n_embd, L = mc->n_layer, lo, hi;
+    int64_t C = mc->n_embd, L = kiln_gpt_config_blocks(mc), lo, hi; /* blocks of weights */
     kiln_dp_shard_bounds(slab, world, rank, &lo, &hi);
     /* the parts in slab order: the embeddings, the blocks, ln_f (the rest of the slab) */
     int64_t kept[PARTS_KEPT] = {0}, emb_extra = 0, block = 12 * C * C + 13 * C, at = 0;
@@ -254,6 +254,7 @@ int kiln__trainer_config_items(const kiln_trainer *t, const kiln_gpt_config *mc,
     out[n++] = (kiln__config_item){.name = (nm), .kind = KILN__ITEM_INT, .label = (lb), .i = (v)}
 #define ITEM_F(nm, v) out[n++] = (kiln__config_item){.name = (nm), .kind = KILN__ITEM_REAL, .f = (v)}
     ITEM_I("--layers", mc->n_layer);
+    ITEM_I("--share-layers", mc->share_layers > 1 ? mc->share_layers : 1);
     ITEM_I("--heads", mc->n_head);
     ITEM_I("--embd", mc->n_embd);
     ITEM_I("--context", mc->max_seq_len);

@@ -179,6 +179,19 @@ case_guard_rollback_zero1() {
         same_file ref.st h.st
 }
 
+# Cross-layer weight sharing: a shared block's gradient is final only after its lowest layer's
+# backward, and its bucket must wait for it; 2 ranks equal one process at ZeRO 1 and 3.
+case_shared_layers() {
+    need_mpi
+    S="--layers 4 --share-layers 2"
+    one ref 4 $S
+    for z in 1 3; do
+        mpi 2 $TRAIN --batch 2 $S --zero $z --bucket-mb 0.01 --save z$z.st --metrics z$z.jsonl
+        expect_ok
+        same ref z$z 1e-5
+    done
+}
+
 case_bf16_reduction() {
     need_mpi
     one ref 4

@@ -49,8 +49,8 @@ static void test_verdicts(void) {
     CHECK_INT_EQ(kiln__guard_check(&off, 1e6, 1e6, &z), KILN_GUARD_OK);
     CHECK_INT_EQ(kiln__guard_check(&off, NAN, 1.0, &z), KILN_GUARD_NONFINITE_LOSS);
     CHECK_STR_EQ(kiln__guard_verdict_name(KILN_GUARD_LOSS_SPIKE), "loss_spike");
-    CHECK_STATUS(kiln__guard_init(&off, -1, 1.0), KILN_ERR_CONFIG);
     kiln__guard_free(&off);
+    CHECK_STATUS(kiln__guard_init(&off, -1, 1.0), KILN_ERR_CONFIG);
     kiln__guard_free(&g);
 }
 

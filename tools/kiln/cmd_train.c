@@ -358,7 +358,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     const char *model = "d4", *init = NULL, *data = "data/brown/train_*.bin", *val = NULL;
     const char *optimizer = "adamw", *schedule = "cosine", *metrics = NULL;
     const char *save = "out/model.safetensors";
-    int64_t layers = 0, heads = 0, embd = 0, context = 0, vocab = 0, threads = 0;
+    int64_t layers = 0, heads = 0, embd = 0, context = 0, vocab = 0, threads = 0, share = 0;
     int64_t B = cfg.B, T = cfg.T, accum = cfg.grad_accum, steps = cfg.steps;
     int64_t warmup = cfg.lr.warmup_steps, eval_every = 0, eval_batches = cfg.eval_batches;
     int64_t lr_total = 0;
@@ -396,6 +396,9 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     const tool_flag flags[] = {
         {"model", TOOL_FLAG_STRING, &model, "preset name or model JSON file"},
         {"layers", TOOL_FLAG_INT, &layers, "override the number of layers (0: keep)"},
+        {"share-layers", TOOL_FLAG_INT, &share,
+         "cross-layer weight sharing: each block's weights serve this many consecutive layers "
+         "(it divides the layers; 0: the model's own, 1: none)"},
         {"heads", TOOL_FLAG_INT, &heads, "override the number of heads (0: keep)"},
         {"embd", TOOL_FLAG_INT, &embd, "override the channels (0: keep)"},
         {"context", TOOL_FLAG_INT, &context, "override the context length (0: keep)"},
@@ -640,6 +643,13 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     } else if ((rc = resolve_model(&cfg.model, model, layers, heads, embd, context, vocab))) {
         return rc;
     }
+    if (share < 0 || share > 1024 || (init && share > 0)) {
+        fprintf(stderr, "kiln train: --share-layers must be 0..1024, and --init weights keep "
+                        "their own sharing\n");
+        return 2;
+    }
+    if (share > 0)
+        cfg.model.share_layers = share;
     kiln_status s = kiln_optim_kind_parse(optimizer, &cfg.optim.kind);
     if (!s)
         s = kiln_lr_kind_parse(schedule, &cfg.lr.kind);
