@@ -91,6 +91,15 @@ case_bpe_model() {
     check "llama.cpp tokenizes the text as kiln does ($kiln_ids | $llama_ids)" test "$kiln_ids" = "$llama_ids"
 }
 
+# A model whose layers share blocks: each layer written with its block's weights.
+case_shared_blocks() {
+    need_llama
+    run train --layers 4 --share-layers 2 --heads 2 --embd 32 --context 32 --peak-gflops 100 \
+        --seq 16 --batch 2 --steps 20 --threads 1 --data "$DATA" --save sh.st
+    expect_ok
+    compare sh.st bytes shared
+}
+
 case_bad_input() {
     need_fixture
     run export --weights "$GOOD" --type q9 --out x.gguf
