@@ -181,6 +181,12 @@ typedef struct kiln_train_config {
      * ranks together take that process's batch, rank r the micro-batches numbered from the
      * sum of those before it. NULL: every rank grad_accum. world entries. */
     const int64_t *rank_batches;
+    /* Uneven ranks chosen from measured step times: after this many steps (0: never), each
+     * rank's busy time per micro-batch (its step less the communication it waited for) is
+     * shared, and the step's micro-batches (rank_batches, or grad_accum on every rank) are
+     * split again in inverse proportion, each rank at least one: the global batch and the
+     * training stay the same; a slower rank takes fewer. Several ranks. */
+    int64_t rank_batches_auto;
     /* Stopping early (preemption): when stop_flag is set and *stop_flag is non-zero on any
      * rank at the end of a step, every rank learns it in that step (a MAX over the ranks,
      * counted in the step's communication) and kiln_trainer_stopping says so on all: they

@@ -100,6 +100,7 @@ void kiln_trainer_free(kiln_trainer *t) {
     kiln__guard_free(&t->guard);
     kiln__trainer_prune_free(t);
     kiln__trainer_distill_free(t);
+    free(t->rank_batches);
     free(t->inputs);
     free(t->targets);
     kiln_dp_free(t->dp);
@@ -332,6 +333,18 @@ static kiln_status open_train_data(kiln_trainer *t) {
                              .world = t->world, .seed = cfg->seed, .shuffle = 1};
     t->micro = cfg->grad_accum;
     t->micro_total = cfg->grad_accum * t->world;
+    /* the split in force is the trainer's own copy: chosen again from step times (auto), or
+     * with an even one to start from */
+    if (cfg->rank_batches || (cfg->rank_batches_auto > 0 && t->world > 1)) {
+        t->rank_batches = calloc((size_t)t->world, sizeof *t->rank_batches);
+        if (!t->rank_batches)
+            return kiln_error_setf(KILN_ERR_NOMEM, "out of memory");
+        for (int r = 0; r < t->world; r++)
+            t->rank_batches[r] = cfg->rank_batches ? cfg->rank_batches[r] : cfg->grad_accum;
+        if (!cfg->rank_batches)
+            t->cfg.grad_accum = 1;
+        t->cfg.rank_batches = t->rank_batches;
+    }
     if (!cfg->rank_batches)
         return kiln_loader_open(&t->train, &lc);
     if (cfg->grad_accum != 1)
@@ -634,6 +647,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
     mt.ms = kiln_time_ms() - t0;
     mt.tokens_per_s = (double)(cfg->B * cfg->T * t->micro_total) / (mt.ms / 1e3);
     kiln__trainer_dist_stats(t, &mt);
+    KILN_CHECK(kiln__trainer_balance(t, &mt));
     kiln__watchdog_account(t->wd, &mt);
     mt.mfu = t->flops_per_step / (mt.ms / 1e3) / (t->peak * 1e9);
     if (t->steps_done == 0)

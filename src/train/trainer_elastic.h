@@ -72,4 +72,8 @@ void kiln__batch_advice(char *out, size_t size, int64_t old_global, int old_worl
                         int64_t old_micro_total, int world, int64_t B, int64_t accum,
                         int64_t rank_micro);
 
+/* Uneven ranks from measured times (trainer_balance.c): counts[0..world) summing to M in
+ * inverse proportion to each rank's ms per micro-batch, each at least 1. */
+void kiln__balance_split(const double *ms, int world, int64_t M, int64_t *counts);
+
 #endif

@@ -64,6 +64,11 @@ struct kiln_trainer {
     uint8_t *prune_keep;
     char *prune_json;
     const char *prune_meta[3];
+    /* uneven ranks (trainer_balance.c): the split in force (cfg.rank_batches points at it),
+     * whether it was chosen from measured times yet, and the busy time measured so far */
+    int64_t *rank_batches;
+    int balanced;
+    double balance_ms;
     /* distillation (trainer_distill.c): the teacher, its logits and tempered probabilities */
     kiln_gpt *teacher;
     float *teacher_logits, *teacher_p;
@@ -95,6 +100,10 @@ void kiln__trainer_distill_free(kiln_trainer *t);
 kiln_status kiln__trainer_qat_init(kiln_trainer *t);
 /* After an update: the working weights fake-quantized from the updated master weights. */
 kiln_status kiln__trainer_qat_apply(kiln_trainer *t);
+
+/* ---- trainer_balance.c ---- */
+/* At a step's end: with rank_batches_auto, the measuring, then the new split (collective). */
+kiln_status kiln__trainer_balance(kiln_trainer *t, const kiln_step_info *mt);
 
 /* ---- trainer_save.c ---- */
 /* The --save weights after `step` when due (save_every, the last step, a failed save's retry)

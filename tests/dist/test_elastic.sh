@@ -226,4 +226,25 @@ case_fewer_ranks_after_hang() {
     expect_usage
 }
 
+# --rank-batches auto: rank 1 made slower (30 ms a step more) gets fewer micro-batches after
+# the measured steps; the global batch and the training stay one process's, within 1e-5.
+case_rank_batches_auto() {
+    need_mpi
+    run $TRAIN --batch 8 --save one.st --metrics one.jsonl
+    expect_ok
+    mpi 2 $TRAIN --batch 2 --global-batch 8 --rank-batches auto:6 --inject-slow 1:30 \
+        --save two.st --metrics two.jsonl
+    expect_ok
+    expect_out_re 'uneven ranks after step 6: busy ms per micro-batch rank 0 [0-9.]+, rank 1 [0-9.]+; micro-batches a step now 3,1 \(4 in all'
+    check "the new split is an event in the metrics" \
+        grep -q '"event": "rank_batches", "step": 6, "counts": \[3, 1\]' two.jsonl
+    if $COMPARE one.st two.st one.jsonl two.jsonl 1e-5 >cmp.out 2>&1; then
+        ok "the rebalanced ranks equal one process: $(cat cmp.out)"
+    else
+        bad "the rebalanced ranks equal one process: $(cat cmp.out)"
+    fi
+    mpi 2 $TRAIN --batch 2 --rank-batches auto:1 --save x.st
+    expect_rc 2
+}
+
 main "$@"

@@ -191,7 +191,27 @@ static void test_batch_advice(void) {
     fprintf(stderr, "  e.g.: %s\n", m);
 }
 
+/* Uneven ranks from measured times: inverse proportion, each at least one, the total kept. */
+static void test_balance_split(void) {
+    int64_t c[4];
+    double ms[4] = {10, 30, 10, 10};
+    kiln__balance_split(ms, 2, 4, c);
+    CHECK_INT_EQ(c[0], 3);
+    CHECK_INT_EQ(c[1], 1);
+    kiln__balance_split(ms, 4, 8, c);
+    CHECK_INT_EQ(c[0] + c[1] + c[2] + c[3], 8);
+    CHECK_INT_EQ(c[1], 1);
+    CHECK_TRUE(c[0] == 2 || c[0] == 3);
+    double even[3] = {5, 5, 5};
+    kiln__balance_split(even, 3, 6, c);
+    CHECK_TRUE(c[0] == 2 && c[1] == 2 && c[2] == 2);
+    double slow[2] = {1, 1000};
+    kiln__balance_split(slow, 2, 2, c); /* never below one */
+    CHECK_TRUE(c[0] == 1 && c[1] == 1);
+}
+
 int main(void) {
+    RUN_TEST(test_balance_split);
     test_tmpdir(dir, sizeof dir, "test_elastic");
     char p[512];
     test_path(p, sizeof p, dir, "data.bin");

@@ -526,7 +526,8 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
          "data parallel: the dtype gradients travel in, fp32 or bf16 (added in fp32)"},
         {"rank-batches", TOOL_FLAG_STRING, &rank_batches,
          "data parallel, uneven ranks: micro-batches per step of each rank, e.g. 3,1 (replaces "
-         "--grad-accum; a step equals one process with batch sum x --batch)"},
+         "--grad-accum; a step equals one process with batch sum x --batch), or auto[:N]: "
+         "split again after N (10) steps in inverse proportion to each rank's measured time"},
         {"local-steps", TOOL_FLAG_INT, &local_steps,
          "data parallel, less traffic: ranks step alone and average their weights every N "
          "steps (local SGD; 0: reduce the gradients every step)"},
@@ -764,7 +765,8 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         return 1;
     }
     int64_t *per_rank = NULL;
-    if (global_batch && (rank_batches || accum != 1 || global_batch < 0)) {
+    if (global_batch &&
+        ((rank_batches && strncmp(rank_batches, "auto", 4)) || accum != 1 || global_batch < 0)) {
         fprintf(stderr, "kiln train: --global-batch sets the micro-batches of every rank: leave "
                         "--grad-accum and --rank-batches out\n");
         kiln_comm_free(comm);
@@ -773,6 +775,20 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     if (global_batch && (rc = split_global_batch(global_batch, B, world, &cfg, &per_rank))) {
         kiln_comm_free(comm);
         return rc;
+    }
+    if (rank_batches && !strncmp(rank_batches, "auto", 4)) { /* auto or auto:N steps */
+        char *end = NULL;
+        long long n = rank_batches[4] == ':' ? strtoll(rank_batches + 5, &end, 10) : 10;
+        if ((rank_batches[4] && (rank_batches[4] != ':' || !end || *end)) || n < 2 ||
+            n > 100000) {
+            fprintf(stderr, "kiln train: --rank-batches auto or auto:N (2..100000 steps to "
+                            "measure before the split is chosen); got '%s'\n",
+                    rank_batches);
+            kiln_comm_free(comm);
+            return 2;
+        }
+        cfg.rank_batches_auto = n;
+        rank_batches = NULL;
     }
     if (rank_batches && (rc = parse_rank_batches(rank_batches, world, accum, &per_rank))) {
         kiln_comm_free(comm);

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Smaller models against the dense model they come from, in one run.
+
+    bench_compress.py --kiln build/kiln [--text ../shared/data/tinyshakespeare.txt]
+                      [--steps 600] [--tune 300] [--markdown]
+
+Trains a dense d6-shaped model (6 layers, 6 heads, 192 channels, byte-level tokens, T=64,
+B=16) on the text, then from it or beside it:
+  - gradual magnitude pruning to 50% of the block matrices while fine-tuning --tune steps
+    (Zhu and Gupta's schedule over the first two thirds), against the dense model fine-tuned
+    the same steps;
+  - a student of half the layers trained --steps steps with the dense model as its teacher
+    (kiln distill, alpha 0.5, T 2) against the same student trained without one;
+  - the same model with each block shared by two layers (--share-layers 2), trained --steps;
+  - int8 and int4 post-training quantization (kiln compress quantize, when this kiln has it)
+    and quantization-aware fine-tuning (--qat 8) then int8;
+  - GGUF files (f16, q8_0, q4_0) sizes.
+For each: parameters, file size, validation loss (kiln eval over the held-out tenth), its
+change against the dense model's, and kiln eval's and kiln sample's tokens/s (threads 2,
+OPENBLAS_CORETYPE unset in kiln's environment). The losses are deterministic; the speeds are
+one measurement each on this machine.
+"""
+import argparse
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import time
+
+
+def run(cmd, env, log):
+    log.write("$ " + " ".join(cmd) + "\n")
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    log.write(r.stdout + r.stderr)
+    if r.returncode != 0:
+        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-2000:]}")
+    return r.stdout
+
+
+def params_of(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+    total = 0
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        c = 1
+        for d in v["shape"]:
+            c *= d
+        total += c
+    return total
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kiln", default="build/kiln")
+    here = os.path.dirname(os.path.abspath(__file__))
+    p.add_argument("--text", default=os.path.join(here, "..", "..", "shared", "data",
+                                                  "tinyshakespeare.txt"))
+    p.add_argument("--work", default="build/bench_compress")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--tune", type=int, default=300)
+    p.add_argument("--markdown", action="store_true")
+    a = p.parse_args()
+    kiln = os.path.abspath(a.kiln)
+    if not os.path.exists(a.text):
+        sys.exit(f"no text at {a.text} (../shared/data/tinyshakespeare.txt)")
+    os.makedirs(a.work, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    env.pop("OPENBLAS_CORETYPE", None)
+    log = open(os.path.join(a.work, "log.txt"), "w")
+    data = os.path.join(a.work, "data")
+    if not os.path.exists(os.path.join(data, "train_000.bin")):
+        run([kiln, "prepare", "--tokenizer", "bytes", "--out", data, a.text], env, log)
+    train = os.path.join(data, "train_000.bin")
+    val = os.path.join(data, "val_000.bin")
+    shape = ["--layers", "6", "--heads", "6", "--embd", "192", "--context", "64", "--seq", "64",
+             "--batch", "16", "--threads", "2", "--data", train, "--lr", "1e-3",
+             "--warmup", "20"]
+    W = lambda name: os.path.join(a.work, name)
+    rows = []
+
+    def measure(label, path, base=None):
+        out = run([kiln, "eval", "--weights", path, "--data", val, "--batch", "16", "--seq", "64",
+                   "--threads", "2"], env, log)
+        loss = float(re.search(r"\| loss ([0-9.]+)", out).group(1))
+        m = re.search(r"([0-9.]+) tokens/s", out)
+        if not m:  # "tokens N | loss L | perplexity P | S s"
+            m2 = re.search(r"tokens ([0-9]+) .*\| ([0-9.]+) s", out)
+        etok = float(m.group(1)) if m else float(m2.group(1)) / max(float(m2.group(2)), 1e-9)
+        t0 = time.time()
+        sout = run([kiln, "sample", "--weights", path, "--tokens", "200", "--seed", "1",
+                    "--threads", "2"], env, log)
+        m = re.search(r"([0-9.]+) tokens/s", sout)
+        stok = float(m.group(1)) if m else 200 / (time.time() - t0)  # with the loading
+        rows.append((label, params_of(path) if path.endswith("st") else 0,
+                     os.path.getsize(path) / 1e6, loss, etok, stok))
+        log.flush()
+
+    have_quant = "quantize" in subprocess.run([kiln, "compress", "--help"], env=env,
+                                              capture_output=True, text=True).stdout + \
+        subprocess.run([kiln, "compress", "--help"], env=env, capture_output=True,
+                       text=True).stderr
+    # the dense model, and the same fine-tuned as long as the pruned one
+    run([kiln, "train"] + shape + ["--steps", str(a.steps), "--save", W("dense.st")], env, log)
+    measure("dense fp32", W("dense.st"))
+    run([kiln, "train", "--init", W("dense.st")] + shape[8:] +
+        ["--steps", str(a.tune), "--save", W("dense_ft.st")], env, log)
+    measure(f"dense, fine-tuned {a.tune} more steps", W("dense_ft.st"))
+    run([kiln, "train", "--init", W("dense.st")] + shape[8:] +
+        ["--steps", str(a.tune), "--prune-sparsity", "0.5", "--prune-start", "1",
+         "--prune-end", str(2 * a.tune // 3), "--prune-every", "10", "--save", W("pruned.st")],
+        env, log)
+    measure("gradual pruning to 50% (fine-tuned the same)", W("pruned.st"))
+    half = ["--layers", "3"] + shape[2:]
+    run([kiln, "train"] + half + ["--steps", str(a.steps), "--save", W("student.st")], env, log)
+    measure("3-layer student, no teacher", W("student.st"))
+    run([kiln, "distill", "--teacher", W("dense.st")] + half +
+        ["--steps", str(a.steps), "--save", W("distilled.st")], env, log)
+    measure("3-layer student distilled from the dense", W("distilled.st"))
+    run([kiln, "train"] + shape + ["--share-layers", "2", "--steps", str(a.steps), "--save",
+                                   W("shared.st")], env, log)
+    measure("blocks shared by 2 layers", W("shared.st"))
+    if have_quant:
+        for ty in ("int8", "int4"):
+            run([kiln, "compress", "quantize", "--weights", W("dense_ft.st"), "--type", ty,
+                 "--out", W(f"dense_ft-{ty}.st")], env, log)
+            measure(f"{ty} of the fine-tuned dense", W(f"dense_ft-{ty}.st"))
+        run([kiln, "train", "--init", W("dense.st")] + shape[8:] +
+            ["--steps", str(a.tune), "--qat", "8", "--save", W("qat.st")], env, log)
+        run([kiln, "compress", "quantize", "--weights", W("qat.st"), "--type", "int8", "--out",
+             W("qat-int8.st")], env, log)
+        measure("quantization-aware fine-tuning, then int8", W("qat-int8.st"))
+    sizes = []
+    for ty in ("f16", "q8_0", "q4_0"):
+        run([kiln, "export", "--weights", W("dense.st"), "--type", ty, "--out",
+             W(f"dense-{ty}.gguf")], env, log)
+        sizes.append(f"{ty} {os.path.getsize(W(f'dense-{ty}.gguf')) / 1e6:.2f} MB")
+    base = rows[0]
+    print(f"# bench_compress: {a.steps} steps dense (tune {a.tune}), byte-level "
+          f"{os.path.basename(a.text)}, d6 shape, 2 threads; GGUF of the dense: {', '.join(sizes)}")
+    hdr = ["method", "params", "file MB", "val loss", "vs dense", "eval tok/s", "x dense",
+           "sample tok/s", "x dense"]
+    print("| " + " | ".join(hdr) + " |")
+    print("|" + " --- |" * len(hdr))
+    for label, n, mb, loss, et, st in rows:
+        print(f"| {label} | {n / 1e6:.2f}M | {mb:.2f} | {loss:.4f} | "
+              f"{100 * (loss / base[3] - 1):+.2f}% | {et:.0f} | {et / base[4]:.2f} | {st:.1f} | "
+              f"{st / base[5]:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
