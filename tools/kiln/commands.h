@@ -13,5 +13,6 @@ int cmd_prepare(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_compress(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ static const tool_command commands[] = {
     {"replay", cmd_replay, "re-run one step of a run from its checkpoint: a bad batch or a blow-up?"},
     {"run", cmd_run, "supervise a training: restart it from its checkpoints after a crash"},
     {"export", cmd_export, "write a model as GGUF for llama.cpp"},
+    {"compress", cmd_compress, "quantize a model to int8 or int4 for kiln eval and sample"},
     {"bench", cmd_bench, "measure this machine (kiln bench peak)"},
 };
 
