@@ -60,6 +60,9 @@ quantized() {
     KILN_INT8_KERNEL=plain run sample --weights "q-$_ty.safetensors" --tokens 40 --prompt "The " --seed 3
     expect_ok
     check "the plain kernel samples the same text" same_file vnni.txt "$W/stdout"
+    run sample --weights "q-$_ty.safetensors" --tokens 5 --timing
+    expect_ok
+    expect_err_re "5 tokens in [0-9.]+ s: [0-9.]+ tokens/s"
     cat "$W/figures"
 }
 

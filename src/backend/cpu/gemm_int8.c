@@ -22,9 +22,10 @@
 #endif
 
 enum {
-    MR = 4,  /* rows per micro-tile */
-    NRB = 2, /* channel blocks per tile */
-    MC = 128 /* rows per tile */
+    MR = 4,      /* rows per micro-tile */
+    NRB = 2,     /* channel blocks per tile */
+    NRB_FEW = 4, /* ... when there are at most MR rows: a GEMV wants more loads in flight */
+    MC = 128     /* rows per tile */
 };
 
 /* ---- the CPU ---- */
@@ -155,7 +156,7 @@ void kiln__qact_free(kiln__qact *a) {
 
 kiln_status kiln__qws_init(kiln__qws *ws, int64_t Kp, int threads) {
     memset(ws, 0, sizeof *ws);
-    ws->stride = (size_t)(NRB * Kp * 16);
+    ws->stride = (size_t)(NRB_FEW * Kp * 16);
     ws->threads = threads < 1 ? 1 : threads;
     ws->buf = kiln_alloc(ws->stride * (size_t)ws->threads);
     if (!ws->buf)
@@ -272,19 +273,19 @@ static inline __attribute__((always_inline)) TARGET void
 vnni_body(float *out, int64_t ldo, const kiln__qact *a, int64_t m0, const kiln__qmat *w,
           const uint8_t *wp, int64_t nb0, const float *bias, int zp, const int mr, const int nr) {
     const int64_t Kp = w->Kp, G = w->G, groups = w->groups, bstride = Kp * 16;
-    __m512 f[MR][NRB];
+    __m512 f[MR][NRB_FEW];
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++)
             f[i][j] = _mm512_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
-        __m512i acc[MR][NRB];
+        __m512i acc[MR][NRB_FEW];
         for (int i = 0; i < mr; i++)
             for (int j = 0; j < nr; j++)
                 acc[i][j] = _mm512_setzero_si512();
         const uint8_t *wg = wp + g * G * 16;
         const int8_t *xg = a->q + m0 * Kp + g * G;
         for (int64_t k = 0; k < G; k += 4) {
-            __m512i wv[NRB];
+            __m512i wv[NRB_FEW];
             for (int j = 0; j < nr; j++)
                 wv[j] = _mm512_load_si512((const void *)(wg + j * bstride + k * 16));
             for (int i = 0; i < mr; i++) {
@@ -324,21 +325,18 @@ vnni_body(float *out, int64_t ldo, const kiln__qact *a, int64_t m0, const kiln__
                                            int64_t nb0, const float *bias, int zp) {               \
         vnni_body(out, ldo, a, m0, w, wp, nb0, bias, zp, R, C);                                    \
     }
-VNNI_TILE(1, 1)
-VNNI_TILE(2, 1)
-VNNI_TILE(3, 1)
-VNNI_TILE(4, 1)
-VNNI_TILE(1, 2)
-VNNI_TILE(2, 2)
-VNNI_TILE(3, 2)
-VNNI_TILE(4, 2)
+#define VNNI_TILES(R) VNNI_TILE(R, 1) VNNI_TILE(R, 2) VNNI_TILE(R, 3) VNNI_TILE(R, 4)
+VNNI_TILES(1)
+VNNI_TILES(2)
+VNNI_TILES(3)
+VNNI_TILES(4)
 
 typedef void vnni_tile_fn(float *, int64_t, const kiln__qact *, int64_t, const kiln__qmat *,
                           const uint8_t *, int64_t, const float *, int);
-static vnni_tile_fn *const vnni_tiles[NRB][MR] = {
-    {vnni_tile_1_1, vnni_tile_2_1, vnni_tile_3_1, vnni_tile_4_1},
-    {vnni_tile_1_2, vnni_tile_2_2, vnni_tile_3_2, vnni_tile_4_2},
-};
+#define VNNI_ROW(C)                                                                                \
+    { vnni_tile_1_##C, vnni_tile_2_##C, vnni_tile_3_##C, vnni_tile_4_##C }
+static vnni_tile_fn *const vnni_tiles[NRB_FEW][MR] = {VNNI_ROW(1), VNNI_ROW(2), VNNI_ROW(3),
+                                                      VNNI_ROW(4)};
 #else
 #define HAVE_VNNI_KERNEL 0
 #endif
@@ -347,7 +345,8 @@ static vnni_tile_fn *const vnni_tiles[NRB][MR] = {
 
 void kiln__qgemm_from(float *out, int64_t ldo, const kiln__qact *a, const kiln__qmat *w,
                       const float *bias, int64_t M, kiln__qws *ws) {
-    int64_t pairs = (w->Nb + NRB - 1) / NRB, chunks = (M + MC - 1) / MC, tiles = pairs * chunks;
+    int nrb = M <= MR ? NRB_FEW : NRB;
+    int64_t pairs = (w->Nb + nrb - 1) / nrb, chunks = (M + MC - 1) / MC, tiles = pairs * chunks;
     int zp = w->bits == 8 ? 128 : 8, vnni = vnni_now();
     int threads = omp_get_max_threads();
     if (w->bits == 4 && ws->threads < threads)
@@ -361,8 +360,8 @@ void kiln__qgemm_from(float *out, int64_t ldo, const kiln__qact *a, const kiln__
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tiles; t++) {
             int64_t pair = t / chunks, m_lo = t % chunks * MC;
-            int64_t m_hi = m_lo + MC < M ? m_lo + MC : M, nb0 = pair * NRB;
-            int nr = w->Nb - nb0 < NRB ? (int)(w->Nb - nb0) : NRB;
+            int64_t m_hi = m_lo + MC < M ? m_lo + MC : M, nb0 = pair * nrb;
+            int nr = w->Nb - nb0 < nrb ? (int)(w->Nb - nb0) : nrb;
             const uint8_t *wp = w->w + nb0 * w->Kp * 16;
             if (buf) {
                 if (unpacked != pair)
