@@ -20,6 +20,13 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512vnni,fma")))
+#define HAVE_VNNI_KERNEL 1
+#else
+#define HAVE_VNNI_KERNEL 0
+#endif
 
 enum {
     MR = 4,      /* rows per micro-tile */
@@ -171,6 +178,15 @@ void kiln__qws_free(kiln__qws *ws) {
     memset(ws, 0, sizeof *ws);
 }
 
+static void group_sums(int32_t *sum, const int8_t *q, int64_t Kp, int64_t G) {
+    for (int64_t g = 0; g < Kp / G; g++) {
+        int32_t s = 0;
+        for (int64_t k = g * G; k < (g + 1) * G; k++)
+            s += q[k];
+        sum[g] = s;
+    }
+}
+
 /* Row m of x (K) into q (Kp: zeros past K), its scale and its group sums. A row that holds a
  * NaN or an infinity gets a NaN scale: its outputs are NaN, as the fp32 product's would be. */
 static void quantize_row(int8_t *q, float *scale, int32_t *sum, const float *x, int64_t K,
@@ -195,21 +211,64 @@ static void quantize_row(int8_t *q, float *scale, int32_t *sum, const float *x, 
         q[k] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
     }
     memset(q + K, 0, (size_t)(Kp - K));
-    for (int64_t g = 0; g < Kp / G; g++) {
-        int32_t s = 0;
-        for (int64_t k = g * G; k < (g + 1) * G; k++)
-            s += q[k];
-        sum[g] = s;
-    }
+    group_sums(sum, q, Kp, G);
     *scale = amax / 127.0f;
 }
+
+#if HAVE_VNNI_KERNEL
+/* quantize_row in 16 lanes: the same products rounded the same way (to nearest even), so the
+ * same bytes. */
+static TARGET void quantize_row_avx512(int8_t *q, float *scale, int32_t *sum, const float *x,
+                                       int64_t K, int64_t Kp, int64_t G) {
+    const __m512 big = _mm512_set1_ps(3.4028235e38f);
+    __m512 vmax = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int64_t k = 0; k < K; k += 16) {
+        __mmask16 m = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1u);
+        __m512 v = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + k));
+        bad |= _mm512_mask_cmp_ps_mask(m, v, big, _CMP_NLE_UQ); /* NaN or infinite */
+        vmax = _mm512_max_ps(vmax, v);
+    }
+    float amax = _mm512_reduce_max_ps(vmax);
+    if (bad || amax == 0.0f) {
+        memset(q, 0, (size_t)Kp);
+        for (int64_t g = 0; g < Kp / G; g++)
+            sum[g] = 0;
+        *scale = bad ? NAN : 0.0f;
+        return;
+    }
+    const __m512 inv = _mm512_set1_ps(127.0f / amax);
+    const __m512i hi = _mm512_set1_epi32(127), lo = _mm512_set1_epi32(-127);
+    for (int64_t k = 0; k < Kp; k += 16) {
+        __mmask16 m = K - k >= 16 ? (__mmask16)0xffff
+                      : K > k     ? (__mmask16)((1u << (K - k)) - 1u)
+                                  : (__mmask16)0;
+        __mmask16 st = Kp - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (Kp - k)) - 1u);
+        __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), inv));
+        r = _mm512_max_epi32(_mm512_min_epi32(r, hi), lo);
+        _mm512_mask_cvtepi32_storeu_epi8(q + k, st, r);
+    }
+    group_sums(sum, q, Kp, G);
+    *scale = amax / 127.0f;
+}
+#endif
 
 void kiln__qact_quantize(kiln__qact *a, const float *x, int64_t M, int64_t K, int64_t Kp,
                          int64_t G) {
     int64_t groups = Kp / G;
+    int vec = HAVE_VNNI_KERNEL && vnni_now();
 #pragma omp parallel for schedule(static) if (M * K >= 65536)
-    for (int64_t m = 0; m < M; m++)
+    for (int64_t m = 0; m < M; m++) {
+#if HAVE_VNNI_KERNEL
+        if (vec) {
+            quantize_row_avx512(a->q + m * Kp, a->scale + m, a->sum + m * groups, x + m * K, K, Kp,
+                                G);
+            continue;
+        }
+#endif
         quantize_row(a->q + m * Kp, a->scale + m, a->sum + m * groups, x + m * K, K, Kp, G);
+    }
+    (void)vec;
 }
 
 /* Blocks nb0..nb0+nr-1 of an int4 matrix into dst in the int8 layout. */
@@ -263,12 +322,7 @@ static void plain_tile(float *out, int64_t ldo, const kiln__qact *a, int64_t m0,
 
 /* ---- the AVX512-VNNI kernel ---- */
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-
-#define TARGET __attribute__((target("avx512f,avx512bw,avx512vnni,fma")))
-#define HAVE_VNNI_KERNEL 1
-
+#if HAVE_VNNI_KERNEL
 static inline __attribute__((always_inline)) TARGET void
 vnni_body(float *out, int64_t ldo, const kiln__qact *a, int64_t m0, const kiln__qmat *w,
           const uint8_t *wp, int64_t nb0, const float *bias, int zp, const int mr, const int nr) {
@@ -337,8 +391,6 @@ typedef void vnni_tile_fn(float *, int64_t, const kiln__qact *, int64_t, const k
     { vnni_tile_1_##C, vnni_tile_2_##C, vnni_tile_3_##C, vnni_tile_4_##C }
 static vnni_tile_fn *const vnni_tiles[NRB_FEW][MR] = {VNNI_ROW(1), VNNI_ROW(2), VNNI_ROW(3),
                                                       VNNI_ROW(4)};
-#else
-#define HAVE_VNNI_KERNEL 0
 #endif
 
 /* ---- the product ---- */
