@@ -2,12 +2,14 @@
  * compiled with target attributes and used only where CPUID says the CPU has VNNI, and the
  * plain kernel that gives the same bits everywhere else.
  *
- * Work is split into tiles of 2 channel blocks (32 output channels) x up to MC rows; threads
- * take whole tiles, never K, so every output's sum runs in one order whatever the thread
- * count. Inside a tile, MR = 4 rows at a time: 4 x 2 int32 accumulators (one per row and
- * block) and as many fp32 ones for the group sums. For one row (sampling's head) the tile is a
- * GEMV reading each packed weight once: 1 byte a weight (int8) or half (int4) instead of
- * fp32's 4. */
+ * Work is split into tiles of 2 channel blocks (32 output channels; 4 blocks when there are
+ * at most MR rows) x up to MC rows; threads take whole tiles, never K, so every output's sum
+ * runs in one order whatever the thread count. Inside a tile, MR = 4 rows at a time: 4 x 2
+ * int32 accumulators (one per row and block) and as many fp32 ones for the group sums; the
+ * VPDPBUSD rate bounds it (measured about 1 int8 TOPS on 2 Zen 4 cores at M >= 64). For one
+ * row (sampling's head) the tile is a GEMV reading each packed weight once: 1 byte a weight
+ * (int8) or half (int4) instead of fp32's 4, with 4 independent sums in flight. The
+ * activations' quantizing pass runs in AVX-512 too where the VNNI kernel does. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
