@@ -273,7 +273,7 @@ void kiln__qact_quantize(kiln__qact *a, const float *x, int64_t M, int64_t K, in
     (void)vec;
 }
 
-/* Blocks nb0..nb0+nr-1 of an int4 matrix into dst in the int8 layout. */
+/* Blocks nb0..nb0+nr-1 of an int4 matrix into dst in the int8 layout (for the plain kernel). */
 static void unpack4(uint8_t *dst, const kiln__qmat *w, int64_t nb0, int nr) {
     int64_t Kp = w->Kp, half = Kp * 8; /* bytes of a packed block */
     for (int j = 0; j < nr; j++) {
@@ -327,8 +327,11 @@ static void plain_tile(float *out, int64_t ldo, const kiln__qact *a, int64_t m0,
 #if HAVE_VNNI_KERNEL
 static inline __attribute__((always_inline)) TARGET void
 vnni_body(float *out, int64_t ldo, const kiln__qact *a, int64_t m0, const kiln__qmat *w,
-          const uint8_t *wp, int64_t nb0, const float *bias, int zp, const int mr, const int nr) {
-    const int64_t Kp = w->Kp, G = w->G, groups = w->groups, bstride = Kp * 16;
+          const uint8_t *wp, int64_t nb0, const float *bias, int zp, const int mr, const int nr,
+          const int four) {
+    /* four: wp holds int4 blocks (Kp x 8 bytes), unpacked here a pair of quads at a time */
+    const int64_t Kp = w->Kp, G = w->G, groups = w->groups, bstride = four ? Kp * 8 : Kp * 16;
+    const __m512i nibble = _mm512_set1_epi8(15);
     __m512 f[MR][NRB_FEW];
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++)
@@ -338,9 +341,27 @@ vnni_body(float *out, int64_t ldo, const kiln__qact *a, int64_t m0, const kiln__
         for (int i = 0; i < mr; i++)
             for (int j = 0; j < nr; j++)
                 acc[i][j] = _mm512_setzero_si512();
-        const uint8_t *wg = wp + g * G * 16;
+        const uint8_t *wg = wp + g * G * (four ? 8 : 16);
         const int8_t *xg = a->q + m0 * Kp + g * G;
-        for (int64_t k = 0; k < G; k += 4) {
+        for (int64_t k = 0; four && k < G; k += 8) {
+            __m512i wl[NRB_FEW], wh[NRB_FEW];
+            for (int j = 0; j < nr; j++) {
+                __m512i v = _mm512_load_si512((const void *)(wg + j * bstride + k * 8));
+                wl[j] = _mm512_and_si512(v, nibble);
+                wh[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+            }
+            for (int i = 0; i < mr; i++) {
+                int32_t q0, q1;
+                memcpy(&q0, xg + i * Kp + k, 4);
+                memcpy(&q1, xg + i * Kp + k + 4, 4);
+                __m512i x0 = _mm512_set1_epi32(q0), x1 = _mm512_set1_epi32(q1);
+                for (int j = 0; j < nr; j++) {
+                    acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], wl[j], x0);
+                    acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], wh[j], x1);
+                }
+            }
+        }
+        for (int64_t k = 0; !four && k < G; k += 4) {
             __m512i wv[NRB_FEW];
             for (int j = 0; j < nr; j++)
                 wv[j] = _mm512_load_si512((const void *)(wg + j * bstride + k * 16));
@@ -379,7 +400,12 @@ vnni_body(float *out, int64_t ldo, const kiln__qact *a, int64_t m0, const kiln__
     static TARGET void vnni_tile_##R##_##C(float *out, int64_t ldo, const kiln__qact *a,           \
                                            int64_t m0, const kiln__qmat *w, const uint8_t *wp,     \
                                            int64_t nb0, const float *bias, int zp) {               \
-        vnni_body(out, ldo, a, m0, w, wp, nb0, bias, zp, R, C);                                    \
+        vnni_body(out, ldo, a, m0, w, wp, nb0, bias, zp, R, C, 0);                                 \
+    }                                                                                              \
+    static TARGET void vnni4_tile_##R##_##C(float *out, int64_t ldo, const kiln__qact *a,          \
+                                            int64_t m0, const kiln__qmat *w, const uint8_t *wp,    \
+                                            int64_t nb0, const float *bias, int zp) {              \
+        vnni_body(out, ldo, a, m0, w, wp, nb0, bias, zp, R, C, 1);                                 \
     }
 #define VNNI_TILES(R) VNNI_TILE(R, 1) VNNI_TILE(R, 2) VNNI_TILE(R, 3) VNNI_TILE(R, 4)
 VNNI_TILES(1)
@@ -389,10 +415,15 @@ VNNI_TILES(4)
 
 typedef void vnni_tile_fn(float *, int64_t, const kiln__qact *, int64_t, const kiln__qmat *,
                           const uint8_t *, int64_t, const float *, int);
-#define VNNI_ROW(C)                                                                                \
-    { vnni_tile_1_##C, vnni_tile_2_##C, vnni_tile_3_##C, vnni_tile_4_##C }
-static vnni_tile_fn *const vnni_tiles[NRB_FEW][MR] = {VNNI_ROW(1), VNNI_ROW(2), VNNI_ROW(3),
-                                                      VNNI_ROW(4)};
+#define VNNI_ROW(P, C)                                                                             \
+    { P##_1_##C, P##_2_##C, P##_3_##C, P##_4_##C }
+/* [int4][blocks - 1][rows - 1] */
+static vnni_tile_fn *const vnni_tiles[2][NRB_FEW][MR] = {
+    {VNNI_ROW(vnni_tile, 1), VNNI_ROW(vnni_tile, 2), VNNI_ROW(vnni_tile, 3),
+     VNNI_ROW(vnni_tile, 4)},
+    {VNNI_ROW(vnni4_tile, 1), VNNI_ROW(vnni4_tile, 2), VNNI_ROW(vnni4_tile, 3),
+     VNNI_ROW(vnni4_tile, 4)},
+};
 #endif
 
 /* ---- the product ---- */
@@ -402,21 +433,21 @@ void kiln__qgemm_from(float *out, int64_t ldo, const kiln__qact *a, const kiln__
     int nrb = M <= MR ? NRB_FEW : NRB;
     int64_t pairs = (w->Nb + nrb - 1) / nrb, chunks = (M + MC - 1) / MC, tiles = pairs * chunks;
     int zp = w->bits == 8 ? 128 : 8, vnni = vnni_now();
-    int threads = omp_get_max_threads();
-    if (w->bits == 4 && ws->threads < threads)
+    int threads = omp_get_max_threads(), unpack = w->bits == 4 && !vnni; /* VNNI: in registers */
+    if (unpack && ws->threads < threads)
         threads = ws->threads;
     if (tiles < threads)
         threads = (int)tiles;
 #pragma omp parallel num_threads(threads)
     {
-        uint8_t *buf = w->bits == 4 ? ws->buf + ws->stride * (size_t)omp_get_thread_num() : NULL;
+        uint8_t *buf = unpack ? ws->buf + ws->stride * (size_t)omp_get_thread_num() : NULL;
         int64_t unpacked = -1; /* the pair buf holds */
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tiles; t++) {
             int64_t pair = t / chunks, m_lo = t % chunks * MC;
             int64_t m_hi = m_lo + MC < M ? m_lo + MC : M, nb0 = pair * nrb;
             int nr = w->Nb - nb0 < nrb ? (int)(w->Nb - nb0) : nrb;
-            const uint8_t *wp = w->w + nb0 * w->Kp * 16;
+            const uint8_t *wp = w->w + nb0 * w->Kp * (w->bits == 4 ? 8 : 16);
             if (buf) {
                 if (unpacked != pair)
                     unpack4(buf, w, nb0, nr);
@@ -427,7 +458,7 @@ void kiln__qgemm_from(float *out, int64_t ldo, const kiln__qact *a, const kiln__
                 int mr = m_hi - m0 < MR ? (int)(m_hi - m0) : MR;
 #if HAVE_VNNI_KERNEL
                 if (vnni) {
-                    vnni_tiles[nr - 1][mr - 1](out, ldo, a, m0, w, wp, nb0, bias, zp);
+                    vnni_tiles[w->bits == 4][nr - 1][mr - 1](out, ldo, a, m0, w, wp, nb0, bias, zp);
                     continue;
                 }
 #endif

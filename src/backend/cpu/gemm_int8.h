@@ -17,9 +17,9 @@
  * Packed weights: output channels in blocks of 16; within a block, K in quads of 4:
  * pw[block][kq][lane][4] (64 bytes: one zmm, lane = channel in the block), so one VPDPBUSD
  * adds a quad of products to each of 16 channels. int4 holds two quads per 64 bytes, quad
- * 2p in the low nibbles and 2p+1 in the high ones: pw[block][kq/2][lane][4], and is unpacked
- * to the int8 layout block by block on the fly (a thread's buffer, in L2) for the same
- * kernel. Scales: sw[block][group][lane]. Channels past N (to the block) and inputs past K (to
+ * 2p in the low nibbles and 2p+1 in the high ones: pw[block][kq/2][lane][4]. The VNNI kernel
+ * unpacks it in registers (one AND and one shift per 64 bytes give two quads' weights); the
+ * plain kernel unpacks it to the int8 layout block by block (a thread's buffer, kiln__qws). Scales: sw[block][group][lane]. Channels past N (to the block) and inputs past K (to
  * the quad, or group) hold zero weights and zero scales.
  *
  * Overflow: a quad adds at most 4 x 255 x 127 per lane; int32 holds K up to 66000 inputs
@@ -65,7 +65,7 @@ typedef struct kiln__qact {
 kiln_status kiln__qact_init(kiln__qact *a, int64_t rows, int64_t Kp, int64_t groups);
 void kiln__qact_free(kiln__qact *a);
 
-/* Per-thread unpacking buffers for int4 matrices of at most Kp inputs. */
+/* Per-thread unpacking buffers for int4 matrices of at most Kp inputs (the plain kernel's). */
 typedef struct kiln__qws {
     uint8_t *buf;
     size_t stride;
