@@ -221,9 +221,9 @@ void kiln_gpt_set_param_need(kiln_gpt *m, kiln_param_need_fn fn, void *ctx);
  * products). forward computes out (N,OC) = inp (N,C) x matrix `which` of block `layer` (the
  * head: layer -1, OC = Vp) + bias (OC; NULL: none), fp32 in host memory; GELU, where the
  * model fuses it, runs after it. Once the call succeeds the model owns ctx: kiln_gpt_free
- * calls release(ctx) (NULL: nothing); when it fails the caller keeps it. Only for a model built for inference in fp32 on a host
- * backend (cpu, ref); the working weights of those matrices are then not read, except wte's
- * rows by the embedding. */
+ * calls release(ctx) (NULL: nothing); when it fails the caller keeps it. Only for a model
+ * built for inference in fp32 on a host backend (cpu, ref); the working weights of those
+ * matrices are then not read, except wte's rows by the embedding. */
 typedef enum kiln_gpt_matrix {
     KILN_GPT_MATRIX_QKV = 0, /* attn.c_attn (C,3C) */
     KILN_GPT_MATRIX_ATTPROJ, /* attn.c_proj (C,C) */

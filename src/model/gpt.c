@@ -79,19 +79,20 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
     linear(m, l, KILN_GPT_MATRIX_QKV, a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * C, 0, NULL);
     be->attention_forward(be, dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, C, NH);
     if (fused) {
-        linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->tmp, a->atty, w->attprojw, w->attprojb, BT, C, C, 0,
-               NULL);
+        linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->tmp, a->atty, w->attprojw, w->attprojb, BT, C, C,
+               0, NULL);
         be->residual_layernorm_forward(be, dt, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->tmp,
                                        x, w->ln2w, w->ln2b, BT, C);
     } else {
-        linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->res2, a->atty, w->attprojw, w->attprojb, BT, C, C, 0,
-               NULL);
+        linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->res2, a->atty, w->attprojw, w->attprojb, BT, C,
+               C, 0, NULL);
         be->residual_forward(be, dt, a->res2, a->res2, x, BT * C);
         be->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w,
                               w->ln2b, BT, C);
     }
     if (m->opt.fuse_gelu) {
-        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, 0, a->fch_gelu);
+        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, 0,
+               a->fch_gelu);
     } else {
         linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, 0, NULL);
         be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * 4 * C);
@@ -109,8 +110,8 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
             last ? m->p.lnfw : m->p.block[l + 1].ln1w, last ? m->p.lnfb : m->p.block[l + 1].ln1b,
             BT, C);
     } else {
-        linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C,
-               C, 0, NULL);
+        linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT,
+               4 * C, C, 0, NULL);
         be->residual_forward(be, dt, a->res3, a->res3, a->res2, BT * C);
     }
 }
