@@ -19,8 +19,9 @@
  * adds a quad of products to each of 16 channels. int4 holds two quads per 64 bytes, quad
  * 2p in the low nibbles and 2p+1 in the high ones: pw[block][kq/2][lane][4]. The VNNI kernel
  * unpacks it in registers (one AND and one shift per 64 bytes give two quads' weights); the
- * plain kernel unpacks it to the int8 layout block by block (a thread's buffer, kiln__qws). Scales: sw[block][group][lane]. Channels past N (to the block) and inputs past K (to
- * the quad, or group) hold zero weights and zero scales.
+ * plain kernel unpacks it to the int8 layout block by block (a thread's buffer, kiln__qws).
+ * Scales: sw[block][group][lane]. Channels past N (to the block) and inputs past K (to the
+ * quad, or group) hold zero weights and zero scales.
  *
  * Overflow: a quad adds at most 4 x 255 x 127 per lane; int32 holds K up to 66000 inputs
  * (kiln__qmat_pack refuses more). */
