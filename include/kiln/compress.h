@@ -1,5 +1,6 @@
 /* kiln: smaller models for deployment. GGUF export: a trained GPT-2 model and its tokenizer
- * in the file format llama.cpp runs. */
+ * in the file format llama.cpp runs. Post-training quantization: int8 or int4 weights that
+ * kiln eval and kiln sample run with integer products. */
 #ifndef KILN_COMPRESS_H
 #define KILN_COMPRESS_H
 
@@ -76,6 +77,64 @@ double kiln_prune_schedule(double s_init, double s_final, int64_t t0, int64_t t1
  * as a JSON object {"h.0.attn.c_attn.weight": 0.5, ..., "all": 0.5} into out (cap bytes). */
 void kiln_prune_report(const kiln_gpt *m, const float *w, char *out, size_t cap,
                        double *overall);
+
+/* ---- post-training quantization (kiln's own inference) ----
+ *
+ * The matrices of the blocks (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) and the tied
+ * token embedding wte are quantized symmetrically: int8 per output channel (scale =
+ * max|w| / 127 over the channel's inputs), int4 per group of G inputs of an output channel
+ * (scale = max|w| / 7). Biases, LayerNorms and wpe stay fp32.
+ *
+ * The file is safetensors: each quantized matrix under its Hugging Face name, stored
+ * transposed, (out, in), so that a row is an output channel (wte keeps its (V, C)): I8
+ * (out, in) for int8; U8 (out, in / 2) for int4, input 2i in the low nibble of byte i and
+ * 2i+1 in the high one, each holding its value + 8. Its scales are "<name>_scale", F32 (out)
+ * for int8 and (out, in / G) for int4. Metadata: kiln's configuration keys, KILN_ST_META_QUANT
+ * ("int8" or "int4"), KILN_ST_META_QUANT_GROUP (G, int4 only). Dense loaders refuse such a
+ * file (kiln_gpt_load_safetensors names it as quantized). */
+#define KILN_ST_META_QUANT "kiln.quant"
+#define KILN_ST_META_QUANT_GROUP "kiln.quant.group"
+
+typedef enum kiln_quant_type {
+    KILN_QUANT_NONE = 0, /* a dense file */
+    KILN_QUANT_INT8,
+    KILN_QUANT_INT4,
+} kiln_quant_type;
+
+/* "none", "int8", "int4" */
+const char *kiln_quant_type_name(kiln_quant_type t);
+/* "int8" or "int4"; KILN_ERR_ARG naming the choices otherwise. */
+kiln_status kiln_quant_type_parse(const char *name, kiln_quant_type *out);
+
+/* One matrix. w is (K,N) (kiln's (in, out)) when trans == 0, (N,K) when trans == 1 (wte);
+ * q receives (N,K) int8 and scale (N); int4: q (N, K/2) bytes and scale (N, K/G), G a
+ * multiple of 8 dividing K (else KILN_ERR_ARG). A channel (group) of zeros has scale 0. */
+void kiln_quant_int8(int8_t *q, float *scale, const float *w, int64_t K, int64_t N, int trans);
+kiln_status kiln_quant_int4(uint8_t *q, float *scale, const float *w, int64_t K, int64_t N,
+                            int64_t G, int trans);
+/* And back: w (N,K) = q x scale. */
+void kiln_dequant_int8(float *w, const int8_t *q, const float *scale, int64_t N, int64_t K);
+void kiln_dequant_int4(float *w, const uint8_t *q, const float *scale, int64_t N, int64_t K,
+                       int64_t G);
+
+/* Write fp32 model m quantized to `type` (group: inputs per scale for int4; 0: 32) at path,
+ * atomically (a temporary file renamed: whole or not at all, an existing file untouched on
+ * failure). KILN_ERR_ARG when the group does not divide n_embd or is not a multiple of 8. */
+kiln_status kiln_quant_save(kiln_gpt *m, kiln_quant_type type, int64_t group, const char *path);
+
+/* Whether the safetensors file at path is quantized: *type (KILN_QUANT_NONE for a dense file)
+ * and *group (0 unless int4; may be NULL). KILN_ERR_FORMAT for a "kiln.quant" kiln does not
+ * know. */
+kiln_status kiln_quant_probe(const char *path, kiln_quant_type *type, int64_t *group);
+
+/* A model for inference from a quantized file, planned for B x T (T 0 or past the context:
+ * the context): its block matrices and head run through the int8 kernel (AVX512-VNNI where
+ * the CPU has it, else a plain kernel with the same results; int4 unpacked to int8 on the
+ * fly), activations quantized per row in the kernel's first pass; everything else in fp32 on
+ * the CPU backend. The embedding reads wte dequantized. */
+kiln_status kiln_quant_load(kiln_gpt **out, const char *path, int64_t B, int64_t T);
+/* The kernel kiln_quant_load's models use on this machine: "avx512-vnni" or "plain". */
+const char *kiln_quant_kernel_name(void);
 
 #ifdef __cplusplus
 }

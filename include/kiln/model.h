@@ -231,9 +231,33 @@ void kiln_gpt_set_grad_ready(kiln_gpt *m, kiln_grad_ready_fn fn, void *ctx);
  * with fn's status. NULL clears. */
 typedef kiln_status (*kiln_param_need_fn)(void *ctx, int part, int next);
 void kiln_gpt_set_param_need(kiln_gpt *m, kiln_param_need_fn fn, void *ctx);
+/* Inference on other weights than the slab's: the matrix products of the blocks and the tied
+ * head go to `forward` instead of the backend's matmul_forward (a quantized model's integer
+ * products). forward computes out (N,OC) = inp (N,C) x matrix `which` of block `layer` (the
+ * head: layer -1, OC = Vp) + bias (OC; NULL: none), fp32 in host memory; GELU, where the
+ * model fuses it, runs after it. Once the call succeeds the model owns ctx: kiln_gpt_free
+ * calls release(ctx) (NULL: nothing); when it fails the caller keeps it. Only for a model
+ * built for inference in fp32 on a host backend (cpu, ref); the working weights of those
+ * matrices are then not read, except wte's rows by the embedding. */
+typedef enum kiln_gpt_matrix {
+    KILN_GPT_MATRIX_QKV = 0, /* attn.c_attn (C,3C) */
+    KILN_GPT_MATRIX_ATTPROJ, /* attn.c_proj (C,C) */
+    KILN_GPT_MATRIX_FC,      /* mlp.c_fc (C,4C) */
+    KILN_GPT_MATRIX_FCPROJ,  /* mlp.c_proj (4C,C) */
+    KILN_GPT_MATRIX_HEAD,    /* wte (Vp,C), transposed */
+} kiln_gpt_matrix;
+/* layer: the block of weights (with shared blocks, the layer's block); -1 for the head. */
+typedef void (*kiln_gpt_linear_fn)(void *ctx, int64_t layer, kiln_gpt_matrix which, float *out,
+                                   const float *inp, const float *bias, int64_t N, int64_t C,
+                                   int64_t OC);
+kiln_status kiln_gpt_set_linear(kiln_gpt *m, kiln_gpt_linear_fn forward, void *ctx,
+                                void (*release)(void *ctx));
+/* Whether m's products run outside the backend: its slab then lacks those matrices. */
+int kiln_gpt_has_linear(const kiln_gpt *m);
+
 /* [lo, hi) of the parameter slab that part `part` covers (as above). */
 void kiln_gpt_part_range(const kiln_gpt *m, int part, int64_t *lo, int64_t *hi);
-/* The ranges themselves, in the order backward reports them: n_layer + 2 ranges, of which
+/* The ranges themselves, in the order backward reports them: blocks + 2 ranges, of which
  * the first `max` are written to lo[] and hi[]; returns their count. */
 int kiln_gpt_grad_ranges(const kiln_gpt *m, int64_t *lo, int64_t *hi, int max);
 

@@ -214,11 +214,29 @@ static kiln_status match_tensors(const kiln_gpt *m, const kiln_safetensors *f,
     return KILN_OK;
 }
 
+/* A quantized model (kiln compress quantize; "kiln.quant" in its metadata) holds int8 or int4
+ * matrices with scales: not weights a dense model can take. */
+static kiln_status refuse_quantized(const kiln_safetensors *f) {
+    const char *q = kiln_safetensors_metadata(f, "kiln.quant");
+    if (!q)
+        return KILN_OK;
+    return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                           "%s is a quantized model (%s): it is for kiln eval and kiln sample "
+                           "only; training, --init and export need the dense weights it was "
+                           "made from",
+                           kiln_safetensors_path(f), q);
+}
+
 kiln_status kiln_gpt_load_slab(kiln_gpt *m, const char *path, void *slab, kiln_dtype slab_dtype) {
     if (!m || !path || !slab)
         return kiln_error_setf(KILN_ERR_ARG, "load weights: NULL argument");
     kiln_safetensors *f = NULL;
     KILN_CHECK(kiln_safetensors_open(&f, path));
+    kiln_status q = refuse_quantized(f);
+    if (q) {
+        kiln_safetensors_close(f);
+        return q;
+    }
     int n = kiln_gpt_num_tensors(m);
     const kiln_st_tensor **src = calloc((size_t)n, sizeof *src);
     kiln_status s = KILN_OK;
@@ -311,7 +329,9 @@ kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *p
     KILN_CHECK(kiln_safetensors_open(&f, path));
     kiln_gpt_config c;
     memset(&c, 0, sizeof c);
-    kiln_status s = infer_config(f, &c);
+    kiln_status s = refuse_quantized(f);
+    if (s == KILN_OK)
+        s = infer_config(f, &c);
     /* shared blocks: the tensors count blocks, each serving share_layers layers */
     const char *share = kiln_safetensors_metadata(f, "kiln.share_layers");
     if (s == KILN_OK && share && (s = parse_meta_int(path, "kiln.share_layers", share,

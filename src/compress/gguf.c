@@ -421,6 +421,10 @@ kiln_status kiln_export_gguf(kiln_gpt *m, const kiln_tokenizer *tok, kiln_gguf_t
                              const char *name, const char *path) {
     if (!m || !tok || !path || (unsigned)type > KILN_GGUF_Q4_0)
         return kiln_error_setf(KILN_ERR_ARG, "GGUF export: a NULL argument or a bad type");
+    if (kiln_gpt_has_linear(m)) /* its slab holds no block matrices */
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED, "GGUF export needs a dense model, not a "
+                                                     "quantized one: export the weights it was "
+                                                     "made from");
     const kiln_gpt_config *c = kiln_gpt_get_config(m);
     if (kiln_tokenizer_vocab_size(tok) != c->vocab_size)
         return kiln_error_setf(KILN_ERR_CONFIG,

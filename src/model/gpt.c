@@ -25,6 +25,21 @@ static kiln_status check_ids(const int32_t *ids, int64_t n, int64_t T, int64_t V
     return KILN_OK;
 }
 
+/* out (N,OC) = inp x W + bias through the backend, or through the model's own products
+ * (kiln_gpt_set_linear) for matrix `which` of block `layer` (-1: the head). */
+static void linear(kiln_gpt *m, int64_t layer, kiln_gpt_matrix which, void *out, const void *inp,
+                   const void *w, const void *bias, int64_t N, int64_t C, int64_t OC,
+                   int trans_w, void *gelu_out) {
+    if (!m->linear) {
+        m->be->matmul_forward(m->be, m->dt, out, inp, w, bias, N, C, OC, trans_w, gelu_out);
+        return;
+    }
+    int64_t share = m->cfg.share_layers > 1 ? m->cfg.share_layers : 1;
+    m->linear(m->linear_ctx, layer >= 0 ? layer / share : layer, which, out, inp, bias, N, C, OC);
+    if (gelu_out)
+        m->be->gelu_forward(m->be, m->dt, gelu_out, out, N * OC);
+}
+
 /* ---- embedding ---- */
 
 static void embed_forward(kiln_gpt *m, int64_t B, int64_t T) {
@@ -63,22 +78,25 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
     if (l == 0 || !fused || (how & BLOCK_RECOMPUTE))
         be->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, BT,
                               C);
-    be->matmul_forward(be, dt, a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * C, 0, NULL);
+    linear(m, l, KILN_GPT_MATRIX_QKV, a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * C, 0, NULL);
     be->attention_forward(be, dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, C, NH);
     if (fused) {
-        be->matmul_forward(be, dt, a->tmp, a->atty, w->attprojw, w->attprojb, BT, C, C, 0, NULL);
+        linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->tmp, a->atty, w->attprojw, w->attprojb, BT, C, C,
+               0, NULL);
         be->residual_layernorm_forward(be, dt, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->tmp,
                                        x, w->ln2w, w->ln2b, BT, C);
     } else {
-        be->matmul_forward(be, dt, a->res2, a->atty, w->attprojw, w->attprojb, BT, C, C, 0, NULL);
+        linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->res2, a->atty, w->attprojw, w->attprojb, BT, C,
+               C, 0, NULL);
         be->residual_forward(be, dt, a->res2, a->res2, x, BT * C);
         be->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w,
                               w->ln2b, BT, C);
     }
     if (m->opt.fuse_gelu) {
-        be->matmul_forward(be, dt, a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, 0, a->fch_gelu);
+        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, 0,
+               a->fch_gelu);
     } else {
-        be->matmul_forward(be, dt, a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, 0, NULL);
+        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, 0, NULL);
         be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * 4 * C);
     }
     if (how & BLOCK_RECOMPUTE)
@@ -86,16 +104,16 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
     if (fused && (how & BLOCK_TAIL)) {
         int last = l + 1 == L;
         gpt_block_acts *next = last ? NULL : &m->blocks[l + 1];
-        be->matmul_forward(be, dt, a->tmp, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C, C, 0,
-                           NULL);
+        linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->tmp, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C,
+               C, 0, NULL);
         be->residual_layernorm_forward(
             be, dt, a->res3, last ? m->lnf : next->ln1, last ? m->lnf_mean : next->ln1_mean,
             last ? m->lnf_rstd : next->ln1_rstd, a->tmp, a->res2,
             last ? m->p.lnfw : m->p.block[l + 1].ln1w, last ? m->p.lnfb : m->p.block[l + 1].ln1b,
             BT, C);
     } else {
-        be->matmul_forward(be, dt, a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C, C, 0,
-                           NULL);
+        linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT,
+               4 * C, C, 0, NULL);
         be->residual_forward(be, dt, a->res3, a->res3, a->res2, BT * C);
     }
 }
@@ -185,7 +203,7 @@ static void head_rows(kiln_gpt *m, int64_t r0, int64_t n, float dloss, int grad)
     kiln_dtype dt = m->dt;
     int64_t C = m->cfg.n_embd, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
     void *lnf = row(m->lnf, r0, C, dt);
-    be->matmul_forward(be, dt, m->logits, lnf, m->p.wte, NULL, n, C, Vp, 1, NULL);
+    linear(m, -1, KILN_GPT_MATRIX_HEAD, m->logits, lnf, m->p.wte, NULL, n, C, Vp, 1, NULL);
     int soft = m->soft.p != NULL;
     if (soft)
         soft_rows(m, r0, n, grad ? dloss : 0.0f);
@@ -333,8 +351,8 @@ kiln_status kiln_gpt_forward_last(kiln_gpt *m, const int32_t *inputs, int64_t B,
         be->layernorm_forward(be, m->dt, row(m->lnf, b, C, m->dt), m->lnf_mean + b,
                               m->lnf_rstd + b, row((void *)x, b * T + T - 1, C, m->dt),
                               m->p.lnfw, m->p.lnfb, 1, C);
-    be->matmul_forward(be, m->dt, m->logits, m->lnf, m->p.wte, NULL, B, C,
-                       m->cfg.padded_vocab_size, 1, NULL);
+    linear(m, -1, KILN_GPT_MATRIX_HEAD, m->logits, m->lnf, m->p.wte, NULL, B, C,
+           m->cfg.padded_vocab_size, 1, NULL);
     KILN_CHECK(be->synchronize(be));
     m->logits_valid = 1;
     return KILN_OK;
@@ -358,7 +376,7 @@ kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *
             *loss = l;
         m->have_targets = 1;
     } else if (m->logit_rows >= BT) {
-        m->be->matmul_forward(m->be, m->dt, m->logits, m->lnf, m->p.wte, NULL, BT, C, Vp, 1, NULL);
+        linear(m, -1, KILN_GPT_MATRIX_HEAD, m->logits, m->lnf, m->p.wte, NULL, BT, C, Vp, 1, NULL);
         m->logits_valid = 1;
     } else {
         return kiln_error_setf(KILN_ERR_ARG,

@@ -108,6 +108,10 @@ struct kiln_gpt {
     kiln_param_need_fn param_need; /* kiln_gpt_set_param_need (NULL: every part resident) */
     void *param_need_ctx;
     int mapped; /* opt.sharded: params and grads from kiln_memory_map */
+    /* kiln_gpt_set_linear: the products done outside the backend (NULL: none) */
+    kiln_gpt_linear_fn linear;
+    void *linear_ctx;
+    void (*linear_release)(void *ctx);
 };
 
 /* gpt_layout.c: the gradient slab's range [*lo, *hi) of one part of the model, which backward

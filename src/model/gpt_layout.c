@@ -287,6 +287,25 @@ fail:
     return s;
 }
 
+kiln_status kiln_gpt_set_linear(kiln_gpt *m, kiln_gpt_linear_fn forward, void *ctx,
+                                void (*release)(void *ctx)) {
+    if (!m)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_set_linear: NULL model");
+    if (forward && (!m->opt.inference || m->dt != KILN_DTYPE_F32 ||
+                    (strcmp(m->be->name, "cpu") != 0 && strcmp(m->be->name, "ref") != 0)))
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "products outside the backend need an fp32 inference model on a "
+                               "host backend");
+    if (m->linear_release && m->linear_ctx != ctx)
+        m->linear_release(m->linear_ctx);
+    m->linear = forward;
+    m->linear_ctx = forward ? ctx : NULL;
+    m->linear_release = forward ? release : NULL;
+    return KILN_OK;
+}
+
+int kiln_gpt_has_linear(const kiln_gpt *m) { return m && m->linear; }
+
 kiln_status kiln_gpt_create_inference(kiln_gpt **out, const kiln_gpt_config *cfg, int64_t B,
                                       int64_t T, kiln_dtype dtype, kiln_backend *be) {
     kiln_gpt_options o = kiln_gpt_options_default();
@@ -300,6 +319,8 @@ void kiln_gpt_free(kiln_gpt *m) {
         return;
     free(m->soft.kl);
     free(m->soft.scratch);
+    if (m->linear_release)
+        m->linear_release(m->linear_ctx);
     if (m->be) {
         m->be->free(m->be, m->acts);
         if (m->mapped) {

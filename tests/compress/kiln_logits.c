@@ -1,11 +1,13 @@
-/* kiln's logits of the last of some token ids, for the comparison with llama.cpp's:
- *   kiln_logits WEIGHTS IDS   (IDS: comma-separated)
+/* kiln's logits of the last of some token ids, for the comparison with llama.cpp's (and of a
+ * quantized model's with its dense model's):
+ *   kiln_logits WEIGHTS IDS   (IDS: comma-separated; WEIGHTS dense or quantized)
  * prints {"logits": [...V numbers...]} on stdout. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kiln/checkpoint.h"
+#include "kiln/compress.h"
 #include "kiln/core.h"
 #include "kiln/model.h"
 
@@ -24,15 +26,25 @@ int main(int argc, char **argv) {
     kiln_gpt_config cfg;
     memset(&cfg, 0, sizeof cfg);
     kiln_gpt *m = NULL;
-    kiln_status s = kiln_gpt_config_from_safetensors(&cfg, argv[1]);
-    if (!s)
-        s = kiln_gpt_config_validate(&cfg);
-    if (!s && n > cfg.max_seq_len)
-        n = cfg.max_seq_len;
-    if (!s)
-        s = kiln_gpt_create_inference(&m, &cfg, 1, n, KILN_DTYPE_F32, NULL);
-    if (!s)
-        s = kiln_gpt_load_safetensors(m, argv[1]);
+    kiln_quant_type qt = KILN_QUANT_NONE;
+    kiln_status s = kiln_quant_probe(argv[1], &qt, NULL);
+    if (!s && qt != KILN_QUANT_NONE) {
+        s = kiln_quant_load(&m, argv[1], 1, 0);
+        if (!s) {
+            cfg = *kiln_gpt_get_config(m);
+            n = n > cfg.max_seq_len ? cfg.max_seq_len : n;
+        }
+    } else if (!s) {
+        s = kiln_gpt_config_from_safetensors(&cfg, argv[1]);
+        if (!s)
+            s = kiln_gpt_config_validate(&cfg);
+        if (!s && n > cfg.max_seq_len)
+            n = cfg.max_seq_len;
+        if (!s)
+            s = kiln_gpt_create_inference(&m, &cfg, 1, n, KILN_DTYPE_F32, NULL);
+        if (!s)
+            s = kiln_gpt_load_safetensors(m, argv[1]);
+    }
     if (!s)
         s = kiln_gpt_forward_last(m, ids, 1, n);
     float *logits = malloc((size_t)cfg.padded_vocab_size * sizeof *logits);

@@ -22,7 +22,8 @@ int cmd_eval(int argc, char **argv) {
     int64_t B = 4, T = 64, batches = 0, heads = 0, threads = 0;
     const char *precision = "fp32";
     const tool_flag flags[] = {
-        {"weights", TOOL_FLAG_STRING, &weights, "model weights (safetensors)"},
+        {"weights", TOOL_FLAG_STRING, &weights,
+         "model weights (safetensors; quantized ones run on the int8 kernel)"},
         {"data", TOOL_FLAG_STRING, &data, "token shards: file, folder or glob"},
         {"batch", TOOL_FLAG_INT, &B, "sequences per batch"},
         {"seq", TOOL_FLAG_INT, &T, "tokens per sequence"},
@@ -56,13 +57,13 @@ int cmd_eval(int argc, char **argv) {
     if (!s)
         s = tool_load_model(&m, weights, heads, B, T, dt);
     if (!s && T > kiln_gpt_max_seq(m)) {
-        fprintf(stderr, "kiln eval: --seq %lld is beyond the model's context %lld\n",
-                (long long)T, (long long)kiln_gpt_max_seq(m));
+        fprintf(stderr, "kiln eval: --seq %lld is beyond the model's context %lld\n", (long long)T,
+                (long long)kiln_gpt_max_seq(m));
         kiln_gpt_free(m);
         kiln_loader_close(l);
         return 2;
     }
-    double loss = 0.0, t0 = kiln_time_ms();
+    double loss = 0.0, t0 = kiln_time_ms(); /* the model is loaded: evaluation alone */
     int64_t tokens = 0;
     if (!s && (s = kiln_evaluate(m, l, B, T, batches, &loss, &tokens)))
         kiln_error_wrapf(s, "evaluating on %s", data);
@@ -77,8 +78,10 @@ int cmd_eval(int argc, char **argv) {
         tool_report("eval", s);
         return 1;
     }
-    if (printf("tokens %lld | loss %.6f | perplexity %.4f | %.1f s\n", (long long)tokens, loss,
-               exp(loss), (kiln_time_ms() - t0) / 1e3) < 0 ||
+    double secs = (kiln_time_ms() - t0) / 1e3;
+    if (printf("tokens %lld | loss %.6f | perplexity %.4f | %.1f s | %.0f tokens/s\n",
+               (long long)tokens, loss, exp(loss), secs,
+               secs > 0 ? (double)tokens / secs : 0.0) < 0 ||
         fflush(stdout) != 0) {
         fprintf(stderr, "kiln eval: cannot write the result to standard output: %s\n",
                 strerror(errno));

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "kiln/core.h"
 #include "kiln/sample.h"
 #include "kiln/tokenizer.h"
 #include "tool_common.h"
@@ -13,7 +14,8 @@
 static const char *usage =
     "usage: kiln sample [flags]\n\n"
     "Generate text from a model's weights, continuing --prompt (the start of a document when\n"
-    "empty). Same seed, same weights, same text.";
+    "empty). Same seed, same weights, same text. Weights quantized by kiln compress quantize\n"
+    "run on the int8 kernel.";
 
 typedef struct print_ctx {
     const kiln_tokenizer *tok;
@@ -44,8 +46,9 @@ int cmd_sample(int argc, char **argv) {
     int64_t count = 200, top_k = 40, seed = 1337, heads = 0, threads = 0;
     double temperature = 1.0;
     const char *precision = "fp32";
+    int timing = 0;
     const tool_flag flags[] = {
-        {"weights", TOOL_FLAG_STRING, &weights, "model weights (safetensors)"},
+        {"weights", TOOL_FLAG_STRING, &weights, "model weights (safetensors, dense or quantized)"},
         {"prompt", TOOL_FLAG_STRING, &prompt, "text to continue"},
         {"tokens", TOOL_FLAG_INT, &count, "tokens to generate"},
         {"temperature", TOOL_FLAG_FLOAT, &temperature, "softmax temperature (0: most likely)"},
@@ -57,6 +60,8 @@ int cmd_sample(int argc, char **argv) {
         {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)"},
         {"precision", TOOL_FLAG_STRING, &precision,
          "fp32, bf16 or fp16: the dtype the weights are held and computed in"},
+        {"timing", TOOL_FLAG_BOOL, &timing,
+         "print the generation's tokens/s on stderr (the model's loading not counted)"},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
@@ -133,8 +138,7 @@ int cmd_sample(int argc, char **argv) {
         fprintf(stderr,
                 "kiln sample: the prompt is %lld tokens, longer than the model's context of %lld "
                 "tokens: shorten it to %lld tokens or fewer\n",
-                (long long)ids.len, (long long)kiln_gpt_max_seq(m),
-                (long long)kiln_gpt_max_seq(m));
+                (long long)ids.len, (long long)kiln_gpt_max_seq(m), (long long)kiln_gpt_max_seq(m));
         goto done;
     }
     int32_t *all = malloc((size_t)(ids.len + count) * sizeof *all);
@@ -145,9 +149,14 @@ int cmd_sample(int argc, char **argv) {
     memcpy(all, ids.ids, (size_t)ids.len * sizeof *all);
     pc.tok = tok;
     s = write_out(prompt, strlen(prompt));
+    double t0 = kiln_time_ms();
     if (!s)
         s = kiln_generate(m, all, ids.len, count, (float)temperature, top_k, (uint64_t)seed,
                           print_token, &pc);
+    double secs = (kiln_time_ms() - t0) / 1e3;
+    if (!s && timing)
+        fprintf(stderr, "kiln sample: %lld tokens in %.3f s: %.1f tokens/s\n", (long long)count,
+                secs, secs > 0 ? (double)count / secs : 0.0);
     free(all);
     if (!s)
         s = write_out("\n", 1);

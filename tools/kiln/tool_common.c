@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "kiln/checkpoint.h"
+#include "kiln/compress.h"
 
 void openblas_set_num_threads(int num_threads);
 
@@ -43,6 +44,19 @@ void tool_set_threads(int64_t n) {
 
 kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int64_t B, int64_t T,
                             kiln_dtype dtype) {
+    /* A quantized file (kiln compress quantize) runs on the int8 kernel. */
+    kiln_quant_type qt = KILN_QUANT_NONE;
+    kiln_status qs = kiln_quant_probe(path, &qt, NULL);
+    if (qs != KILN_OK)
+        return qs;
+    if (qt != KILN_QUANT_NONE) {
+        if (dtype != KILN_DTYPE_F32)
+            return kiln_error_setf(KILN_ERR_ARG,
+                                   "%s is a quantized model (%s): it computes in int8 and fp32, "
+                                   "leave --precision at fp32",
+                                   path, kiln_quant_type_name(qt));
+        return kiln_quant_load(out, path, B, T);
+    }
     kiln_gpt_config cfg;
     memset(&cfg, 0, sizeof cfg);
     if (heads < 0)

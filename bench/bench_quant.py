@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Post-training quantization: a dense model against its int8 and int4 files.
+
+    /usr/bin/python3 bench/bench_quant.py --weights W [--kiln build/kiln]
+        [--data 'data/brown/val_*.bin'] [--batch 8] [--seq 64] [--threads 2] [--group 32]
+        [--eval-batches 40] [--sample-tokens 200] [--rounds 3] [--loss-batches 0]
+        [--work bench_quant_work]
+
+Quantizes W with `kiln compress quantize --type int8` and `--type int4 --group G`, then for
+the dense file and each quantized one prints, in one table:
+
+  file MB          the safetensors file's size (and the dense file's / its size)
+  val loss, ppl    `kiln eval --weights F --data D --batch B --seq T --batches N` (N
+                   --loss-batches; 0: every whole batch), and the perplexity's change
+                   against the dense model's
+  eval tok/s       tokens per second `kiln eval --batches N` prints (N --eval-batches; the
+                   model's loading not counted)
+  sample tok/s     tokens per second `kiln sample --temperature 0 --tokens N --timing`
+                   prints (N --sample-tokens, from the prompt "The"; loading not counted;
+                   each token runs the model over the whole window so far: kiln keeps no
+                   attention cache)
+
+Each timing is the best of --rounds rounds; a round times dense, int8 and int4 one after
+the other, so that the three share the machine's state. Ratios ("x dense") compare figures
+of the same run. OpenMP's idle threads sleep (OMP_WAIT_POLICY=passive unless set): on a
+shared machine a spinning thread that loses its core stalls every product after it.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(cmd, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit("failed (%d): %s\n%s" % (p.returncode, " ".join(cmd), p.stderr[-2000:]))
+    return p.stdout, p.stderr
+
+
+def rate(text, what):
+    m = re.search(r"([0-9.]+) tokens/s", text)
+    if not m:
+        sys.exit("%s printed no tokens/s: %r" % (what, text[-500:]))
+    return float(m.group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"))
+    ap.add_argument("--weights", required=True, help="the dense model (safetensors)")
+    ap.add_argument("--data", default="data/brown/val_*.bin", help="validation token shards")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--group", type=int, default=32, help="int4 group size")
+    ap.add_argument("--loss-batches", type=int, default=0)
+    ap.add_argument("--eval-batches", type=int, default=40)
+    ap.add_argument("--sample-tokens", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--work", default="bench_quant_work")
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    kiln = args.kiln
+    env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"))
+
+    files = [("dense fp32", args.weights)]
+    for ty in ("int8", "int4"):
+        out = os.path.join(args.work, "model-%s.safetensors" % ty)
+        cmd = [kiln, "compress", "quantize", "--weights", args.weights, "--out", out,
+               "--type", ty]
+        if ty == "int4":
+            cmd += ["--group", str(args.group)]
+        run(cmd, env)
+        files.append((ty if ty == "int8" else "int4 g%d" % args.group, out))
+
+    common = ["--batch", str(args.batch), "--seq", str(args.seq), "--threads", str(args.threads)]
+    rows = []
+    for name, path in files:
+        out, _ = run([kiln, "eval", "--weights", path, "--data", args.data, "--batches",
+                      str(args.loss_batches)] + common, env)
+        m = re.search(r"tokens (\d+) \| loss ([0-9.]+) \| perplexity ([0-9.]+)", out)
+        if not m:
+            sys.exit("kiln eval printed no loss: %r" % out)
+        rows.append({"name": name, "path": path, "bytes": os.path.getsize(path),
+                     "tokens": int(m.group(1)), "loss": float(m.group(2)),
+                     "ppl": float(m.group(3)), "eval": [], "sample": []})
+
+    for _ in range(args.rounds):
+        for r in rows:
+            out, _ = run([kiln, "eval", "--weights", r["path"], "--data", args.data,
+                          "--batches", str(args.eval_batches)] + common, env)
+            r["eval"].append(rate(out, "kiln eval"))
+            _, err = run([kiln, "sample", "--weights", r["path"], "--tokens",
+                          str(args.sample_tokens), "--temperature", "0", "--prompt", "The",
+                          "--threads", str(args.threads), "--timing"], env)
+            r["sample"].append(rate(err, "kiln sample"))
+
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+        cpu = re.search(r"model name\s*:\s*(.*)", info).group(1)
+        vnni = "avx512_vnni" in info
+    except (OSError, AttributeError):
+        vnni = False
+    print("# %s, %d threads; int8 kernel: %s" % (cpu, args.threads,
+                                                  "avx512-vnni" if vnni else "plain"))
+    print("# eval: %s, B=%d T=%d, %d tokens for the loss; timings best of %d rounds" % (
+        args.data, args.batch, args.seq, rows[0]["tokens"], args.rounds))
+    d = rows[0]
+    hdr = ("model", "file MB", "x smaller", "val loss", "perplexity", "ppl vs dense",
+           "eval tok/s", "x dense", "sample tok/s", "x dense")
+    print("| " + " | ".join(hdr) + " |")
+    print("|" + " --- |" * len(hdr))
+    for r in rows:
+        ev, sm = max(r["eval"]), max(r["sample"])
+        print("| %s | %.2f | %.2f | %.4f | %.3f | %+.2f%% | %.0f | %.2f | %.1f | %.2f |" % (
+            r["name"], r["bytes"] / 1e6, d["bytes"] / r["bytes"], r["loss"], r["ppl"],
+            100.0 * (r["ppl"] / d["ppl"] - 1.0), ev, ev / max(d["eval"]), sm,
+            sm / max(d["sample"])))
+
+
+if __name__ == "__main__":
+    main()
