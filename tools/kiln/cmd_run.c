@@ -90,7 +90,8 @@ static int has_checkpoint(const char *folder) {
 }
 
 /* Useful step time: the "ms" of every step in the metrics file, the latest run's for a step
- * that was redone (the file is rewritten by each run, so it is read after each). */
+ * that was redone (a resumed run appends its lines, so the last line of a step is the one
+ * kept; the file is read after each run). */
 typedef struct step_times {
     double *ms; /* [step]; NAN: not seen */
     int64_t cap;
