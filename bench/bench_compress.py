@@ -16,7 +16,8 @@ B=16) on the text, then from it or beside it:
     and quantization-aware fine-tuning (--qat 8) then int8;
   - GGUF files (f16, q8_0, q4_0) sizes.
 For each: parameters, file size, validation loss (kiln eval over the held-out tenth), its
-change against the dense model's, and kiln eval's and kiln sample's tokens/s (threads 2,
+change against the dense model's, KL(dense || it) in nats per token over the same windows
+(kiln eval --teacher), and kiln eval's and kiln sample's tokens/s (threads 2,
 OPENBLAS_CORETYPE unset in kiln's environment). The losses are deterministic; the speeds are
 one measurement each on this machine.
 """
@@ -36,7 +37,7 @@ def run(cmd, env, log):
     log.write(r.stdout + r.stderr)
     if r.returncode != 0:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-2000:]}")
-    return r.stdout
+    return r.stdout + r.stderr
 
 
 def params_of(path):
@@ -86,7 +87,8 @@ def main():
 
     def measure(label, path, base=None):
         out = run([kiln, "eval", "--weights", path, "--data", val, "--batch", "16", "--seq", "64",
-                   "--threads", "2"], env, log)
+                   "--threads", "2", "--teacher", W("dense.st")], env, log)
+        kl = float(re.search(r"KL from the teacher ([0-9.]+)", out).group(1))
         loss = float(re.search(r"\| loss ([0-9.]+)", out).group(1))
         m = re.search(r"([0-9.]+) tokens/s", out)
         if not m:  # "tokens N | loss L | perplexity P | S s"
@@ -94,11 +96,11 @@ def main():
         etok = float(m.group(1)) if m else float(m2.group(1)) / max(float(m2.group(2)), 1e-9)
         t0 = time.time()
         sout = run([kiln, "sample", "--weights", path, "--tokens", "200", "--seed", "1",
-                    "--threads", "2"], env, log)
+                    "--threads", "2", "--timing"], env, log)
         m = re.search(r"([0-9.]+) tokens/s", sout)
         stok = float(m.group(1)) if m else 200 / (time.time() - t0)  # with the loading
         rows.append((label, params_of(path) if path.endswith("st") else 0,
-                     os.path.getsize(path) / 1e6, loss, etok, stok))
+                     os.path.getsize(path) / 1e6, loss, kl, etok, stok))
         log.flush()
 
     have_quant = "quantize" in subprocess.run([kiln, "compress", "--help"], env=env,
@@ -143,14 +145,14 @@ def main():
     base = rows[0]
     print(f"# bench_compress: {a.steps} steps dense (tune {a.tune}), byte-level "
           f"{os.path.basename(a.text)}, d6 shape, 2 threads; GGUF of the dense: {', '.join(sizes)}")
-    hdr = ["method", "params", "file MB", "val loss", "vs dense", "eval tok/s", "x dense",
-           "sample tok/s", "x dense"]
+    hdr = ["method", "params", "file MB", "val loss", "vs dense", "KL from dense", "eval tok/s",
+           "x dense", "sample tok/s", "x dense"]
     print("| " + " | ".join(hdr) + " |")
     print("|" + " --- |" * len(hdr))
-    for label, n, mb, loss, et, st in rows:
+    for label, n, mb, loss, kl, et, st in rows:
         print(f"| {label} | {n / 1e6:.2f}M | {mb:.2f} | {loss:.4f} | "
-              f"{100 * (loss / base[3] - 1):+.2f}% | {et:.0f} | {et / base[4]:.2f} | {st:.1f} | "
-              f"{st / base[5]:.2f} |")
+              f"{100 * (loss / base[3] - 1):+.2f}% | {kl:.4f} | {et:.0f} | {et / base[5]:.2f} | "
+              f"{st:.1f} | {st / base[6]:.2f} |")
 
 
 if __name__ == "__main__":

@@ -136,6 +136,16 @@ kiln_status kiln_quant_load(kiln_gpt **out, const char *path, int64_t B, int64_t
 /* The kernel kiln_quant_load's models use on this machine: "avx512-vnni" or "plain". */
 const char *kiln_quant_kernel_name(void);
 
+/* ---- how far a smaller model is from its source ---- */
+struct kiln_loader;
+/* KL(teacher || m), the mean over every position of the first `batches` batches of l (0: all,
+ * in file order from the start; l opened for evaluation with B, T) of sum_v p_teacher(v) x
+ * (log p_teacher(v) - log p_m(v)), in nats per token: how much of the teacher's next-token
+ * distribution the model loses (0: the same). Both models inference models of B x T or more
+ * with the same vocabulary; m may be quantized. */
+kiln_status kiln_evaluate_kl(kiln_gpt *teacher, kiln_gpt *m, struct kiln_loader *l, int64_t B,
+                             int64_t T, int64_t batches, double *kl);
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,6 +25,32 @@ case_distill_runs() {
     check "alpha 0 (the teacher alone) trains another model" sh -c "! cmp -s plain.st kl.st"
 }
 
+# kiln eval --teacher: KL(teacher || model) over the same windows, 0 for the teacher itself,
+# and lower for a student distilled from it than for the same student trained alone.
+case_kl_from_teacher() {
+    need_fixture
+    run eval --weights "$GOOD" --data "$VAL" --batch 2 --seq 16 --teacher "$GOOD"
+    expect_ok
+    expect_out_re '\| KL from the teacher 0\.000000$'
+    run train $STUDENT --steps 60 --save plain.st
+    expect_ok
+    run distill --teacher "$GOOD" $STUDENT --steps 60 --save taught.st
+    expect_ok
+    run eval --weights plain.st --data "$VAL" --batch 2 --seq 16 --teacher "$GOOD"
+    expect_ok
+    alone=$(sed -n 's/.*KL from the teacher \([0-9.]*\)$/\1/p' "$W/stdout")
+    run eval --weights taught.st --data "$VAL" --batch 2 --seq 16 --teacher "$GOOD"
+    expect_ok
+    taught=$(sed -n 's/.*KL from the teacher \([0-9.]*\)$/\1/p' "$W/stdout")
+    check "the distilled student is closer to the teacher ($taught) than the one trained alone ($alone)" \
+        /usr/bin/python3 -c "import sys; sys.exit(not (0 < $taught < $alone))"
+    run train $TINY --seq 16 --batch 2 --steps 2 --threads 1 --data "$DATA300" --save t300.st
+    expect_ok
+    run eval --weights "$GOOD" --data "$VAL" --batch 2 --seq 16 --teacher t300.st
+    expect_fail
+    expect_err "vocabulary"
+}
+
 case_bad_teacher() {
     need_fixture
     run train $TINY --seq 16 --batch 2 --steps 2 --threads 1 --data "$DATA300" --save t300.st

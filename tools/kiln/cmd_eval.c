@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "kiln/compress.h"
 #include "kiln/core.h"
 #include "kiln/loader.h"
 #include "kiln/train.h"
@@ -20,7 +21,7 @@ static const char *usage =
 int cmd_eval(int argc, char **argv) {
     const char *weights = "out/model.safetensors", *data = "data/brown/val_*.bin";
     int64_t B = 4, T = 64, batches = 0, heads = 0, threads = 0;
-    const char *precision = "fp32";
+    const char *precision = "fp32", *teacher = NULL;
     const tool_flag flags[] = {
         {"weights", TOOL_FLAG_STRING, &weights,
          "model weights (safetensors; quantized ones run on the int8 kernel)"},
@@ -30,6 +31,9 @@ int cmd_eval(int argc, char **argv) {
         {"batches", TOOL_FLAG_INT, &batches, "batches to evaluate (0: every whole batch)"},
         {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata"},
         {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)"},
+        {"teacher", TOOL_FLAG_STRING, &teacher,
+         "also KL(teacher || model) in nats per token over the same windows: how far this model "
+         "(pruned, distilled, quantized) is from the one it came from"},
         {"precision", TOOL_FLAG_STRING, &precision,
          "fp32, bf16 or fp16: the dtype the weights are held and computed in"},
     };
@@ -67,6 +71,14 @@ int cmd_eval(int argc, char **argv) {
     int64_t tokens = 0;
     if (!s && (s = kiln_evaluate(m, l, B, T, batches, &loss, &tokens)))
         kiln_error_wrapf(s, "evaluating on %s", data);
+    double secs = (kiln_time_ms() - t0) / 1e3, kl = NAN;
+    if (!s && teacher) {
+        kiln_gpt *tm = NULL;
+        s = tool_load_model(&tm, teacher, 0, B, T, KILN_DTYPE_F32);
+        if (!s && (s = kiln_evaluate_kl(tm, m, l, B, T, batches, &kl)))
+            kiln_error_wrapf(s, "comparing with the teacher %s", teacher);
+        kiln_gpt_free(tm);
+    }
     if (!s && !isfinite(loss))
         s = kiln_error_setf(KILN_ERR_RANGE,
                             "the loss over %s is %f: the weights in %s hold values "
@@ -78,10 +90,12 @@ int cmd_eval(int argc, char **argv) {
         tool_report("eval", s);
         return 1;
     }
-    double secs = (kiln_time_ms() - t0) / 1e3;
-    if (printf("tokens %lld | loss %.6f | perplexity %.4f | %.1f s | %.0f tokens/s\n",
-               (long long)tokens, loss, exp(loss), secs,
-               secs > 0 ? (double)tokens / secs : 0.0) < 0 ||
+    char klt[64] = "";
+    if (teacher)
+        snprintf(klt, sizeof klt, " | KL from the teacher %.6f", kl);
+    if (printf("tokens %lld | loss %.6f | perplexity %.4f | %.1f s | %.0f tokens/s%s\n",
+               (long long)tokens, loss, exp(loss), secs, secs > 0 ? (double)tokens / secs : 0.0,
+               klt) < 0 ||
         fflush(stdout) != 0) {
         fprintf(stderr, "kiln eval: cannot write the result to standard output: %s\n",
                 strerror(errno));
