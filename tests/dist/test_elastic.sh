@@ -7,44 +7,12 @@
 # is refused, saying which --batch matches, with nothing written. Uses the cli fixture's data and
 # tiny model; skipped (77) without mpirun, without MPI in kiln, or without numpy.
 . "$(dirname "$0")/../cli/lib.sh"
+MPI_NEEDS_NUMPY=1
+. "$(dirname "$0")/lib_mpi.sh"
 
-MPIRUN=${KILN_MPIRUN:-}
 TRAIN="train $TINY --seq 16 --threads 1 --data $DATA --steps 40 --lr 1e-3"
 COMPARE="/usr/bin/python3 $SRC/tests/dist/compare_runs.py"
 CK="--checkpoint-dir ck --checkpoint-every 20"
-
-need_mpi() {
-    if [ -z "$MPIRUN" ] || ! command -v "$MPIRUN" >/dev/null 2>&1; then
-        echo "SKIP: no mpirun (apt-get install openmpi-bin libopenmpi-dev, then reconfigure)"
-        exit 77
-    fi
-    if ! /usr/bin/python3 -c "import numpy" 2>/dev/null; then
-        echo "SKIP: the comparison needs numpy (apt-get install python3-numpy)"
-        exit 77
-    fi
-    need_fixture
-}
-
-MPIFLAGS=""
-if [ -n "$MPIRUN" ] && "$MPIRUN" --version 2>/dev/null | grep -Eq "Open MPI|OpenRTE"; then
-    MPIFLAGS="--oversubscribe --allow-run-as-root"
-fi
-
-# mpi NP ARGS...: kiln ARGS on NP ranks; status in RC, output in $W/stdout and $W/stderr.
-mpi() {
-    _np=$1
-    shift
-    LAST="mpirun -np $_np kiln $*"
-    printf '$ %s\n' "$LAST" >>"$W/log"
-    timeout -k 5 "$CMD_TIMEOUT" "$MPIRUN" $MPIFLAGS -np "$_np" "$KILN" "$@" \
-        </dev/null >"$W/stdout" 2>"$W/stderr"
-    RC=$?
-    printf '[exit %s]\n' "$RC" >>"$W/log"
-    cat "$W/stderr" >>"$W/log"
-    if [ "$RC" -eq 124 ] || [ "$RC" -eq 137 ]; then
-        bad "mpirun -np $_np kiln finished within $CMD_TIMEOUT s (it hung)"
-    fi
-}
 
 # resumed_equals REF RES TOL [--loss-tol T]: the run RES resumed at step 20 (RES.st, RES.jsonl
 # of steps 21-40) against the uninterrupted REF (REF.st, REF.jsonl of steps 1-40).

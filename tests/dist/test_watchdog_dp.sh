@@ -5,38 +5,9 @@
 # (--inject-hang) ends both ranks with status 4. The hang limit is made small with a flag; no
 # check is on a time. Uses the cli fixture's data; skipped (77) without mpirun or MPI in kiln.
 . "$(dirname "$0")/../cli/lib.sh"
+. "$(dirname "$0")/lib_mpi.sh"
 
-MPIRUN=${KILN_MPIRUN:-}
 TRAIN="train $TINY --seq 16 --threads 1 --data $DATA --steps 40 --lr 1e-3"
-
-need_mpi() {
-    if [ -z "$MPIRUN" ] || ! command -v "$MPIRUN" >/dev/null 2>&1; then
-        echo "SKIP: no mpirun (apt-get install openmpi-bin libopenmpi-dev, then reconfigure)"
-        exit 77
-    fi
-    need_fixture
-}
-
-MPIFLAGS=""
-if [ -n "$MPIRUN" ] && "$MPIRUN" --version 2>/dev/null | grep -Eq "Open MPI|OpenRTE"; then
-    MPIFLAGS="--oversubscribe --allow-run-as-root"
-fi
-
-# mpi NP ARGS...: kiln ARGS on NP ranks; status in RC, output in $W/stdout and $W/stderr.
-mpi() {
-    _np=$1
-    shift
-    LAST="mpirun -np $_np kiln $*"
-    printf '$ %s\n' "$LAST" >>"$W/log"
-    timeout -k 5 "$CMD_TIMEOUT" "$MPIRUN" $MPIFLAGS -np "$_np" "$KILN" "$@" \
-        </dev/null >"$W/stdout" 2>"$W/stderr"
-    RC=$?
-    printf '[exit %s]\n' "$RC" >>"$W/log"
-    cat "$W/stderr" >>"$W/log"
-    if [ "$RC" -eq 124 ] || [ "$RC" -eq 137 ]; then
-        bad "mpirun -np $_np kiln finished within $CMD_TIMEOUT s (it hung)"
-    fi
-}
 
 # py EXPR...: a python check on the run's files (m.jsonl, hb.json.rank<R>).
 py() { /usr/bin/python3 -c "import json

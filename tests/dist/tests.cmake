@@ -27,41 +27,16 @@ set_tests_properties(dist.comm_np2 dist.comm_np3 dist.comm_np4 dist.comm_dead_ex
   dist.comm_abort
   PROPERTIES LABELS dist TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "${KILN_DIST_ENV}")
 
-# Data-parallel training end to end (tests/dist/test_train_dp.sh): each case_<name> is one
-# CTest test, dist.train.<name>, on the cli tests' fixture.
-set(KILN_DIST_TRAIN ${CMAKE_SOURCE_DIR}/tests/dist/test_train_dp.sh)
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${KILN_DIST_TRAIN})
-file(STRINGS ${KILN_DIST_TRAIN} kiln_dist_cases REGEX "^case_[a-z0-9_]+\\(\\)")
-foreach(line ${kiln_dist_cases})
-  string(REGEX REPLACE "^case_([a-z0-9_]+)\\(\\).*" "\\1" case ${line})
-  add_test(NAME dist.train.${case} COMMAND sh ${KILN_DIST_TRAIN} ${case})
-  set_tests_properties(dist.train.${case} PROPERTIES
-    LABELS dist FIXTURES_REQUIRED cli_fixture TIMEOUT 300 SKIP_RETURN_CODE 77
-    ENVIRONMENT "KILN_BIN=${CMAKE_BINARY_DIR}/kiln;KILN_SOURCE_DIR=${CMAKE_SOURCE_DIR};KILN_CLI_WORK=${CMAKE_BINARY_DIR}/cli-work;KILN_MPIRUN=${KILN_MPIRUN};OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
-endforeach()
-
-# Resuming on another number of ranks or ZeRO stage (tests/dist/test_elastic.sh): each case_<name>
-# is one CTest test, dist.elastic.<name>.
-set(KILN_DIST_ELASTIC ${CMAKE_SOURCE_DIR}/tests/dist/test_elastic.sh)
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${KILN_DIST_ELASTIC})
-file(STRINGS ${KILN_DIST_ELASTIC} kiln_elastic_cases REGEX "^case_[a-z0-9_]+\\(\\)")
-foreach(line ${kiln_elastic_cases})
-  string(REGEX REPLACE "^case_([a-z0-9_]+)\\(\\).*" "\\1" case ${line})
-  add_test(NAME dist.elastic.${case} COMMAND sh ${KILN_DIST_ELASTIC} ${case})
-  set_tests_properties(dist.elastic.${case} PROPERTIES
-    LABELS dist FIXTURES_REQUIRED cli_fixture TIMEOUT 300 SKIP_RETURN_CODE 77
-    ENVIRONMENT "KILN_BIN=${CMAKE_BINARY_DIR}/kiln;KILN_SOURCE_DIR=${CMAKE_SOURCE_DIR};KILN_CLI_WORK=${CMAKE_BINARY_DIR}/cli-work;KILN_MPIRUN=${KILN_MPIRUN};OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
-endforeach()
-
-# The watchdog on 2 ranks (tests/dist/test_watchdog_dp.sh): stragglers and hangs, each
-# case_<name> one CTest test, dist.watchdog.<name>, on the cli tests' fixture.
-set(KILN_DIST_WATCHDOG ${CMAKE_SOURCE_DIR}/tests/dist/test_watchdog_dp.sh)
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${KILN_DIST_WATCHDOG})
-file(STRINGS ${KILN_DIST_WATCHDOG} kiln_watchdog_cases REGEX "^case_[a-z0-9_]+\\(\\)")
-foreach(line ${kiln_watchdog_cases})
-  string(REGEX REPLACE "^case_([a-z0-9_]+)\\(\\).*" "\\1" case ${line})
-  add_test(NAME dist.watchdog.${case} COMMAND sh ${KILN_DIST_WATCHDOG} ${case})
-  set_tests_properties(dist.watchdog.${case} PROPERTIES
-    LABELS dist FIXTURES_REQUIRED cli_fixture TIMEOUT 120 SKIP_RETURN_CODE 77
-    ENVIRONMENT "KILN_BIN=${CMAKE_BINARY_DIR}/kiln;KILN_SOURCE_DIR=${CMAKE_SOURCE_DIR};KILN_CLI_WORK=${CMAKE_BINARY_DIR}/cli-work;KILN_MPIRUN=${KILN_MPIRUN};OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
-endforeach()
+# Data-parallel training end to end: each case_<name> of tests/dist/test_train_dp.sh is one
+# CTest test, dist.train.<name>; of test_elastic.sh (resuming on another number of ranks or
+# ZeRO stage), dist.elastic.<name>; of test_watchdog_dp.sh (stragglers and hangs on 2 ranks),
+# dist.watchdog.<name>. All on the cli tests' fixture.
+set(KILN_DIST_CASE_ENV "KILN_BIN=${CMAKE_BINARY_DIR}/kiln" "KILN_SOURCE_DIR=${CMAKE_SOURCE_DIR}"
+  "KILN_CLI_WORK=${CMAKE_BINARY_DIR}/cli-work" "KILN_MPIRUN=${KILN_MPIRUN}" "OMP_NUM_THREADS=1"
+  "ASAN_OPTIONS=detect_leaks=0")
+kiln_add_case_tests(${CMAKE_SOURCE_DIR}/tests/dist/test_train_dp.sh dist.train dist 300
+  "${KILN_DIST_CASE_ENV}")
+kiln_add_case_tests(${CMAKE_SOURCE_DIR}/tests/dist/test_elastic.sh dist.elastic dist 300
+  "${KILN_DIST_CASE_ENV}")
+kiln_add_case_tests(${CMAKE_SOURCE_DIR}/tests/dist/test_watchdog_dp.sh dist.watchdog dist 120
+  "${KILN_DIST_CASE_ENV}")
