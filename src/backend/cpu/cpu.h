@@ -26,6 +26,10 @@ typedef struct kiln__cpu_state_t {
 } kiln__cpu_state_t;
 kiln__cpu_state_t *kiln__cpu_state(kiln_backend *be);
 
+/* x86 with AVX-512F and BW whose state the OS saves: 1, and leaf 7's registers (subleaf 0) in
+ * b and c for the caller's features; 0 elsewhere (gemm_dispatch.c). */
+int kiln__cpu_avx512_leaf7(unsigned *b, unsigned *c);
+
 /* cpu.c: a buffer of at least `bytes` the backend keeps between calls, for the paths that
  * convert operands (products in a dtype the machine has no fast instructions for). It grows
  * to the largest size asked once and is then reused; NULL (with the error recorded) when it

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/gemm.h"
 #include "core/dtype_inline.h"
@@ -21,19 +22,30 @@
 
 /* ---- the CPU ---- */
 
-static int detect_avx512bf16(void) {
+int kiln__cpu_avx512_leaf7(unsigned *b, unsigned *c) {
 #if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) /* OSXSAVE */
+    unsigned a, d;
+    if (!__get_cpuid(1, &a, b, c, &d) || !(*c & (1u << 27))) /* OSXSAVE */
         return 0;
     unsigned lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     if ((lo & 0xe6u) != 0xe6u) /* the OS saves SSE, AVX and the AVX-512 state */
         return 0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+    if (!__get_cpuid_count(7, 0, &a, b, c, &d))
         return 0;
-    int f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
-    if (!f || !bw || !vl || !__get_cpuid_count(7, 1, &a, &b, &c, &d))
+    return ((*b >> 16) & 1) && ((*b >> 30) & 1); /* AVX-512F, BW */
+#else
+    (void)b;
+    (void)c;
+    return 0;
+#endif
+}
+
+static int detect_avx512bf16(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!kiln__cpu_avx512_leaf7(&b, &c) || !((b >> 31) & 1) || /* AVX-512VL */
+        !__get_cpuid_count(7, 1, &a, &b, &c, &d))
         return 0;
     return (a >> 5) & 1; /* AVX512_BF16 */
 #else

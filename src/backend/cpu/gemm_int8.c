@@ -15,13 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/gemm_int8.h"
 #include "core/error.h"
 #include "kiln/core.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vnni,fma")))
@@ -40,21 +38,8 @@ enum {
 /* ---- the CPU ---- */
 
 static int detect_vnni(void) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) /* OSXSAVE */
-        return 0;
-    unsigned lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & 0xe6u) != 0xe6u) /* the OS saves SSE, AVX and the AVX-512 state */
-        return 0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
-        return 0;
-    int f = (b >> 16) & 1, bw = (b >> 30) & 1, vnni = (c >> 11) & 1;
-    return f && bw && vnni;
-#else
-    return 0;
-#endif
+    unsigned b = 0, c = 0;
+    return kiln__cpu_avx512_leaf7(&b, &c) && ((c >> 11) & 1); /* AVX512_VNNI */
 }
 
 int kiln__qgemm_has_vnni(void) {
