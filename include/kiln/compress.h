@@ -103,6 +103,9 @@ typedef enum kiln_quant_type {
 
 /* "none", "int8", "int4" */
 const char *kiln_quant_type_name(kiln_quant_type t);
+/* Whether a tensor (by its Hugging Face name) is one of the matrices quantized: the blocks'
+ * four and the tied embedding (quantization-aware training fakes the same ones). */
+int kiln_quant_is_matrix(const char *name);
 /* "int8" or "int4"; KILN_ERR_ARG naming the choices otherwise. */
 kiln_status kiln_quant_type_parse(const char *name, kiln_quant_type *out);
 

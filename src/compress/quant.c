@@ -98,8 +98,7 @@ void kiln_dequant_int4(float *w, const uint8_t *q, const float *scale, int64_t N
 
 /* ---- the file ---- */
 
-/* The matrices quantized: the blocks' four and the tied embedding. */
-static int is_quantized(const char *name) {
+int kiln_quant_is_matrix(const char *name) {
     if (!strcmp(name, "wte.weight"))
         return 1;
     size_t n = strlen(name), w = strlen(".weight");
@@ -161,7 +160,7 @@ kiln_status kiln_quant_save(kiln_gpt *m, kiln_quant_type type, int64_t group, co
     for (int i = 0; i < nt; i++) {
         const kiln_tensor_info *t = kiln_gpt_tensor(m, i);
         const float *src = slab + t->offset;
-        if (!is_quantized(t->name)) {
+        if (!kiln_quant_is_matrix(t->name)) {
             KILN_CHECK_GOTO(s,
                             kiln_safetensors_writer_add_as(w, t->name, KILN_DTYPE_F32, t->ndim,
                                                            t->shape, KILN_DTYPE_F32, src),

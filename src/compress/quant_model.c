@@ -120,15 +120,6 @@ static kiln_status load_matrix(const kiln_safetensors *f, const kiln_tensor_info
     return s ? kiln_error_wrapf(s, "%s: tensor \"%s\"", path, info->name) : KILN_OK;
 }
 
-static int is_matrix(const char *name) {
-    if (!strcmp(name, "wte.weight"))
-        return 1;
-    size_t n = strlen(name), w = strlen(".weight");
-    if (n <= w || strcmp(name + n - w, ".weight") != 0)
-        return 0;
-    return strstr(name, ".c_attn.") || strstr(name, ".c_proj.") || strstr(name, ".c_fc.");
-}
-
 /* Index in quant_model.mats of a matrix tensor's name. */
 static int64_t matrix_index(const char *name, int64_t L) {
     if (!strcmp(name, "wte.weight"))
@@ -148,7 +139,7 @@ static kiln_status load_all(kiln_gpt *m, quant_model *q, const kiln_safetensors 
     int expected = 0;
     for (int i = 0; i < kiln_gpt_num_tensors(m); i++) {
         const kiln_tensor_info *info = kiln_gpt_tensor(m, i);
-        if (is_matrix(info->name)) {
+        if (kiln_quant_is_matrix(info->name)) {
             KILN_CHECK(load_matrix(f, info, &q->mats[matrix_index(info->name, q->L)], G,
                                    cfg->padded_vocab_size, slab + info->offset));
             expected += 2;

@@ -109,17 +109,12 @@ kiln_status kiln__trainer_balance(kiln_trainer *t, const kiln_step_info *mt) {
     t->balanced = 1;
     int64_t timed = mt->step - t->resumed_step - 1;
     float mine = (float)(t->balance_ms / (double)(timed > 0 ? timed : 1) / (double)t->micro);
-    float *all = calloc((size_t)t->world, sizeof *all);
-    int64_t *counts = calloc((size_t)t->world, sizeof *counts), *ones = NULL;
+    float *all = NULL;
+    int64_t *counts = calloc((size_t)t->world, sizeof *counts);
     double *ms = calloc((size_t)t->world, sizeof *ms);
-    ones = calloc((size_t)t->world, sizeof *ones);
-    kiln_status s = all && counts && ms && ones
-                        ? KILN_OK
-                        : kiln_error_setf(KILN_ERR_NOMEM, "out of memory");
-    for (int r = 0; s == KILN_OK && r < t->world; r++)
-        ones[r] = 1;
+    kiln_status s = counts && ms ? KILN_OK : kiln_error_setf(KILN_ERR_NOMEM, "out of memory");
     if (s == KILN_OK)
-        s = kiln_comm_allgather(&mine, all, ones, KILN_DTYPE_F32, t->comm);
+        s = kiln__trainer_gather_one(t, mine, &all);
     int changed = 0;
     if (s == KILN_OK) {
         for (int r = 0; r < t->world; r++)
@@ -156,6 +151,5 @@ kiln_status kiln__trainer_balance(kiln_trainer *t, const kiln_step_info *mt) {
     free(all);
     free(counts);
     free(ms);
-    free(ones);
     return s;
 }

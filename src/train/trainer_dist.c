@@ -426,6 +426,22 @@ kiln_status kiln__trainer_dist_gather(kiln_trainer *t) {
     return kiln_dp_gather(t->dp, kiln_gpt_params(t->model), kiln_gpt_dtype(t->model));
 }
 
+kiln_status kiln__trainer_gather_one(kiln_trainer *t, float mine, float **all) {
+    *all = calloc((size_t)t->world, sizeof **all);
+    int64_t *counts = calloc((size_t)t->world, sizeof *counts);
+    kiln_status s = *all && counts ? KILN_OK : kiln_error_setf(KILN_ERR_NOMEM, "out of memory");
+    for (int r = 0; s == KILN_OK && r < t->world; r++)
+        counts[r] = 1;
+    if (s == KILN_OK)
+        s = kiln_comm_allgather(&mine, *all, counts, KILN_DTYPE_F32, t->comm);
+    free(counts);
+    if (s != KILN_OK) {
+        free(*all);
+        *all = NULL;
+    }
+    return s;
+}
+
 kiln_status kiln__trainer_dist_mean(kiln_trainer *t, double *v) {
     if (!t->dp)
         return KILN_OK;

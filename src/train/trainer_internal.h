@@ -178,6 +178,8 @@ kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc)
 kiln_status kiln__trainer_dist_sync(kiln_trainer *t, double *loss, double *sumsq, int inject);
 /* (d)'s end: every rank's updated shard to every rank (zero >= 1). */
 kiln_status kiln__trainer_dist_gather(kiln_trainer *t);
+/* Every rank's `mine`, in rank order, into *all (world floats, malloc'd: the caller frees). */
+kiln_status kiln__trainer_gather_one(kiln_trainer *t, float mine, float **all);
 /* The mean over ranks of a per-rank value (an evaluation's mean loss). */
 kiln_status kiln__trainer_dist_mean(kiln_trainer *t, double *v);
 /* The fp32 master weights of the whole slab in *full (malloc'd; the caller frees), gathered

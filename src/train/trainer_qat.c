@@ -12,12 +12,6 @@
 #include "kiln/compress.h"
 #include "train/trainer_internal.h"
 
-/* Whether tensor i is quantized: the block matrices and wte. */
-static int quantized(const kiln_gpt *m, int i) {
-    const kiln_tensor_info *t = kiln_gpt_tensor(m, i);
-    return kiln_prune_tensor(m, i) || !strcmp(t->name, "wte.weight");
-}
-
 /* rows x cols of src (row-major), fake-quantized into dst along `per_row` rows (each row its
  * scale) or columns; the model's working dtype dt. */
 static void fake_quant(void *dst, kiln_dtype dt, const float *src, int64_t rows, int64_t cols,
@@ -67,9 +61,9 @@ kiln_status kiln__trainer_qat_apply(kiln_trainer *t) {
     if (!scale)
         return kiln_error_setf(KILN_ERR_NOMEM, "out of memory");
     for (int i = 0; i < kiln_gpt_num_tensors(t->model); i++) {
-        if (!quantized(t->model, i))
-            continue;
         const kiln_tensor_info *ti = kiln_gpt_tensor(t->model, i);
+        if (!kiln_quant_is_matrix(ti->name)) /* the matrices int8 quantizes, alike */
+            continue;
         /* wte (V, C): a row is the head's output channel; block matrices (in, out): a column */
         fake_quant(work + (size_t)ti->offset * es, dt, master + ti->offset, ti->shape[0],
                    ti->shape[1], !strcmp(ti->name, "wte.weight"), scale);

@@ -401,17 +401,9 @@ kiln_status kiln__watchdog_ready(kiln_trainer *t) {
         return KILN_OK;
     /* this rank's part (exchange or not, and the window) as a float, and every rank's */
     float mine = exchanges(t->wd) ? (float)t->wd->cfg.straggler_window : 0.0f;
-    float *all = calloc((size_t)t->world, sizeof *all);
-    int64_t *counts = calloc((size_t)t->world, sizeof *counts);
-    kiln_status s = KILN_OK;
-    if (!all || !counts) {
-        s = kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the watchdog's check");
-        goto done;
-    }
-    for (int r = 0; r < t->world; r++)
-        counts[r] = 1;
-    KILN_CHECK_GOTO(s, kiln_comm_allgather(&mine, all, counts, KILN_DTYPE_F32, t->comm), done);
-    for (int r = 1; r < t->world; r++)
+    float *all = NULL;
+    kiln_status s = kiln__trainer_gather_one(t, mine, &all);
+    for (int r = 1; s == KILN_OK && r < t->world; r++)
         if (all[r] != all[0]) {
             char a[64], b[64];
             snprintf(a, sizeof a, all[0] > 0 ? "over %.0f steps" : "not at all", (double)all[0]);
@@ -423,9 +415,7 @@ kiln_status kiln__watchdog_ready(kiln_trainer *t) {
                                 a, r, b);
             break;
         }
-done:
     free(all);
-    free(counts);
     if (t->dp) /* the start's own traffic is not the first step's */
         (void)kiln_dp_take_stats(t->dp);
     return s;

@@ -137,6 +137,17 @@ expect_out_re() {
     if grep -E -q -e "$1" "$W/stdout"; then ok "stdout matches /$1/"; else bad "stdout matches /$1/"; fi
 }
 
+# wait_step N: until m.jsonl shows step N or later (at most 20 s).
+wait_step() {
+    _i=0
+    while [ $_i -lt 2000 ]; do
+        _c=$(grep -c '"step"' m.jsonl 2>/dev/null)
+        [ "${_c:-0}" -ge "$1" ] && return 0
+        sleep 0.01
+        _i=$((_i + 1))
+    done
+}
+
 # same_file A B: byte-identical.
 same_file() { cmp -s "$1" "$2"; }
 

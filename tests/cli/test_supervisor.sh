@@ -12,17 +12,6 @@
 SLOW="train --layers 2 --heads 4 --embd 128 --context 64 --peak-gflops 100 --seq 64 --batch 24 \
 --threads 1 --data $DATA --steps 40"
 
-# wait_step N: until m.jsonl shows step N or later (at most 20 s).
-wait_step() {
-    _i=0
-    while [ $_i -lt 2000 ]; do
-        _c=$(grep -c '"step"' m.jsonl 2>/dev/null)
-        [ "${_c:-0}" -ge "$1" ] && return 0
-        sleep 0.01
-        _i=$((_i + 1))
-    done
-}
-
 # signal_at N SIG ARGS...: kiln ARGS (writing m.jsonl) in the background, sent SIG once step N
 # is done; its status in RC.
 signal_at() {
