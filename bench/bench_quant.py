@@ -66,6 +66,9 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     kiln = args.kiln
     env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"))
+    # the dense peer at its best: OpenBLAS picks its kernels for this CPU (a machine-wide
+    # OPENBLAS_CORETYPE holds it to slower ones)
+    env.pop("OPENBLAS_CORETYPE", None)
 
     files = [("dense fp32", args.weights)]
     for ty in ("int8", "int4"):
