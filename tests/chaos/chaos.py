@@ -2,9 +2,10 @@
 """Chaos tests of kiln's fault tolerance, on the cli tests' fixture data.
 
 kills:   a run under `kiln run` (the supervisor) whose trainer (or, with --np 2, one rank of
-         it under mpirun) is killed with SIGKILL at random moments, N times; the supervisor
-         restarts it from its newest checkpoint each time. It must end with the weights of an
-         uninterrupted run, byte for byte, and every resume must name a complete checkpoint.
+         it under mpirun) is killed with SIGKILL at random moments, N times in all (a run that
+         ends first is followed by another from scratch); the supervisor restarts it from its
+         newest checkpoint each time. Each must end with the weights of an uninterrupted run,
+         byte for byte, and every resume must name a complete checkpoint.
 damage:  a finished run's checkpoints damaged at random (a file truncated, bytes flipped, a
          file deleted, `latest` pointed elsewhere), N times; each resume must skip what is
          damaged, say so, and end with the uninterrupted run's weights; a damage that leaves
@@ -100,22 +101,38 @@ class Chaos:
         return ref
 
     def kills(self, work):
-        """N SIGKILLs of the trainer (or one rank) at random moments under kiln run."""
+        """N SIGKILLs of the trainer (or one rank) at random moments under kiln run: in as many
+        supervised runs from scratch (rounds) as it takes, however fast the machine; each
+        round must end with the uninterrupted run's weights."""
         a = self.a
         ref = self.reference(work)
         if not ref:
             return
-        out = os.path.join(work, "w.st")
-        ck = os.path.join(work, "ck")
-        cmd = [self.kiln, "run", "--restarts", str(a.kills + 5), "--backoff", "0", "--"]
+        made, rounds = 0, 0
+        while made < a.kills and rounds < 50:
+            rounds += 1
+            made += self.kill_round(work, ref, rounds, a.kills - made, made)
+        if made < a.kills:
+            self.fail(f"only {made} of {a.kills} kills were made in {rounds} rounds")
+        else:
+            self.say(f"kills survived: {made} of {made} in {rounds} supervised run(s): every "
+                     "final weights file equals the uninterrupted run's, byte for byte")
+
+    def kill_round(self, work, ref, r, left, before):
+        """One supervised run killed up to `left` times; returns the kills made."""
+        a = self.a
+        out = os.path.join(work, f"w{r}.st")
+        ck = os.path.join(work, f"ck{r}")
+        cmd = [self.kiln, "run", "--restarts", str(left + 5), "--backoff", "0", "--"]
         cmd += self.train_cmd(["--save", out, "--checkpoint-dir", ck, "--checkpoint-every",
                                "4", "--checkpoint-keep", "2", "--metrics",
-                               os.path.join(work, "m.jsonl")])
-        log = open(os.path.join(work, "run.log"), "w")
+                               os.path.join(work, f"m{r}.jsonl")])
+        logpath = os.path.join(work, f"run{r}.log")
+        log = open(logpath, "w")
         t0 = time.monotonic()
         sup = subprocess.Popen(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT)
         made = 0
-        while made < a.kills and sup.poll() is None:
+        while made < left and sup.poll() is None:
             # a trainer of the current attempt, then a random moment of its run
             pids = []
             deadline = time.monotonic() + 30
@@ -131,7 +148,8 @@ class Chaos:
             except ProcessLookupError:
                 continue  # it ended on its own: the next attempt (or the end)
             made += 1
-            self.say(f"kill {made}: SIGKILL to pid {victim} at {time.monotonic() - t0:.2f} s")
+            self.say(f"kill {before + made}: SIGKILL to pid {victim} at "
+                     f"{time.monotonic() - t0:.2f} s of run {r}")
             # the attempt ends (mpirun takes the other ranks down) before the next kill
             end = time.monotonic() + 30
             while any(p in descendants(sup.pid) for p in pids) and time.monotonic() < end:
@@ -143,30 +161,25 @@ class Chaos:
             rc = -1
         log.close()
         wall = time.monotonic() - t0
-        text = open(os.path.join(work, "run.log")).read()
+        text = open(logpath).read()
         goodput = [l for l in text.splitlines() if "goodput" in l]
         resumes = [l for l in text.splitlines() if l.startswith("resumed from")]
-        self.say(f"kills made: {made}; the supervised run exited {rc} after {wall:.1f} s; "
+        self.say(f"run {r}: {made} kills; the supervised run exited {rc} after {wall:.1f} s; "
                  f"{len(resumes)} resumes")
         if goodput:
             self.say(goodput[-1])
-        if made < a.kills:
-            self.fail(f"only {made} of {a.kills} kills were made (the run ended first): "
-                      "use a longer run")
         if rc != 0:
-            self.fail(f"the supervised run ended with {rc}: {text[-3000:]}")
+            self.fail(f"run {r} ended with {rc}: {text[-3000:]}")
         for l in resumes:  # a published step folder (checked whole), never a temporary one
             folder = os.path.basename(l.split()[2].rstrip(":"))
             if not re.fullmatch(r"step_[0-9]{8}", folder):
                 self.fail(f"a resume loaded {folder}, which is not a published checkpoint")
-        if same(ref, out):
-            self.say(f"kills survived: {made} of {made}: the final weights equal the "
-                     "uninterrupted run's, byte for byte")
-        else:
-            self.fail("the final weights differ from the uninterrupted run's")
+        if not same(ref, out):
+            self.fail(f"run {r}'s final weights differ from the uninterrupted run's")
         for d in os.listdir(ck) if os.path.isdir(ck) else []:
             if d.startswith(".") and d.endswith(".tmp"):
                 self.say(f"note: {d} is a write that was killed (never loaded)")
+        return made
 
     def damage_one(self, ck, kind):
         """Damage the newest checkpoint (or latest); returns a description."""
