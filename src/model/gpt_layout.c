@@ -45,6 +45,7 @@ static void add_block_tensor(layout_builder *lb, int layer, const char *suffix, 
 /* Tensor table in slab order (see model.h). Returns the slab length. */
 static int64_t build_layout(kiln_gpt *m) {
     int64_t C = m->cfg.n_embd, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
+    int64_t A = kiln_gpt_config_attn_width(&m->cfg), H = kiln_gpt_config_mlp_width(&m->cfg);
     layout_builder lb = {m->tensors, 0, 0};
     add_tensor(&lb, "wte.weight", -1, 2, V, C);
     lb.offset += (Vp - V) * C; /* padded rows: in the slab, in no tensor */
@@ -52,15 +53,15 @@ static int64_t build_layout(kiln_gpt *m) {
     for (int l = 0; l < (int)kiln_gpt_config_blocks(&m->cfg); l++) { /* shared: fewer */
         add_block_tensor(&lb, l, "ln_1.weight", 1, C, 0);
         add_block_tensor(&lb, l, "ln_1.bias", 1, C, 0);
-        add_block_tensor(&lb, l, "attn.c_attn.weight", 2, C, 3 * C);
-        add_block_tensor(&lb, l, "attn.c_attn.bias", 1, 3 * C, 0);
-        add_block_tensor(&lb, l, "attn.c_proj.weight", 2, C, C);
+        add_block_tensor(&lb, l, "attn.c_attn.weight", 2, C, 3 * A);
+        add_block_tensor(&lb, l, "attn.c_attn.bias", 1, 3 * A, 0);
+        add_block_tensor(&lb, l, "attn.c_proj.weight", 2, A, C);
         add_block_tensor(&lb, l, "attn.c_proj.bias", 1, C, 0);
         add_block_tensor(&lb, l, "ln_2.weight", 1, C, 0);
         add_block_tensor(&lb, l, "ln_2.bias", 1, C, 0);
-        add_block_tensor(&lb, l, "mlp.c_fc.weight", 2, C, 4 * C);
-        add_block_tensor(&lb, l, "mlp.c_fc.bias", 1, 4 * C, 0);
-        add_block_tensor(&lb, l, "mlp.c_proj.weight", 2, 4 * C, C);
+        add_block_tensor(&lb, l, "mlp.c_fc.weight", 2, C, H);
+        add_block_tensor(&lb, l, "mlp.c_fc.bias", 1, H, 0);
+        add_block_tensor(&lb, l, "mlp.c_proj.weight", 2, H, C);
         add_block_tensor(&lb, l, "mlp.c_proj.bias", 1, C, 0);
     }
     add_tensor(&lb, "ln_f.weight", -1, 1, C, 0);
