@@ -199,6 +199,15 @@ typedef void kiln_op_rmsprop_update(kiln_backend *be, float *p, const kiln_work_
  * runs. */
 typedef kiln_status kiln_op_prepare(kiln_backend *be);
 
+/* Attention for generation with a cache (optional; forward only). qkv holds, for each of
+ * the B sequences, ldT rows of (3C) (q, k, v as in attention_forward) of which positions
+ * 0..Tk-1 are filled; out (B,T,C) receives the outputs of the last T of them, positions
+ * Tk-T..Tk-1, each attending to the positions up to its own (the causal mask). What
+ * attention_forward computes for those rows, without the rows before them. */
+typedef void kiln_op_attention_decode(kiln_backend *be, kiln_dtype dt, void *out,
+                                      const void *qkv, int64_t B, int64_t ldT, int64_t Tk,
+                                      int64_t T, int64_t C, int64_t NH);
+
 /* The required ops, in table order: X(arg, name) for each kiln_op_<name>. */
 #define KILN_BACKEND_OPS(X, arg)                                                                   \
     X(arg, alloc)                                                                                  \
@@ -235,7 +244,8 @@ typedef kiln_status kiln_op_prepare(kiln_backend *be);
 struct kiln_backend {
     const char *name;
     KILN_BACKEND_OPS(KILN_BACKEND_FIELD_, _)
-    kiln_op_prepare *prepare; /* optional */
+    kiln_op_prepare *prepare;                   /* optional */
+    kiln_op_attention_decode *attention_decode; /* optional: generation recomputes the window */
     /* the first error since the last synchronize (kiln_backend_fail) */
     kiln_status error;
     char error_message[512];

@@ -196,6 +196,21 @@ kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *
  * head, which dominates small models, runs on B rows instead of B*T. */
 kiln_status kiln_gpt_forward_last(kiln_gpt *m, const int32_t *inputs, int64_t B, int64_t T);
 
+/* Generation with a cache: kiln_gpt_enable_cache takes memory for every layer's q, k and v
+ * rows at each planned position (L x maxB x maxT x 3 x n_head x head_size elements of the
+ * model's dtype), for an inference model on a backend with attention_decode
+ * (KILN_ERR_UNSUPPORTED otherwise). kiln_gpt_forward_cached then runs only the new positions
+ * t0..t0+T-1 of inputs (B,T) through the model, their attention reading the cached
+ * positions before them, and leaves the logits of each sequence's last position in
+ * kiln_gpt_logits (B,Vp) as kiln_gpt_forward_last does for the whole window: the same
+ * values up to the order of floating-point sums. t0 0 starts afresh; otherwise t0 is at most
+ * the positions cached so far (a later t0 would skip positions), the batch the same, and
+ * t0 + T at most maxT: positions are absolute, so a window that slides past the context must
+ * be run whole (kiln_gpt_forward_last). */
+kiln_status kiln_gpt_enable_cache(kiln_gpt *m);
+kiln_status kiln_gpt_forward_cached(kiln_gpt *m, const int32_t *inputs, int64_t B, int64_t t0,
+                                    int64_t T);
+
 /* Logits (rows,Vp) of the last forward in the model's dtype, valid until backward, which
  * overwrites them in place with their gradient; the padded columns are not meaningful. NULL
  * after a training forward of a chunked head (classifier_chunk > 0), which keeps none. */

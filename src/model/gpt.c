@@ -66,12 +66,30 @@ enum {
                           * block's tail did it in forward), stop before the last product */
 };
 
+/* Attention of block l over a->qkv: the whole window, or with the cache (kv.t0 >= 0) the
+ * rows of positions t0.. appended to layer l's cache and attended over all cached ones. */
+static void attend(kiln_gpt *m, int64_t l, gpt_block_acts *a, int64_t B, int64_t T) {
+    kiln_backend *be = m->be;
+    int64_t A = kiln_gpt_config_attn_width(&m->cfg), NH = m->cfg.n_head;
+    if (m->kv.t0 < 0) {
+        be->attention_forward(be, m->dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, A, NH);
+        return;
+    }
+    size_t e = kiln_dtype_size(m->dt), row = (size_t)(3 * A) * e;
+    char *layer = (char *)m->kv.buf + (size_t)(l * m->maxB * m->maxT) * row;
+    for (int64_t b = 0; b < B; b++)
+        be->copy(be, layer + (size_t)(b * m->maxT + m->kv.t0) * row,
+                 (const char *)a->qkv + (size_t)(b * T) * row, (size_t)T * row,
+                 KILN_COPY_ON_DEVICE);
+    be->attention_decode(be, m->dt, a->atty, layer, B, m->maxT, m->kv.t0 + T, T, A, NH);
+}
+
 static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how) {
     kiln_backend *be = m->be;
     kiln_dtype dt = m->dt;
     const gpt_block_params *w = &m->p.block[l];
     gpt_block_acts *a = &m->blocks[l];
-    int64_t C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T, L = m->cfg.n_layer;
+    int64_t C = m->cfg.n_embd, BT = B * T, L = m->cfg.n_layer;
     int64_t A = kiln_gpt_config_attn_width(&m->cfg), H = kiln_gpt_config_mlp_width(&m->cfg);
     const void *x = block_input(m, l);
     int fused = m->opt.fuse_residual_ln;
@@ -80,7 +98,7 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
         be->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, BT,
                               C);
     linear(m, l, KILN_GPT_MATRIX_QKV, a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * A, 0, NULL);
-    be->attention_forward(be, dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, A, NH);
+    attend(m, l, a, B, T);
     if (fused) {
         linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->tmp, a->atty, w->attprojw, w->attprojb, BT, A, C,
                0, NULL);
@@ -349,6 +367,70 @@ kiln_status kiln_gpt_forward_last(kiln_gpt *m, const int32_t *inputs, int64_t B,
     kiln_backend *be = m->be;
     int64_t C = m->cfg.n_embd;
     const void *x = block_input(m, m->cfg.n_layer);
+    for (int64_t b = 0; b < B; b++)
+        be->layernorm_forward(be, m->dt, row(m->lnf, b, C, m->dt), m->lnf_mean + b,
+                              m->lnf_rstd + b, row((void *)x, b * T + T - 1, C, m->dt),
+                              m->p.lnfw, m->p.lnfb, 1, C);
+    linear(m, -1, KILN_GPT_MATRIX_HEAD, m->logits, m->lnf, m->p.wte, NULL, B, C,
+           m->cfg.padded_vocab_size, 1, NULL);
+    KILN_CHECK(be->synchronize(be));
+    m->logits_valid = 1;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpt_enable_cache(kiln_gpt *m) {
+    if (!m)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_enable_cache: NULL model");
+    if (m->kv.buf)
+        return KILN_OK;
+    if (!m->opt.inference || !m->be->attention_decode)
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "a generation cache needs an inference model on a backend with "
+                               "attention_decode (the %s backend%s)",
+                               m->be->name, m->be->attention_decode ? " has it" : " has none");
+    size_t bytes = (size_t)(m->cfg.n_layer * m->maxB * m->maxT) *
+                   (size_t)(3 * kiln_gpt_config_attn_width(&m->cfg)) * kiln_dtype_size(m->dt);
+    m->kv.buf = m->be->alloc(m->be, bytes);
+    if (!m->kv.buf)
+        return kiln_error_setf(KILN_ERR_NOMEM, "no memory for a generation cache of %.1f MiB",
+                               (double)bytes / (1 << 20));
+    m->kv.len = 0;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpt_forward_cached(kiln_gpt *m, const int32_t *inputs, int64_t B, int64_t t0,
+                                    int64_t T) {
+    if (!m || !inputs)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_forward_cached: NULL argument");
+    if (!m->kv.buf)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_forward_cached: no cache "
+                                             "(kiln_gpt_enable_cache first)");
+    if (t0 < 0 || t0 > m->kv.len || T < 1 || t0 + T > m->maxT || B < 1 || B > m->maxB ||
+        (t0 > 0 && B != m->B))
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "cached forward of positions %lld..%lld (batch %lld): the cache "
+                               "holds %lld positions of batch %lld, the plan %lld x %lld",
+                               (long long)t0, (long long)(t0 + T - 1), (long long)B,
+                               (long long)m->kv.len, (long long)m->B, (long long)m->maxB,
+                               (long long)m->maxT);
+    KILN_CHECK(check_ids(inputs, B * T, T, m->cfg.vocab_size, "input"));
+    memcpy(m->inputs, inputs, (size_t)(B * T) * sizeof *inputs);
+    m->have_targets = 0;
+    m->logits_valid = 0;
+    m->B = B;
+    m->T = T;
+    kiln_backend *be = m->be;
+    int64_t C = m->cfg.n_embd, L = m->cfg.n_layer;
+    /* positions t0..t0+T-1: the position embedding's rows from t0 */
+    be->encoder_forward(be, m->dt, m->encoded, m->inputs, m->p.wte,
+                        (const char *)m->p.wpe + (size_t)(t0 * C) * kiln_dtype_size(m->dt), B, T,
+                        C);
+    m->kv.t0 = t0;
+    for (int64_t l = 0; l < L; l++)
+        block_forward(m, l, B, T, l + 1 < L ? BLOCK_TAIL : 0);
+    m->kv.t0 = -1;
+    m->kv.len = t0 + T;
+    const void *x = block_input(m, L);
     for (int64_t b = 0; b < B; b++)
         be->layernorm_forward(be, m->dt, row(m->lnf, b, C, m->dt), m->lnf_mean + b,
                               m->lnf_rstd + b, row((void *)x, b * T + T - 1, C, m->dt),

@@ -248,6 +248,7 @@ kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64
     m->opt = o;
     m->dt = o.dtype;
     m->be = be;
+    m->kv.t0 = -1; /* no cached forward running */
     m->maxB = B;
     m->maxT = T;
     if (o.sharded && strcmp(be->name, "cpu") != 0 && strcmp(be->name, "ref") != 0) {
@@ -323,6 +324,7 @@ void kiln_gpt_free(kiln_gpt *m) {
     if (m->linear_release)
         m->linear_release(m->linear_ctx);
     if (m->be) {
+        m->be->free(m->be, m->kv.buf);
         m->be->free(m->be, m->acts);
         if (m->mapped) {
             kiln_memory_unmap(m->grads, (size_t)m->slab_len * sizeof(float));

@@ -83,6 +83,12 @@ int32_t kiln_sample_logits(const float *logits, int64_t V, float temperature, in
 kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, float temperature,
                           int64_t top_k, uint64_t seed,
                           kiln_status (*on_token)(int32_t id, void *ctx), void *ctx) {
+    return kiln_generate_ex(m, ids, n, count, temperature, top_k, seed, 1, on_token, ctx);
+}
+
+kiln_status kiln_generate_ex(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count,
+                             float temperature, int64_t top_k, uint64_t seed, int use_cache,
+                             kiln_status (*on_token)(int32_t id, void *ctx), void *ctx) {
     const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
     int64_t V = cfg->vocab_size, maxT = kiln_gpt_max_seq(m);
     if (n < 1)
@@ -101,9 +107,18 @@ kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, f
     kiln_rng rng;
     kiln_rng_seed(&rng, seed);
     kiln_status s = KILN_OK;
+    /* With a cache each new token runs alone through the model, until the window is full:
+     * then, positions being absolute, every window runs whole. */
+    int cached = use_cache && kiln_gpt_enable_cache(m) == KILN_OK;
+    if (use_cache && !cached)
+        kiln_error_clear();
     for (int64_t i = 0; i < count; i++) {
         int64_t len = n + i, T = len < maxT ? len : maxT;
-        s = kiln_gpt_forward_last(m, ids + len - T, 1, T);
+        if (cached && len <= maxT)
+            s = i == 0 ? kiln_gpt_forward_cached(m, ids, 1, 0, len)
+                       : kiln_gpt_forward_cached(m, ids + len - 1, 1, len - 1, 1);
+        else
+            s = kiln_gpt_forward_last(m, ids + len - T, 1, T);
         if (s)
             break;
         if ((s = kiln_gpt_logits_f32(m, 1, last)) != KILN_OK)

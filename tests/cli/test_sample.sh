@@ -27,6 +27,28 @@ case_seeds() {
     check "the same seed on two threads, twice: the same text" same_file s5t2 "$W/stdout"
 }
 
+# The generation cache (the default) and whole windows give the same text, also past the
+# context (32) and for the int8 model; the cache is the faster.
+case_cache() {
+    need_fixture
+    for t in 20 100; do
+        sample --seed 5 --tokens $t --prompt "the quick"
+        expect_ok
+        cp "$W/stdout" cached
+        sample --seed 5 --tokens $t --prompt "the quick" --no-cache
+        expect_ok
+        check "$t tokens: the same text with and without the cache" same_file cached "$W/stdout"
+    done
+    run compress quantize --weights "$GOOD" --out q.st
+    expect_ok
+    run sample --weights q.st --seed 2 --tokens 25 --timing
+    expect_ok
+    cp "$W/stdout" qc
+    run sample --weights q.st --seed 2 --tokens 25 --no-cache
+    expect_ok
+    check "int8: the same text with and without the cache" same_file qc "$W/stdout"
+}
+
 # A GPT-2-vocabulary model with no prompt starts from <|endoftext|>: a tiny model saved
 # after one step is enough to sample from.
 case_gpt2_default_prompt() {

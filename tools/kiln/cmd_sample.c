@@ -46,7 +46,7 @@ int cmd_sample(int argc, char **argv) {
     int64_t count = 200, top_k = 40, seed = 1337, heads = 0, threads = 0;
     double temperature = 1.0;
     const char *precision = "fp32";
-    int timing = 0;
+    int timing = 0, cache = 1;
     const tool_flag flags[] = {
         {"weights", TOOL_FLAG_STRING, &weights, "model weights (safetensors, dense or quantized)"},
         {"prompt", TOOL_FLAG_STRING, &prompt, "text to continue"},
@@ -62,6 +62,9 @@ int cmd_sample(int argc, char **argv) {
          "fp32, bf16 or fp16: the dtype the weights are held and computed in"},
         {"timing", TOOL_FLAG_BOOL, &timing,
          "print the generation's tokens/s on stderr (the model's loading not counted)"},
+        {"cache", TOOL_FLAG_BOOL, &cache,
+         "keep each position's q, k and v so that a new token runs alone through the model "
+         "(--no-cache: the whole window again for every token)"},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
@@ -151,8 +154,8 @@ int cmd_sample(int argc, char **argv) {
     s = write_out(prompt, strlen(prompt));
     double t0 = kiln_time_ms();
     if (!s)
-        s = kiln_generate(m, all, ids.len, count, (float)temperature, top_k, (uint64_t)seed,
-                          print_token, &pc);
+        s = kiln_generate_ex(m, all, ids.len, count, (float)temperature, top_k, (uint64_t)seed,
+                             cache, print_token, &pc);
     double secs = (kiln_time_ms() - t0) / 1e3;
     if (!s && timing)
         fprintf(stderr, "kiln sample: %lld tokens in %.3f s: %.1f tokens/s\n", (long long)count,

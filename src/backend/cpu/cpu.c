@@ -38,6 +38,7 @@ static kiln_backend cpu_backend = {
     .name = "cpu",
     KILN_BACKEND_FILL(kiln__cpu_)
     .prepare = kiln__cpu_prepare,
+    .attention_decode = kiln__cpu_attention_decode,
     .impl = &cpu_impl,
 };
 

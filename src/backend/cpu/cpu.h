@@ -14,8 +14,9 @@
  * cpu.c, the rest in cpu_layers.c. */
 KILN_BACKEND_DECLARE(kiln__cpu_)
 
-/* cpu_prepare.c: the optional prepare op. */
+/* cpu_prepare.c: the optional prepare op; cpu_attention.c: the optional attention_decode. */
 kiln_op_prepare kiln__cpu_prepare;
+kiln_op_attention_decode kiln__cpu_attention_decode;
 
 
 /* cpu.c: the instance's own state. */

@@ -14,6 +14,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_math.h"
@@ -252,4 +253,71 @@ void kiln__cpu_attention_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, v
         backward_body(dqkv, scratch, dout, qkv, saved, B, T, C, NH, n, KILN_DTYPE_BF16);
     else
         backward_body(dqkv, scratch, dout, qkv, saved, B, T, C, NH, n, KILN_DTYPE_F16);
+}
+
+/* Generation: each (sequence, head, query) on its own, the query's scores over its keys in a
+ * per-thread row, all in fp32 from values widened once. */
+KILN_INLINE void decode_body(void *out, const void *qkv, int64_t B, int64_t ldT, int64_t Tk,
+                             int64_t T, int64_t C, int64_t NH, float *buf, int threads,
+                             kiln_dtype dt) {
+    int64_t hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for collapse(3) schedule(static) num_threads(threads)
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t h = 0; h < NH; h++) {
+            for (int64_t t = 0; t < T; t++) {
+                float *sc = buf + (int64_t)omp_get_thread_num() * (Tk + 2 * hs);
+                float *qf = sc + Tk, *acc = qf + hs;
+                int64_t p = Tk - T + t, seq = b * ldT * 3 * C; /* the query's position */
+                for (int64_t i = 0; i < hs; i++)
+                    qf[i] = kiln__ld(qkv, seq + p * 3 * C + h * hs + i, dt) * scale;
+                float maxv = -INFINITY;
+                for (int64_t j = 0; j <= p; j++) {
+                    int64_t k0 = seq + j * 3 * C + C + h * hs;
+                    float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+                    for (int64_t i = 0; i < hs; i++)
+                        d += qf[i] * kiln__ld(qkv, k0 + i, dt);
+                    sc[j] = d;
+                    maxv = d > maxv ? d : maxv;
+                }
+                float sum = 0.0f;
+                for (int64_t j = 0; j <= p; j++) {
+                    sc[j] = kiln__cpu_expf(sc[j] - maxv);
+                    sum += sc[j];
+                }
+                for (int64_t i = 0; i < hs; i++)
+                    acc[i] = 0.0f;
+                for (int64_t j = 0; j <= p; j++) {
+                    int64_t v0 = seq + j * 3 * C + 2 * C + h * hs;
+                    float w = sc[j];
+#pragma omp simd
+                    for (int64_t i = 0; i < hs; i++)
+                        acc[i] += w * kiln__ld(qkv, v0 + i, dt);
+                }
+                float inv = 1.0f / sum;
+                for (int64_t i = 0; i < hs; i++)
+                    kiln__st(out, (b * T + t) * C + h * hs + i, acc[i] * inv, dt);
+            }
+        }
+    }
+}
+
+void kiln__cpu_attention_decode(kiln_backend *be, kiln_dtype dt, void *out, const void *qkv,
+                                int64_t B, int64_t ldT, int64_t Tk, int64_t T, int64_t C,
+                                int64_t NH) {
+    int n = omp_get_max_threads();
+    float *buf = malloc((size_t)n * (size_t)(Tk + 2 * (C / NH)) * sizeof *buf);
+    if (!buf) {
+        kiln_backend_fail(be, KILN_ERR_NOMEM, "cpu attention_decode: no memory for %lld keys",
+                          (long long)Tk);
+        return;
+    }
+    if (dt == KILN_DTYPE_F32)
+        decode_body(out, qkv, B, ldT, Tk, T, C, NH, buf, n, KILN_DTYPE_F32);
+    else if (dt == KILN_DTYPE_BF16)
+        decode_body(out, qkv, B, ldT, Tk, T, C, NH, buf, n, KILN_DTYPE_BF16);
+    else
+        decode_body(out, qkv, B, ldT, Tk, T, C, NH, buf, n, KILN_DTYPE_F16);
+    free(buf);
 }

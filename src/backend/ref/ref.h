@@ -6,5 +6,6 @@
 #include "kiln/backend.h"
 
 KILN_BACKEND_DECLARE(kiln__ref_)
+kiln_op_attention_decode kiln__ref_attention_decode; /* optional op (ref_model.c) */
 
 #endif

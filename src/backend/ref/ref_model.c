@@ -394,6 +394,47 @@ void kiln__ref_attention_forward(kiln_backend *be, kiln_dtype dt, void *out, voi
     ref_done(&o), ref_done(&q);
 }
 
+void kiln__ref_attention_decode(kiln_backend *be, kiln_dtype dt, void *out, const void *qkv,
+                                int64_t B, int64_t ldT, int64_t Tk, int64_t T, int64_t C,
+                                int64_t NH) {
+    ref_buf o = ref_out(be, out, dt, B * T * C, 0), q = ref_in(be, qkv, dt, B * ldT * 3 * C);
+    double *a = malloc((size_t)(Tk > 0 ? Tk : 1) * sizeof *a);
+    if (!a)
+        kiln_backend_fail(be, KILN_ERR_NOMEM, "ref attention_decode: no memory");
+    int64_t hs = C / NH;
+    double scale = 1.0 / sqrt((double)hs);
+    for (int64_t b = 0; ref_ok(be) && b < B; b++) {
+        const float *seq = q.f + b * ldT * 3 * C;
+        for (int64_t h = 0; h < NH; h++) {
+            for (int64_t t = 0; t < T; t++) {
+                int64_t p = Tk - T + t; /* the query's position */
+                const float *qr = seq + p * 3 * C + h * hs;
+                double maxv = -INFINITY, sum = 0.0;
+                for (int64_t j = 0; j <= p; j++) {
+                    double dot = 0.0;
+                    for (int64_t i = 0; i < hs; i++)
+                        dot += (double)qr[i] * seq[j * 3 * C + C + h * hs + i];
+                    a[j] = dot * scale;
+                    maxv = a[j] > maxv ? a[j] : maxv;
+                }
+                for (int64_t j = 0; j <= p; j++) {
+                    a[j] = exp(a[j] - maxv);
+                    sum += a[j];
+                }
+                float *orow = o.f + (b * T + t) * C + h * hs;
+                for (int64_t i = 0; i < hs; i++) {
+                    double acc = 0.0;
+                    for (int64_t j = 0; j <= p; j++)
+                        acc += a[j] / sum * seq[j * 3 * C + 2 * C + h * hs + i];
+                    orow[i] = (float)acc;
+                }
+            }
+        }
+    }
+    free(a);
+    ref_done(&o), ref_done(&q);
+}
+
 void kiln__ref_attention_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, void *scratch,
                                   const void *dout, const void *qkv, const void *saved, int64_t B,
                                   int64_t T, int64_t C, int64_t NH) {

@@ -103,6 +103,7 @@ void kiln__ref_zero(kiln_backend *be, void *x, size_t bytes) {
 static kiln_backend ref_backend = {
     .name = "ref",
     KILN_BACKEND_FILL(kiln__ref_)
+    .attention_decode = kiln__ref_attention_decode,
 };
 
 kiln_backend *kiln_backend_ref(void) { return &ref_backend; }
