@@ -9,7 +9,8 @@
 #include "tool_common.h"
 
 static const char *usage =
-    "usage: kiln compress quantize --weights W --out Q [--type int8|int4] [--group 32]\n\n"
+    "usage: kiln compress quantize --weights W --out Q [--type int8|int4] [--group 32]\n"
+    "       kiln compress lowrank --help   (low-rank factorisation)\n\n"
     "Post-training quantization for kiln eval and kiln sample. The matrices of the blocks and\n"
     "the tied embedding/head become int8 (--type int8: one scale per output channel) or int4\n"
     "(--type int4: one scale per --group inputs of an output channel, the group a multiple of\n"
@@ -19,6 +20,8 @@ static const char *usage =
     "file is safetensors, written whole or not at all; kiln train and kiln export refuse it.";
 
 int cmd_compress(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "lowrank") == 0)
+        return cmd_compress_lowrank(argc - 1, argv + 1);
     const char *weights = NULL, *out = NULL, *type_name = "int8";
     int64_t group = 32, heads = 0;
     const tool_flag flags[] = {
@@ -34,7 +37,7 @@ int cmd_compress(int argc, char **argv) {
     if (rc)
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
     if (npos != 1 || strcmp(argv[1], "quantize") != 0) {
-        fprintf(stderr, "kiln compress: the one action is 'quantize' (see --help)\n");
+        fprintf(stderr, "kiln compress: the actions are 'quantize' and 'lowrank' (see --help)\n");
         return 2;
     }
     kiln_quant_type type;
