@@ -8,6 +8,8 @@
  *   ln_1.weight (C) | ln_1.bias (C) | attn.c_attn.weight (C,3C) | attn.c_attn.bias (3C) |
  *   attn.c_proj.weight (C,C) | attn.c_proj.bias (C) | ln_2.weight (C) | ln_2.bias (C) |
  *   mlp.c_fc.weight (C,4C) | mlp.c_fc.bias (4C) | mlp.c_proj.weight (4C,C) | mlp.c_proj.bias (C)
+ * A factored matrix (kiln_gpt_config.rank) is two tensors in its place, "<name>.weight_u" (in,r)
+ * then "<name>.weight_v" (r,out), and its product runs as (x U) V + b.
  * Matrices are in Hugging Face GPT-2's layout (Conv1D: (in, out)), so every tensor of a
  * Hugging Face checkpoint is one contiguous range of the slab. The token embedding has Vp
  * rows; the tensor `wte.weight` names its first V rows and the padded rows stay zero. */
@@ -36,6 +38,10 @@ typedef struct kiln_gpt_config {
      * (layers l and l + 1 of share 2 use block l / 2's); 0 or 1: none. Divides n_layer. The
      * layers keep their own activations; the shared weights' gradients add up over them. */
     int64_t share_layers;
+    /* Low-rank factorisation: the rank r of each kind of block matrix, in kiln_gpt_matrix's
+     * order (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj), the same in every block; 0: the
+     * dense matrix. A factored W (in, out) is U (in, r) x V (r, out), 1 <= r <= min(in, out). */
+    int64_t rank[4];
 } kiln_gpt_config;
 
 /* Names the presets accept, NULL-terminated. */
@@ -45,7 +51,8 @@ extern const char *const kiln_gpt_preset_names[];
  * The vocabulary is GPT-2's (50257); callers may change it before validating. */
 kiln_status kiln_gpt_config_preset(kiln_gpt_config *cfg, const char *name);
 /* Fill cfg from a JSON file (a regular file of at most 64 KiB) with keys n_layer, n_head,
- * n_embd, max_seq_len (Hugging Face's n_positions is accepted for it) and vocab_size, which
+ * n_embd, max_seq_len (Hugging Face's n_positions is accepted for it), optionally
+ * share_layers and rank_qkv, rank_attproj, rank_fc, rank_fcproj, and vocab_size, which
  * may be left out or 0: then cfg->vocab_size is 0 (the caller supplies it, e.g. the data's,
  * before validating) and everything else is already checked. */
 kiln_status kiln_gpt_config_from_json(kiln_gpt_config *cfg, const char *path);
@@ -56,7 +63,8 @@ int64_t kiln_gpt_config_blocks(const kiln_gpt_config *cfg);
 /* Parameters (excluding the padded embedding rows). */
 int64_t kiln_gpt_config_num_params(const kiln_gpt_config *cfg);
 /* Model FLOPs of one training step (forward + backward) per token at sequence length T:
- * 6 x (parameters in matrix products, the head counted with V columns) + attention's
+ * 6 x (parameters in matrix products, a factored matrix's two factors, the head counted with
+ * V columns) + attention's
  * 6 x 2 x L x T x C (QK^T and AV, causal mask not discounted). Embedding lookups,
  * LayerNorm and other element-wise work are not counted. */
 double kiln_gpt_flops_per_token(const kiln_gpt_config *cfg, int64_t T);

@@ -426,6 +426,11 @@ kiln_status kiln_export_gguf(kiln_gpt *m, const kiln_tokenizer *tok, kiln_gguf_t
                                                      "quantized one: export the weights it was "
                                                      "made from");
     const kiln_gpt_config *c = kiln_gpt_get_config(m);
+    for (int k = 0; k < 4; k++)
+        if (c->rank[k])
+            return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                                   "GGUF export: the model is factored (low rank), which "
+                                   "llama.cpp's gpt2 does not run: export the dense weights");
     if (kiln_tokenizer_vocab_size(tok) != c->vocab_size)
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "the tokenizer (%s) has %lld tokens but the model's vocabulary is "
