@@ -164,7 +164,8 @@ kiln_status kiln_lowrank_svd(const float *w, int64_t K, int64_t N, float *s, flo
  * matrix). */
 double kiln_lowrank_energy(const float *s, int64_t k, int64_t r);
 /* The smallest r (1..k) whose first r singular values keep at least `energy` (0..1] of the
- * squared total. */
+ * squared total, less 1e-9 of it (fp32's rounding noise: energy 1 keeps the values above
+ * it, the full rank of a matrix of lower rank). */
 int64_t kiln_lowrank_rank_for_energy(const float *s, int64_t k, double energy);
 /* The balanced factors of rank r (r <= k) from an SVD of (K,N) with k values: U (K,r) =
  * u[:, :r] sqrt(s), V (r,N) = sqrt(s) vt[:r, :]. */
