@@ -74,6 +74,48 @@ kiln_status kiln_prune_magnitude(const kiln_gpt *m, float *w, double sparsity,
  * s_final from t1 on (t0 == t1: one shot). */
 double kiln_prune_schedule(double s_init, double s_final, int64_t t0, int64_t t1, int64_t t);
 
+/* ---- structured pruning ----
+ * Whole attention heads and MLP neurons removed and the model rebuilt narrower: n_head
+ * smaller (head_size kept) and mlp_hidden smaller, the same count in every block, each block
+ * keeping its own highest-scoring ones. Head h of a block is its q, k and v columns in
+ * attn.c_attn (weights and bias) and its rows of attn.c_proj; MLP neuron j is column j of
+ * mlp.c_fc (and its bias) and row j of mlp.c_proj. */
+typedef enum kiln_importance {
+    /* first-order Taylor estimate of the loss change when the group is removed (Molchanov
+     * et al., "Importance Estimation for Neural Network Pruning", 2019): per batch,
+     * (sum over the group's weights of weight x gradient)^2, summed over calibration batches */
+    KILN_IMPORTANCE_TAYLOR = 0,
+    KILN_IMPORTANCE_MAGNITUDE, /* the L2 norm of the group's weights: no data needed */
+} kiln_importance;
+/* "taylor", "magnitude" */
+kiln_status kiln_importance_parse(const char *name, kiln_importance *out);
+
+/* Scores of m's heads into head[b * n_head + h] and of its neurons into
+ * neuron[b * H + j], b over the blocks of weights (kiln_gpt_config_blocks), H the MLP width.
+ * magnitude sets them from the fp32 slab w; taylor_add adds one batch's from w and the
+ * gradient slab g; calibrate zeroes m's gradients and runs `batches` batches of l (from
+ * where it stands) forward and backward through m (fp32, with gradients), adding each
+ * batch's Taylor scores; *mean_loss (may be NULL) is their mean loss. */
+kiln_status kiln_struct_scores_magnitude(const kiln_gpt *m, const float *w, double *head,
+                                         double *neuron);
+kiln_status kiln_struct_scores_taylor_add(const kiln_gpt *m, const float *w, const float *g,
+                                          double *head, double *neuron);
+struct kiln_loader;
+kiln_status kiln_struct_scores_calibrate(kiln_gpt *m, struct kiln_loader *l, int64_t B,
+                                         int64_t T, int64_t batches, double *head,
+                                         double *neuron, double *mean_loss);
+
+/* A new fp32 model (for inference: save it, or load it to train) holding m's weights with
+ * only the keep_heads highest-scoring heads and the keep_neurons highest-scoring neurons of
+ * each block (ties: the lower index), in their order. Its outputs equal m's with the removed
+ * heads' rows of attn.c_proj and the removed neurons' rows of mlp.c_proj set to zero.
+ * heads_kept (blocks x keep_heads) and neurons_kept (blocks x keep_neurons), may be NULL:
+ * which were kept, ascending. A count below 1 (a layer with no head) or above m's is
+ * KILN_ERR_ARG. */
+kiln_status kiln_prune_structured(const kiln_gpt *m, const double *head, const double *neuron,
+                                  int64_t keep_heads, int64_t keep_neurons, kiln_gpt **out,
+                                  int64_t *heads_kept, int64_t *neurons_kept);
+
 /* Zeros of the fp32 slab w in each prunable tensor, and over them all: per-tensor sparsity
  * as a JSON object {"h.0.attn.c_attn.weight": 0.5, ..., "all": 0.5} into out (cap bytes). */
 void kiln_prune_report(const kiln_gpt *m, const float *w, char *out, size_t cap,

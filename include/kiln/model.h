@@ -5,9 +5,11 @@
  * gradients and optimizer state in fp32):
  *   wte (Vp,C) | wpe (maxT,C) | block 0 | block 1 | ... | block L-1 | ln_f.weight | ln_f.bias
  * and each block is
- *   ln_1.weight (C) | ln_1.bias (C) | attn.c_attn.weight (C,3C) | attn.c_attn.bias (3C) |
- *   attn.c_proj.weight (C,C) | attn.c_proj.bias (C) | ln_2.weight (C) | ln_2.bias (C) |
- *   mlp.c_fc.weight (C,4C) | mlp.c_fc.bias (4C) | mlp.c_proj.weight (4C,C) | mlp.c_proj.bias (C)
+ *   ln_1.weight (C) | ln_1.bias (C) | attn.c_attn.weight (C,3A) | attn.c_attn.bias (3A) |
+ *   attn.c_proj.weight (A,C) | attn.c_proj.bias (C) | ln_2.weight (C) | ln_2.bias (C) |
+ *   mlp.c_fc.weight (C,H) | mlp.c_fc.bias (H) | mlp.c_proj.weight (H,C) | mlp.c_proj.bias (C)
+ * where A = n_head x head_size is the attention's width and H the MLP's (C and 4C unless
+ * the model was made narrower; see kiln_gpt_config).
  * A factored matrix (kiln_gpt_config.rank) is two tensors in its place, "<name>.weight_u" (in,r)
  * then "<name>.weight_v" (r,out), and its product runs as (x U) V + b.
  * Matrices are in Hugging Face GPT-2's layout (Conv1D: (in, out)), so every tensor of a
@@ -38,6 +40,13 @@ typedef struct kiln_gpt_config {
      * (layers l and l + 1 of share 2 use block l / 2's); 0 or 1: none. Divides n_layer. The
      * layers keep their own activations; the shared weights' gradients add up over them. */
     int64_t share_layers;
+    /* Each head's width: 0 (the default) is n_embd / n_head; a model whose heads were pruned
+     * (or one built narrow) has n_head x head_size != n_embd. The attention's inner width
+     * A = n_head x head_size: attn.c_attn is (C,3A) and attn.c_proj (A,C). */
+    int64_t head_size;
+    /* The MLP's hidden width H: 0 (the default) is 4 n_embd; mlp.c_fc is (C,H), mlp.c_proj
+     * (H,C). Validation stores the defaults as 0, so equal models have equal configs. */
+    int64_t mlp_hidden;
     /* Low-rank factorisation: the rank r of each kind of block matrix, in kiln_gpt_matrix's
      * order (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj), the same in every block; 0: the
      * dense matrix. A factored W (in, out) is U (in, r) x V (r, out), 1 <= r <= min(in, out). */
@@ -60,12 +69,17 @@ kiln_status kiln_gpt_config_from_json(kiln_gpt_config *cfg, const char *path);
 kiln_status kiln_gpt_config_validate(kiln_gpt_config *cfg);
 /* The blocks of weights: n_layer / share_layers. */
 int64_t kiln_gpt_config_blocks(const kiln_gpt_config *cfg);
+/* Each head's width (head_size, or n_embd / n_head), the attention's inner width
+ * n_head x that, and the MLP's hidden width (mlp_hidden, or 4 n_embd). */
+int64_t kiln_gpt_config_head_size(const kiln_gpt_config *cfg);
+int64_t kiln_gpt_config_attn_width(const kiln_gpt_config *cfg);
+int64_t kiln_gpt_config_mlp_width(const kiln_gpt_config *cfg);
 /* Parameters (excluding the padded embedding rows). */
 int64_t kiln_gpt_config_num_params(const kiln_gpt_config *cfg);
 /* Model FLOPs of one training step (forward + backward) per token at sequence length T:
  * 6 x (parameters in matrix products, a factored matrix's two factors, the head counted with
- * V columns) + attention's
- * 6 x 2 x L x T x C (QK^T and AV, causal mask not discounted). Embedding lookups,
+ * V columns) + attention's 6 x 2 x L x T x A (QK^T and AV over the attention width A, causal
+ * mask not discounted). Embedding lookups,
  * LayerNorm and other element-wise work are not counted. */
 double kiln_gpt_flops_per_token(const kiln_gpt_config *cfg, int64_t T);
 

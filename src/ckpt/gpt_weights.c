@@ -313,8 +313,10 @@ static const kiln_st_tensor *find_either(const kiln_safetensors *f, const char *
     return t;
 }
 
-/* What the tensors say: V and C from wte, maxT from wpe, L from the highest block index. */
-static kiln_status infer_config(const kiln_safetensors *f, kiln_gpt_config *c) {
+/* What the tensors say: V and C from wte, maxT from wpe, L from the highest block index, the
+ * attention's and the MLP's widths from block 0. */
+static kiln_status infer_config(const kiln_safetensors *f, kiln_gpt_config *c,
+                                int64_t *attn_width) {
     const char *path = kiln_safetensors_path(f);
     const kiln_st_tensor *wte = find_either(f, "wte.weight"), *wpe = find_either(f, "wpe.weight");
     if (!wte || !wpe)
@@ -336,6 +338,22 @@ static kiln_status infer_config(const kiln_safetensors *f, kiln_gpt_config *c) {
             layers = l + 1;
     }
     c->n_layer = layers;
+    /* the attention's width A and the MLP's H from block 0 (c_attn (C,3A), c_fc (C,H), or
+     * their V factors (r,3A), (r,H)); the heads' width follows once n_head is known */
+    const kiln_st_tensor *qkv = find_either(f, "h.0.attn.c_attn.weight");
+    const kiln_st_tensor *fc = find_either(f, "h.0.mlp.c_fc.weight");
+    if (!qkv)
+        qkv = find_either(f, "h.0.attn.c_attn.weight_v");
+    if (!fc)
+        fc = find_either(f, "h.0.mlp.c_fc.weight_v");
+    if (qkv && (qkv->ndim != 2 || qkv->shape[1] % 3 != 0 || qkv->shape[1] < 3))
+        return kiln_error_setf(KILN_ERR_SHAPE,
+                               "%s: h.0.attn.c_attn.weight should be (C, 3 x attention width)",
+                               path);
+    if (fc && (fc->ndim != 2 || fc->shape[1] < 1))
+        return kiln_error_setf(KILN_ERR_SHAPE, "%s: h.0.mlp.c_fc.weight should be (C, H)", path);
+    *attn_width = qkv ? qkv->shape[1] / 3 : c->n_embd;
+    c->mlp_hidden = fc ? fc->shape[1] : 0;
     /* a factored matrix: its rank from block 0's U (in, r), checked against the metadata */
     for (int k = 0; k < 4; k++) {
         char name[64], key[32];
@@ -362,9 +380,10 @@ kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *p
     KILN_CHECK(kiln_safetensors_open(&f, path));
     kiln_gpt_config c;
     memset(&c, 0, sizeof c);
+    int64_t A = 0;
     kiln_status s = refuse_quantized(f);
     if (s == KILN_OK)
-        s = infer_config(f, &c);
+        s = infer_config(f, &c, &A);
     /* shared blocks: the tensors count blocks, each serving share_layers layers */
     const char *share = kiln_safetensors_metadata(f, "kiln.share_layers");
     if (s == KILN_OK && share && (s = parse_meta_int(path, "kiln.share_layers", share,
@@ -398,13 +417,20 @@ kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *p
     if (!present) {
         /* Hugging Face files do not record the head count: the caller's, or GPT-2's 64
          * channels per head. */
-        c.n_head = cfg->n_head > 0 ? cfg->n_head : c.n_embd % 64 == 0 ? c.n_embd / 64 : 0;
+        c.n_head = cfg->n_head > 0 ? cfg->n_head : A % 64 == 0 ? A / 64 : 0;
         if (c.n_head == 0)
             return kiln_error_setf(KILN_ERR_CONFIG,
-                                   "%s does not record n_head, and n_embd %lld is not a multiple "
-                                   "of GPT-2's 64 channels per head: give the head count",
-                                   path, (long long)c.n_embd);
+                                   "%s does not record n_head, and the attention width %lld is "
+                                   "not a multiple of GPT-2's 64 channels per head: give the "
+                                   "head count",
+                                   path, (long long)A);
     }
+    if (c.n_head < 1 || A % c.n_head != 0)
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "%s: n_head %lld does not divide the attention width %lld "
+                               "(h.0.attn.c_attn.weight is (C, 3 x width))",
+                               path, (long long)c.n_head, (long long)A);
+    c.head_size = A / c.n_head; /* validate keeps it 0 when it is n_embd / n_head */
     s = kiln_gpt_config_validate(&c);
     if (s != KILN_OK)
         return kiln_error_wrapf(s, "%s", path);

@@ -394,7 +394,7 @@ static kiln_status build_header(kiln_gpt *m, const kiln_tokenizer *tok, kiln_ggu
     kv_u32(b, "general.alignment", GGUF_ALIGN);
     kv_u32(b, "gpt2.context_length", (uint32_t)c->max_seq_len);
     kv_u32(b, "gpt2.embedding_length", (uint32_t)c->n_embd);
-    kv_u32(b, "gpt2.feed_forward_length", (uint32_t)(4 * c->n_embd));
+    kv_u32(b, "gpt2.feed_forward_length", (uint32_t)kiln_gpt_config_mlp_width(c));
     kv_u32(b, "gpt2.block_count", (uint32_t)c->n_layer);
     kv_u32(b, "gpt2.attention.head_count", (uint32_t)c->n_head);
     kv_f32(b, "gpt2.attention.layer_norm_epsilon", 1e-5f);
@@ -431,6 +431,12 @@ kiln_status kiln_export_gguf(kiln_gpt *m, const kiln_tokenizer *tok, kiln_gguf_t
             return kiln_error_setf(KILN_ERR_UNSUPPORTED,
                                    "GGUF export: the model is factored (low rank), which "
                                    "llama.cpp's gpt2 does not run: export the dense weights");
+    if (kiln_gpt_config_attn_width(c) != c->n_embd) /* llama.cpp's gpt2 graph splits qkv by C */
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "GGUF export: llama.cpp's gpt2 models have n_head x head size = "
+                               "n_embd, and this model's attention is %lld wide for n_embd %lld "
+                               "(heads pruned): export a model with whole attention",
+                               (long long)kiln_gpt_config_attn_width(c), (long long)c->n_embd);
     if (kiln_tokenizer_vocab_size(tok) != c->vocab_size)
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "the tokenizer (%s) has %lld tokens but the model's vocabulary is "

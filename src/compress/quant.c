@@ -132,12 +132,14 @@ kiln_status kiln_quant_save(kiln_gpt *m, kiln_quant_type type, int64_t group, co
                                    "quantize: the model is factored (low rank): quantize the "
                                    "dense weights it was made from");
     int64_t G = type == KILN_QUANT_INT4 ? (group ? group : 32) : 0;
-    if (type == KILN_QUANT_INT4 && (G < 8 || G > 4096 || G % 8 || cfg->n_embd % G))
+    int64_t A = kiln_gpt_config_attn_width(cfg), H = kiln_gpt_config_mlp_width(cfg);
+    if (type == KILN_QUANT_INT4 &&
+        (G < 8 || G > 4096 || G % 8 || cfg->n_embd % G || A % G || H % G))
         return kiln_error_setf(KILN_ERR_ARG,
                                "--group %lld: int4 groups must be a multiple of 8 (at most 4096) "
-                               "that divides the model's n_embd %lld (every matrix has n_embd or "
-                               "4 x n_embd inputs)",
-                               (long long)G, (long long)cfg->n_embd);
+                               "that divides each matrix's inputs: the model's n_embd %lld, its "
+                               "attention width %lld and its MLP width %lld",
+                               (long long)G, (long long)cfg->n_embd, (long long)A, (long long)H);
     KILN_CHECK(kiln_gpt_check_finite(m));
     const float *slab = kiln_gpt_params(m);
     int nt = kiln_gpt_num_tensors(m);
@@ -162,6 +164,10 @@ kiln_status kiln_quant_save(kiln_gpt *m, kiln_quant_type type, int64_t group, co
         KILN_CHECK_GOTO(s, set_meta_int(w, KILN_ST_META_QUANT_GROUP, G), done);
     if (cfg->share_layers > 1) /* the tensors hold n_layer / share blocks */
         KILN_CHECK_GOTO(s, set_meta_int(w, "kiln.share_layers", cfg->share_layers), done);
+    if (cfg->head_size) /* narrower heads (structured pruning) */
+        KILN_CHECK_GOTO(s, set_meta_int(w, "kiln.head_size", cfg->head_size), done);
+    if (cfg->mlp_hidden)
+        KILN_CHECK_GOTO(s, set_meta_int(w, "kiln.mlp_hidden", cfg->mlp_hidden), done);
     for (int i = 0; i < nt; i++) {
         const kiln_tensor_info *t = kiln_gpt_tensor(m, i);
         const float *src = slab + t->offset;

@@ -62,14 +62,20 @@ static kiln_status read_config(const kiln_safetensors *f, kiln_gpt_config *cfg) 
                                    path, keys[k], v ? v : "missing");
         *fields[k] = x;
     }
-    const char *share = kiln_safetensors_metadata(f, "kiln.share_layers"); /* optional */
-    if (share) {
+    static const char *const optional[] = {"kiln.share_layers", "kiln.head_size",
+                                           "kiln.mlp_hidden"};
+    int64_t *ofields[] = {&cfg->share_layers, &cfg->head_size, &cfg->mlp_hidden};
+    const long long omax[] = {1024, 65536, 4 * 65536};
+    for (int k = 0; k < 3; k++) {
+        const char *v = kiln_safetensors_metadata(f, optional[k]);
+        if (!v)
+            continue;
         char *end = NULL;
-        long long x = strtoll(share, &end, 10);
-        if (!share[0] || *end || x < 1 || x > 1024)
-            return kiln_error_setf(KILN_ERR_FORMAT, "%s: metadata \"kiln.share_layers\" is %s",
-                                   path, share);
-        cfg->share_layers = x;
+        long long x = strtoll(v, &end, 10);
+        if (!v[0] || *end || x < 1 || x > omax[k])
+            return kiln_error_setf(KILN_ERR_FORMAT, "%s: metadata \"%s\" is %s", path,
+                                   optional[k], v);
+        *ofields[k] = x;
     }
     kiln_status s = kiln_gpt_config_validate(cfg);
     return s ? kiln_error_wrapf(s, "%s", path) : KILN_OK;
@@ -175,9 +181,14 @@ kiln_status kiln_quant_load(kiln_gpt **out, const char *path, int64_t B, int64_t
     kiln_status s;
     KILN_CHECK(kiln_safetensors_open(&f, path));
     KILN_CHECK_GOTO(s, read_config(f, &cfg), fail);
-    if (G && cfg.n_embd % G) {
-        s = kiln_error_setf(KILN_ERR_FORMAT, "%s: int4 groups of %lld do not divide n_embd %lld",
-                            path, (long long)G, (long long)cfg.n_embd);
+    if (G && (cfg.n_embd % G || kiln_gpt_config_attn_width(&cfg) % G ||
+              kiln_gpt_config_mlp_width(&cfg) % G)) {
+        s = kiln_error_setf(KILN_ERR_FORMAT,
+                            "%s: int4 groups of %lld do not divide n_embd %lld, the attention "
+                            "width %lld and the MLP width %lld",
+                            path, (long long)G, (long long)cfg.n_embd,
+                            (long long)kiln_gpt_config_attn_width(&cfg),
+                            (long long)kiln_gpt_config_mlp_width(&cfg));
         goto fail;
     }
     if (T <= 0 || T > cfg.max_seq_len)
@@ -193,7 +204,12 @@ kiln_status kiln_quant_load(kiln_gpt **out, const char *path, int64_t B, int64_t
         goto fail;
     }
     KILN_CHECK_GOTO(s, load_all(m, q, f, G), fail);
-    int64_t K = 4 * cfg.n_embd, Kp = G ? K : (K + 3) / 4 * 4;
+    int64_t K = cfg.n_embd; /* the widest input of a product */
+    if (kiln_gpt_config_attn_width(&cfg) > K)
+        K = kiln_gpt_config_attn_width(&cfg);
+    if (kiln_gpt_config_mlp_width(&cfg) > K)
+        K = kiln_gpt_config_mlp_width(&cfg);
+    int64_t Kp = G ? K : (K + 3) / 4 * 4;
     KILN_CHECK_GOTO(s, kiln__qact_init(&q->act, B * T, Kp, G ? K / G : 1), fail);
     if (G)
         KILN_CHECK_GOTO(s, kiln__qws_init(&q->ws, Kp, omp_get_max_threads()), fail);

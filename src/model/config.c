@@ -96,6 +96,10 @@ kiln_status kiln_gpt_config_from_json(kiln_gpt_config *cfg, const char *path) {
         s = json_int(root, "max_seq_len", "n_positions", 0, &c.max_seq_len, path);
     if (!s)
         s = json_int(root, "share_layers", NULL, 1, &c.share_layers, path);
+    if (!s)
+        s = json_int(root, "head_size", NULL, 1, &c.head_size, path);
+    if (!s)
+        s = json_int(root, "mlp_hidden", "n_inner", 1, &c.mlp_hidden, path);
     static const char *const rank_keys[4] = {"rank_qkv", "rank_attproj", "rank_fc", "rank_fcproj"};
     for (int k = 0; k < 4 && !s; k++)
         s = json_int(root, rank_keys[k], NULL, 1, &c.rank[k], path);
@@ -126,9 +130,27 @@ kiln_status kiln_gpt_config_validate(kiln_gpt_config *cfg) {
     if (cfg->n_embd < 1 || cfg->n_embd > 65536)
         return kiln_error_setf(KILN_ERR_CONFIG, "n_embd is %lld; it must be 1..65536",
                                (long long)cfg->n_embd);
-    if (cfg->n_head < 1 || cfg->n_embd % cfg->n_head != 0)
-        return kiln_error_setf(KILN_ERR_CONFIG, "n_head %lld does not divide n_embd %lld",
+    if (cfg->n_head < 1 || cfg->n_head > 65536)
+        return kiln_error_setf(KILN_ERR_CONFIG, "n_head is %lld; it must be 1..65536",
+                               (long long)cfg->n_head);
+    if (cfg->head_size < 0 || cfg->head_size > 65536)
+        return kiln_error_setf(KILN_ERR_CONFIG, "head_size is %lld; it must be 1..65536 (0: "
+                               "n_embd / n_head)", (long long)cfg->head_size);
+    if (cfg->head_size == 0 && cfg->n_embd % cfg->n_head != 0)
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "n_head %lld does not divide n_embd %lld (or give head_size)",
                                (long long)cfg->n_head, (long long)cfg->n_embd);
+    if (cfg->n_head * (cfg->head_size ? cfg->head_size : 1) > 4 * 65536)
+        return kiln_error_setf(KILN_ERR_CONFIG, "n_head x head_size is %lld; at most %d",
+                               (long long)(cfg->n_head * cfg->head_size), 4 * 65536);
+    if (cfg->mlp_hidden < 0 || cfg->mlp_hidden > 4 * 65536)
+        return kiln_error_setf(KILN_ERR_CONFIG, "mlp_hidden is %lld; it must be 1..%d (0: 4 x "
+                               "n_embd)", (long long)cfg->mlp_hidden, 4 * 65536);
+    /* the defaults are stored as 0: one model, one config */
+    if (cfg->head_size && cfg->head_size * cfg->n_head == cfg->n_embd)
+        cfg->head_size = 0;
+    if (cfg->mlp_hidden == 4 * cfg->n_embd)
+        cfg->mlp_hidden = 0;
     if (cfg->vocab_size < 2 || cfg->vocab_size > (1LL << 31) - 256)
         return kiln_error_setf(KILN_ERR_CONFIG, "vocab_size is %lld; it must be 2..2^31-256",
                                (long long)cfg->vocab_size);
@@ -162,11 +184,23 @@ int64_t kiln_gpt_config_blocks(const kiln_gpt_config *cfg) {
     return cfg->share_layers > 1 ? cfg->n_layer / cfg->share_layers : cfg->n_layer;
 }
 
+int64_t kiln_gpt_config_head_size(const kiln_gpt_config *cfg) {
+    return cfg->head_size > 0 ? cfg->head_size : cfg->n_embd / cfg->n_head;
+}
+
+int64_t kiln_gpt_config_attn_width(const kiln_gpt_config *cfg) {
+    return cfg->n_head * kiln_gpt_config_head_size(cfg);
+}
+
+int64_t kiln_gpt_config_mlp_width(const kiln_gpt_config *cfg) {
+    return cfg->mlp_hidden > 0 ? cfg->mlp_hidden : 4 * cfg->n_embd;
+}
+
 void kiln__gpt_matrix_shape(const kiln_gpt_config *cfg, int kind, int64_t *in, int64_t *out) {
-    int64_t C = cfg->n_embd;
-    static const int64_t ins[4] = {1, 1, 1, 4}, outs[4] = {3, 1, 4, 1}; /* multiples of C */
-    *in = ins[kind] * C;
-    *out = outs[kind] * C;
+    int64_t C = cfg->n_embd, A = kiln_gpt_config_attn_width(cfg), H = kiln_gpt_config_mlp_width(cfg);
+    const int64_t ins[4] = {C, A, C, H}, outs[4] = {3 * A, C, H, C};
+    *in = ins[kind];
+    *out = outs[kind];
 }
 
 /* Weights of one block's matrices (factored ones as their two factors), biases left out. */
@@ -182,12 +216,14 @@ static int64_t block_matrix_params(const kiln_gpt_config *cfg) {
 
 int64_t kiln_gpt_config_num_params(const kiln_gpt_config *cfg) {
     int64_t C = cfg->n_embd, L = kiln_gpt_config_blocks(cfg);
-    int64_t block = 2 * C + 3 * C + C + 2 * C + 4 * C + C + block_matrix_params(cfg);
+    int64_t A = kiln_gpt_config_attn_width(cfg), H = kiln_gpt_config_mlp_width(cfg);
+    int64_t block = 2 * C + 3 * A + C + 2 * C + H + C + block_matrix_params(cfg);
     return cfg->vocab_size * C + cfg->max_seq_len * C + L * block + 2 * C;
 }
 
 double kiln_gpt_flops_per_token(const kiln_gpt_config *cfg, int64_t T) {
     double C = (double)cfg->n_embd, L = (double)cfg->n_layer, V = (double)cfg->vocab_size;
+    double A = (double)kiln_gpt_config_attn_width(cfg);
     double matmul_params = L * (double)block_matrix_params(cfg) + V * C;
-    return 6.0 * matmul_params + 12.0 * L * (double)T * C;
+    return 6.0 * matmul_params + 12.0 * L * (double)T * A;
 }

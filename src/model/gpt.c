@@ -106,45 +106,46 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
     const gpt_block_params *w = &m->p.block[l];
     gpt_block_acts *a = &m->blocks[l];
     int64_t C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T, L = m->cfg.n_layer;
+    int64_t A = kiln_gpt_config_attn_width(&m->cfg), H = kiln_gpt_config_mlp_width(&m->cfg);
     const void *x = block_input(m, l);
     int fused = m->opt.fuse_residual_ln;
 
     if (l == 0 || !fused || (how & BLOCK_RECOMPUTE))
         be->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, BT,
                               C);
-    linear(m, l, KILN_GPT_MATRIX_QKV, a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * C, 0, NULL);
-    be->attention_forward(be, dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, C, NH);
+    linear(m, l, KILN_GPT_MATRIX_QKV, a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * A, 0, NULL);
+    be->attention_forward(be, dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, A, NH);
     if (fused) {
-        linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->tmp, a->atty, w->attprojw, w->attprojb, BT, C, C,
+        linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->tmp, a->atty, w->attprojw, w->attprojb, BT, A, C,
                0, NULL);
         be->residual_layernorm_forward(be, dt, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->tmp,
                                        x, w->ln2w, w->ln2b, BT, C);
     } else {
-        linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->res2, a->atty, w->attprojw, w->attprojb, BT, C,
+        linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->res2, a->atty, w->attprojw, w->attprojb, BT, A,
                C, 0, NULL);
         be->residual_forward(be, dt, a->res2, a->res2, x, BT * C);
         be->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w,
                               w->ln2b, BT, C);
     }
     if (m->opt.fuse_gelu) {
-        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, 0,
+        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, H, 0,
                a->fch_gelu);
     } else {
-        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, 4 * C, 0, NULL);
-        be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * 4 * C);
+        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, H, 0, NULL);
+        be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * H);
     }
     if (how & BLOCK_RECOMPUTE) {
         /* backward needs nothing the last product makes, but a factored one's first half */
         int64_t r = m->cfg.rank[KILN_GPT_MATRIX_FCPROJ];
         if (r)
             be->matmul_forward(be, dt, a->mid[KILN_GPT_MATRIX_FCPROJ], a->fch_gelu,
-                               w->u[KILN_GPT_MATRIX_FCPROJ], NULL, BT, 4 * C, r, 0, NULL);
+                               w->u[KILN_GPT_MATRIX_FCPROJ], NULL, BT, H, r, 0, NULL);
         return;
     }
     if (fused && (how & BLOCK_TAIL)) {
         int last = l + 1 == L;
         gpt_block_acts *next = last ? NULL : &m->blocks[l + 1];
-        linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->tmp, a->fch_gelu, w->fcprojw, w->fcprojb, BT, 4 * C,
+        linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->tmp, a->fch_gelu, w->fcprojw, w->fcprojb, BT, H,
                C, 0, NULL);
         be->residual_layernorm_forward(
             be, dt, a->res3, last ? m->lnf : next->ln1, last ? m->lnf_mean : next->ln1_mean,
@@ -153,7 +154,7 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
             BT, C);
     } else {
         linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT,
-               4 * C, C, 0, NULL);
+               H, C, 0, NULL);
         be->residual_forward(be, dt, a->res3, a->res3, a->res2, BT * C);
     }
 }
@@ -168,31 +169,32 @@ static void block_backward(kiln_gpt *m, int64_t l, int64_t B, int64_t T) {
     gpt_block_acts *a = &m->blocks[l];
     gpt_grad_scratch *d = &m->d;
     int64_t C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
+    int64_t A = kiln_gpt_config_attn_width(&m->cfg), H = kiln_gpt_config_mlp_width(&m->cfg);
     const void *x = block_input(m, l);
 
     switch (m->opt.recompute) {
     case KILN_RECOMPUTE_BLOCK: block_forward(m, l, B, T, BLOCK_RECOMPUTE); break;
     case KILN_RECOMPUTE_ATTENTION:
-        be->attention_forward(be, dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, C, NH);
-        be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * 4 * C);
+        be->attention_forward(be, dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, A, NH);
+        be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * H);
         break;
-    case KILN_RECOMPUTE_GELU: be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * 4 * C); break;
+    case KILN_RECOMPUTE_GELU: be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * H); break;
     case KILN_RECOMPUTE_NONE: break;
     }
     linear_backward(m, l, KILN_GPT_MATRIX_FCPROJ, d->dfch_gelu, g->fcprojw, g->fcprojb, d->dres,
-                    a->fch_gelu, w->fcprojw, BT, 4 * C, C);
-    be->gelu_backward(be, dt, d->dfch, a->fch, d->dfch_gelu, BT * 4 * C);
+                    a->fch_gelu, w->fcprojw, BT, H, C);
+    be->gelu_backward(be, dt, d->dfch, a->fch, d->dfch_gelu, BT * H);
     linear_backward(m, l, KILN_GPT_MATRIX_FC, d->dln, g->fcw, g->fcb, d->dfch, a->ln2, w->fcw, BT,
-                    C, 4 * C);
+                    C, H);
     be->layernorm_backward(be, dt, d->dres, g->ln2w, g->ln2b, d->dln, a->res2, w->ln2w,
                            a->ln2_mean, a->ln2_rstd, BT, C);
 
     linear_backward(m, l, KILN_GPT_MATRIX_ATTPROJ, d->datty, g->attprojw, g->attprojb, d->dres,
-                    a->atty, w->attprojw, BT, C, C);
-    be->attention_backward(be, dt, d->dqkv, m->att_scratch, d->datty, a->qkv, a->att, B, T, C,
+                    a->atty, w->attprojw, BT, A, C);
+    be->attention_backward(be, dt, d->dqkv, m->att_scratch, d->datty, a->qkv, a->att, B, T, A,
                            NH);
     linear_backward(m, l, KILN_GPT_MATRIX_QKV, d->dln, g->qkvw, g->qkvb, d->dqkv, a->ln1, w->qkvw,
-                    BT, C, 3 * C);
+                    BT, C, 3 * A);
     be->layernorm_backward(be, dt, d->dres, g->ln1w, g->ln1b, d->dln, x, w->ln1w, a->ln1_mean,
                            a->ln1_rstd, BT, C);
 }

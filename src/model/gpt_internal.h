@@ -8,11 +8,11 @@
 /* One block's working weights (in the model's dtype): views into the parameter slab. */
 typedef struct gpt_block_params {
     void *ln1w, *ln1b;         /* (C) */
-    void *qkvw, *qkvb;         /* (C,3C), (3C) */
-    void *attprojw, *attprojb; /* (C,C), (C) */
+    void *qkvw, *qkvb;         /* (C,3A), (3A); A: the attention's width */
+    void *attprojw, *attprojb; /* (A,C), (C) */
     void *ln2w, *ln2b;         /* (C) */
-    void *fcw, *fcb;           /* (C,4C), (4C) */
-    void *fcprojw, *fcprojb;   /* (4C,C), (C) */
+    void *fcw, *fcb;           /* (C,H), (H); H: the MLP's width */
+    void *fcprojw, *fcprojb;   /* (H,C), (C) */
     /* factored matrices by kiln_gpt_matrix (QKV..FCPROJ): U (in,r) and V (r,out) in place of
      * the weight above, which is then NULL; NULL for a dense one */
     void *u[4], *v[4];
@@ -45,14 +45,14 @@ typedef struct gpt_grads {
 typedef struct gpt_block_acts {
     void *ln1;                     /* (B,T,C) */
     float *ln1_mean, *ln1_rstd;    /* (B,T), (B,T) fp32 */
-    void *qkv;                     /* (B,T,3C) */
+    void *qkv;                     /* (B,T,3A) */
     void *att;                     /* the backend's attention state (attention_saved_bytes) */
-    void *atty;                    /* (B,T,C) heads' outputs */
+    void *atty;                    /* (B,T,A) heads' outputs */
     void *res2;                    /* (B,T,C) residual after attention */
     void *ln2;                     /* (B,T,C) */
     float *ln2_mean, *ln2_rstd;    /* (B,T), (B,T) fp32 */
-    void *fch;                     /* (B,T,4C) before GELU */
-    void *fch_gelu;                /* (B,T,4C) */
+    void *fch;                     /* (B,T,H) before GELU */
+    void *fch_gelu;                /* (B,T,H) */
     void *res3;                    /* (B,T,C) block output: the next block's input */
     void *tmp;                     /* (B,T,C) a product's output before a fused residual add */
     void *mid[4]; /* (B,T,r) x U of a factored matrix, by kiln_gpt_matrix (NULL: dense) */
@@ -62,10 +62,10 @@ typedef struct gpt_block_acts {
 typedef struct gpt_grad_scratch {
     void *dres;      /* (B,T,C) gradient of the residual stream */
     void *dln;       /* (B,T,C) gradient of a LayerNorm output */
-    void *datty;     /* (B,T,C) */
-    void *dqkv;      /* (B,T,3C) */
-    void *dfch;      /* (B,T,4C) */
-    void *dfch_gelu; /* (B,T,4C) */
+    void *datty;     /* (B,T,A) */
+    void *dqkv;      /* (B,T,3A) */
+    void *dfch;      /* (B,T,H) */
+    void *dfch_gelu; /* (B,T,H) */
     void *dmid;      /* (B,T,r) of the largest rank: the gradient of a factored product's mid */
 } gpt_grad_scratch;
 

@@ -76,19 +76,16 @@ static int64_t build_layout(kiln_gpt *m) {
     lb.offset += (Vp - V) * C; /* padded rows: in the slab, in no tensor */
     add_tensor(&lb, "wpe.weight", -1, 2, cfg->max_seq_len, C);
     for (int l = 0; l < (int)kiln_gpt_config_blocks(cfg); l++) { /* shared: fewer */
-        int64_t in, out;
         add_block_tensor(&lb, l, "ln_1.weight", 1, C, 0);
         add_block_tensor(&lb, l, "ln_1.bias", 1, C, 0);
         add_block_matrix(&lb, cfg, l, KILN_GPT_MATRIX_QKV, "attn.c_attn");
-        kiln__gpt_matrix_shape(cfg, KILN_GPT_MATRIX_QKV, &in, &out);
-        add_block_tensor(&lb, l, "attn.c_attn.bias", 1, out, 0);
+        add_block_tensor(&lb, l, "attn.c_attn.bias", 1, 3 * kiln_gpt_config_attn_width(cfg), 0);
         add_block_matrix(&lb, cfg, l, KILN_GPT_MATRIX_ATTPROJ, "attn.c_proj");
         add_block_tensor(&lb, l, "attn.c_proj.bias", 1, C, 0);
         add_block_tensor(&lb, l, "ln_2.weight", 1, C, 0);
         add_block_tensor(&lb, l, "ln_2.bias", 1, C, 0);
         add_block_matrix(&lb, cfg, l, KILN_GPT_MATRIX_FC, "mlp.c_fc");
-        kiln__gpt_matrix_shape(cfg, KILN_GPT_MATRIX_FC, &in, &out);
-        add_block_tensor(&lb, l, "mlp.c_fc.bias", 1, out, 0);
+        add_block_tensor(&lb, l, "mlp.c_fc.bias", 1, kiln_gpt_config_mlp_width(cfg), 0);
         add_block_matrix(&lb, cfg, l, KILN_GPT_MATRIX_FCPROJ, "mlp.c_proj");
         add_block_tensor(&lb, l, "mlp.c_proj.bias", 1, C, 0);
     }

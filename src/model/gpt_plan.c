@@ -156,6 +156,7 @@ static int embed_b(const phases *ph) { return 2 * ph->L + 3; }
 
 size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
     int64_t B = m->maxB, T = m->maxT, C = m->cfg.n_embd, NH = m->cfg.n_head;
+    int64_t A = kiln_gpt_config_attn_width(&m->cfg), H = kiln_gpt_config_mlp_width(&m->cfg);
     int64_t BT = B * T, L = m->cfg.n_layer, Vp = m->cfg.padded_vocab_size;
     kiln_dtype dt = m->opt.dtype;
     size_t e = kiln_dtype_size(dt), f = sizeof(float);
@@ -174,8 +175,8 @@ size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
     if (!blocks)
         return 0;
 
-    size_t att_saved = m->be->attention_saved_bytes(m->be, dt, B, T, C, NH);
-    size_t att_scratch = m->be->attention_scratch_bytes(m->be, dt, B, T, C, NH);
+    size_t att_saved = m->be->attention_saved_bytes(m->be, dt, B, T, A, NH);
+    size_t att_scratch = m->be->attention_scratch_bytes(m->be, dt, B, T, A, NH);
     add_ws(&p, &v->att_scratch, att_scratch, all0, last);
     add(&p, &v->encoded, (size_t)(BT * C) * e, embed_f(&ph), inf ? block_f(&ph, 0) : block_b(&ph, 0));
 
@@ -188,19 +189,19 @@ size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
         add(&p, &shared.ln1, (size_t)(BT * C) * e, all0, last);
         add(&p, &shared.ln1_mean, (size_t)BT * f, all0, last);
         add(&p, &shared.ln1_rstd, (size_t)BT * f, all0, last);
-        add(&p, &shared.qkv, (size_t)(BT * 3 * C) * e, all0, last);
+        add(&p, &shared.qkv, (size_t)(BT * 3 * A) * e, all0, last);
         add(&p, &shared.res2, (size_t)(BT * C) * e, all0, last);
         add(&p, &shared.ln2, (size_t)(BT * C) * e, all0, last);
         add(&p, &shared.ln2_mean, (size_t)BT * f, all0, last);
         add(&p, &shared.ln2_rstd, (size_t)BT * f, all0, last);
-        add(&p, &shared.fch, (size_t)(BT * 4 * C) * e, all0, last);
+        add(&p, &shared.fch, (size_t)(BT * H) * e, all0, last);
     }
     if (rc == KILN_RECOMPUTE_BLOCK || rc == KILN_RECOMPUTE_ATTENTION) {
         add(&p, &shared.att, att_saved, all0, last);
-        add(&p, &shared.atty, (size_t)(BT * C) * e, all0, last);
+        add(&p, &shared.atty, (size_t)(BT * A) * e, all0, last);
     }
     if (rc != KILN_RECOMPUTE_NONE)
-        add(&p, &shared.fch_gelu, (size_t)(BT * 4 * C) * e, all0, last);
+        add(&p, &shared.fch_gelu, (size_t)(BT * H) * e, all0, last);
     if (fused)
         add_ws(&p, &shared.tmp, (size_t)(BT * C) * e, all0, last);
     /* factored matrices' mids: kept by each block, or shared when the block is recomputed */
@@ -221,19 +222,19 @@ size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
             add(&p, &a->ln1, (size_t)(BT * C) * e, ln_f0, b0);
             add(&p, &a->ln1_mean, (size_t)BT * f, ln_f0, b0);
             add(&p, &a->ln1_rstd, (size_t)BT * f, ln_f0, b0);
-            add(&p, &a->qkv, (size_t)(BT * 3 * C) * e, f0, b0);
+            add(&p, &a->qkv, (size_t)(BT * 3 * A) * e, f0, b0);
             add(&p, &a->res2, (size_t)(BT * C) * e, f0, b0);
             add(&p, &a->ln2, (size_t)(BT * C) * e, f0, b0);
             add(&p, &a->ln2_mean, (size_t)BT * f, f0, b0);
             add(&p, &a->ln2_rstd, (size_t)BT * f, f0, b0);
-            add(&p, &a->fch, (size_t)(BT * 4 * C) * e, f0, b0);
+            add(&p, &a->fch, (size_t)(BT * H) * e, f0, b0);
         }
         if (rc == KILN_RECOMPUTE_NONE || rc == KILN_RECOMPUTE_GELU) {
             add(&p, &a->att, att_saved, f0, b0);
-            add(&p, &a->atty, (size_t)(BT * C) * e, f0, b0);
+            add(&p, &a->atty, (size_t)(BT * A) * e, f0, b0);
         }
         if (rc == KILN_RECOMPUTE_NONE)
-            add(&p, &a->fch_gelu, (size_t)(BT * 4 * C) * e, f0, b0);
+            add(&p, &a->fch_gelu, (size_t)(BT * H) * e, f0, b0);
         for (int k = 0; k < 4 && rc != KILN_RECOMPUTE_BLOCK; k++)
             if (m->cfg.rank[k])
                 add(&p, &a->mid[k], (size_t)(BT * m->cfg.rank[k]) * e, f0, b0);
@@ -258,10 +259,10 @@ size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
         int d0 = head_b(&ph), d1 = embed_b(&ph);
         add_ws(&p, &v->d.dres, (size_t)(BT * C) * e, d0, d1);
         add_ws(&p, &v->d.dln, (size_t)(BT * C) * e, d0, d1);
-        add_ws(&p, &v->d.datty, (size_t)(BT * C) * e, block_b(&ph, L - 1), d1);
-        add_ws(&p, &v->d.dqkv, (size_t)(BT * 3 * C) * e, block_b(&ph, L - 1), d1);
-        add_ws(&p, &v->d.dfch, (size_t)(BT * 4 * C) * e, block_b(&ph, L - 1), d1);
-        add_ws(&p, &v->d.dfch_gelu, (size_t)(BT * 4 * C) * e, block_b(&ph, L - 1), d1);
+        add_ws(&p, &v->d.datty, (size_t)(BT * A) * e, block_b(&ph, L - 1), d1);
+        add_ws(&p, &v->d.dqkv, (size_t)(BT * 3 * A) * e, block_b(&ph, L - 1), d1);
+        add_ws(&p, &v->d.dfch, (size_t)(BT * H) * e, block_b(&ph, L - 1), d1);
+        add_ws(&p, &v->d.dfch_gelu, (size_t)(BT * H) * e, block_b(&ph, L - 1), d1);
         if (max_rank)
             add_ws(&p, &v->d.dmid, (size_t)(BT * max_rank) * e, block_b(&ph, L - 1), d1);
     }

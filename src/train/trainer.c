@@ -160,6 +160,10 @@ static void print_plan(const kiln_trainer *t) {
             (long long)c->vocab_size, (long long)c->padded_vocab_size, (long long)c->max_seq_len,
             (double)kiln_gpt_config_num_params(c) / 1e6, kiln_dtype_name(o->dtype),
             kiln_recompute_name(o->recompute));
+    if (c->head_size || c->mlp_hidden) /* narrower than GPT-2's shape (structured pruning) */
+        fprintf(log, "model: heads of %lld channels (attention width %lld), MLP width %lld\n",
+                (long long)kiln_gpt_config_head_size(c), (long long)kiln_gpt_config_attn_width(c),
+                (long long)kiln_gpt_config_mlp_width(c));
     kiln_train_memory_print(log, &t->plan, t->cfg.B, t->cfg.T);
     fprintf(log, "compute: %.2f GFLOP per step; MFU against %.1f GFLOP/s (%s products: %s)\n",
             t->flops_per_step / 1e9, t->peak, kiln_dtype_name(o->dtype),

@@ -174,6 +174,8 @@ static kiln_status write_state(kiln_trainer *t, const kiln__ckpt_writer *w, cons
     cJSON_AddNumberToObject(m, "n_layer", (double)mc->n_layer);
     cJSON_AddNumberToObject(m, "n_head", (double)mc->n_head);
     cJSON_AddNumberToObject(m, "n_embd", (double)mc->n_embd);
+    cJSON_AddNumberToObject(m, "head_size", (double)kiln_gpt_config_head_size(mc));
+    cJSON_AddNumberToObject(m, "mlp_hidden", (double)kiln_gpt_config_mlp_width(mc));
     cJSON_AddNumberToObject(m, "max_seq_len", (double)mc->max_seq_len);
     cJSON_AddNumberToObject(m, "vocab_size", (double)mc->vocab_size);
     cJSON_AddStringToObject(m, "dtype", kiln_dtype_name(kiln_gpt_dtype(t->model)));

@@ -165,6 +165,18 @@ static kiln_status check_identity(kiln_trainer *t, const char *folder, const cJS
                                (long long)V, (long long)mc->n_layer, (long long)mc->n_head,
                                (long long)mc->n_embd, (long long)mc->max_seq_len,
                                (long long)mc->vocab_size);
+    /* the heads' and the MLP's widths (checkpoints that lack them had the defaults) */
+    const cJSON *hsv = cJSON_GetObjectItemCaseSensitive(m, "head_size");
+    const cJSON *mhv = cJSON_GetObjectItemCaseSensitive(m, "mlp_hidden");
+    int64_t hs = cJSON_IsNumber(hsv) ? (int64_t)hsv->valuedouble : C / (H > 0 ? H : 1);
+    int64_t mh = cJSON_IsNumber(mhv) ? (int64_t)mhv->valuedouble : 4 * C;
+    if (hs != kiln_gpt_config_head_size(mc) || mh != kiln_gpt_config_mlp_width(mc))
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "%s is a checkpoint of another model (heads of %lld channels, an "
+                               "MLP of %lld; this run's has %lld and %lld): not resumed",
+                               folder, (long long)hs, (long long)mh,
+                               (long long)kiln_gpt_config_head_size(mc),
+                               (long long)kiln_gpt_config_mlp_width(mc));
     if (strcmp(dt->valuestring, mine_dt))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "%s is a checkpoint of a %s run; this run trains in %s: not "

@@ -2,7 +2,9 @@
 
 Learned position embeddings, pre-LN blocks, causal multi-head attention from one fused
 qkv projection, GELU (tanh approximation), an MLP of width 4C, a final LayerNorm and an
-output head tied to the token embedding. Linear weights are stored (in, out) like
+output head tied to the token embedding. The heads' width (head_size, default C/NH: the
+attention is NH x head_size = A wide, c_attn (C,3A), c_proj (A,C)) and the MLP's (mlp_hidden,
+default 4C) may be set apart, as in a structurally pruned model. Linear weights are stored (in, out) like
 Hugging Face's Conv1D, so state_dict() names and shapes equal a GPT-2 checkpoint's
 (without the "transformer." prefix):
 
@@ -41,17 +43,19 @@ class Conv1D(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, C, NH):
+    def __init__(self, C, NH, hs=None):
         super().__init__()
         self.n_head = NH
-        self.c_attn = Conv1D(C, 3 * C)
-        self.c_proj = Conv1D(C, C)
+        self.hs = hs or C // NH
+        A = NH * self.hs
+        self.c_attn = Conv1D(C, 3 * A)
+        self.c_proj = Conv1D(A, C)
 
     def forward(self, x):
         B, T, C = x.shape
-        NH = self.n_head
-        hs = C // NH
-        q, k, v = self.c_attn(x).split(C, dim=2)
+        NH, hs = self.n_head, self.hs
+        A = NH * hs
+        q, k, v = self.c_attn(x).split(A, dim=2)
         # (B,T,C) -> (B,NH,T,hs)
         q = q.view(B, T, NH, hs).transpose(1, 2)
         k = k.view(B, T, NH, hs).transpose(1, 2)
@@ -61,27 +65,28 @@ class Attention(nn.Module):
         att = att.masked_fill(mask, float("-inf"))
         att = F.softmax(att, dim=-1)
         y = att @ v  # (B,NH,T,hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        y = y.transpose(1, 2).contiguous().view(B, T, A)
         return self.c_proj(y)
 
 
 class MLP(nn.Module):
-    def __init__(self, C):
+    def __init__(self, C, H=None):
         super().__init__()
-        self.c_fc = Conv1D(C, 4 * C)
-        self.c_proj = Conv1D(4 * C, C)
+        H = H or 4 * C
+        self.c_fc = Conv1D(C, H)
+        self.c_proj = Conv1D(H, C)
 
     def forward(self, x):
         return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
 
 
 class Block(nn.Module):
-    def __init__(self, C, NH):
+    def __init__(self, C, NH, hs=None, H=None):
         super().__init__()
         self.ln_1 = nn.LayerNorm(C, eps=LN_EPS)
-        self.attn = Attention(C, NH)
+        self.attn = Attention(C, NH, hs)
         self.ln_2 = nn.LayerNorm(C, eps=LN_EPS)
-        self.mlp = MLP(C)
+        self.mlp = MLP(C, H)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -89,15 +94,17 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, n_layer, n_head, n_embd, vocab_size, max_seq_len):
+    def __init__(self, n_layer, n_head, n_embd, vocab_size, max_seq_len, head_size=None,
+                 mlp_hidden=None):
         super().__init__()
-        if n_embd % n_head != 0:
+        if not head_size and n_embd % n_head != 0:
             raise ValueError(f"n_embd {n_embd} is not a multiple of n_head {n_head}")
         self.n_layer = n_layer
         self.vocab_size = vocab_size
         self.wte = nn.Embedding(vocab_size, n_embd)
         self.wpe = nn.Embedding(max_seq_len, n_embd)
-        self.h = nn.ModuleList([Block(n_embd, n_head) for _ in range(n_layer)])
+        self.h = nn.ModuleList([Block(n_embd, n_head, head_size, mlp_hidden)
+                                for _ in range(n_layer)])
         self.ln_f = nn.LayerNorm(n_embd, eps=LN_EPS)
 
     def init_gpt2(self, generator=None):

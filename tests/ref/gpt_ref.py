@@ -7,7 +7,8 @@ From a fixed seed this builds a configuration's model, initialises it as GPT-2 d
 then perturbs every bias and LayerNorm parameter (so that a forward pass that ignored one
 would be caught), and writes into DIR:
 
-    config.json        n_layer, n_head, n_embd, vocab_size, max_seq_len
+    config.json        n_layer, n_head, n_embd, vocab_size, max_seq_len (head_size,
+                       mlp_hidden where the case sets them)
     model.safetensors  the float32 weights, Hugging Face GPT-2 names (written by hand)
     inputs.i32         int32 little-endian, (steps, B, T): batch k feeds optimizer step k;
     targets.i32        batch 0 is also the batch of the forward/backward check
@@ -52,6 +53,9 @@ CASES = {
     "a": dict(n_layer=2, n_head=4, n_embd=64, vocab_size=300, max_seq_len=32, B=4, T=32),
     "b": dict(n_layer=2, n_head=6, n_embd=72, vocab_size=1001, max_seq_len=40, B=3, T=23),
     "c": dict(n_layer=3, n_head=2, n_embd=32, vocab_size=50, max_seq_len=16, B=2, T=1),
+    # a structurally pruned shape: 3 heads of 10 (attention 30 wide for C = 48), MLP 88
+    "d": dict(n_layer=2, n_head=3, n_embd=48, vocab_size=200, max_seq_len=24, B=2, T=17,
+              head_size=10, mlp_hidden=88),
 }
 OPTIM = dict(steps=10, lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
 
@@ -79,7 +83,7 @@ def write_safetensors(path, named):
 
 def make_model(cfg, gen):
     model = GPT(cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"],
-                cfg["max_seq_len"])
+                cfg["max_seq_len"], cfg.get("head_size"), cfg.get("mlp_hidden"))
     model.init_gpt2(gen)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -134,7 +138,8 @@ def generate(case, out):
     write_safetensors(os.path.join(out, "model.safetensors"), model32.state_dict().items())
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump({k: cfg[k] for k in ("n_layer", "n_head", "n_embd", "vocab_size",
-                                        "max_seq_len")}, f, indent=1)
+                                        "max_seq_len", "head_size", "mlp_hidden") if k in cfg},
+                  f, indent=1)
     inputs.to(torch.int32).numpy().astype("<i4").tofile(os.path.join(out, "inputs.i32"))
     targets.to(torch.int32).numpy().astype("<i4").tofile(os.path.join(out, "targets.i32"))
 

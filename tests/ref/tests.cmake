@@ -15,8 +15,9 @@ target_link_libraries(test_ref_gpt PRIVATE kiln)
 set_target_properties(test_ref_gpt PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
 # a: round sizes; b: head size 12, V = 1001 (no multiple of 128), T = 23 < maxT = 40;
-# c: T = 1 (a single position).
-foreach(case a b c)
+# c: T = 1 (a single position); d: heads narrower than n_embd / n_head and an MLP of no
+# multiple of n_embd (a structurally pruned model's shape).
+foreach(case a b c d)
   set(dir ${CMAKE_BINARY_DIR}/ref/gpt_${case})
   if(EXISTS ${KILN_TORCH_PYTHON})
     add_test(NAME ref.gpt_gen_${case}

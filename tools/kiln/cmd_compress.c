@@ -10,6 +10,7 @@
 
 static const char *usage =
     "usage: kiln compress quantize --weights W --out Q [--type int8|int4] [--group 32]\n"
+    "       kiln compress prune --weights W --out P [--heads F] [--mlp F] (see prune --help)\n"
     "       kiln compress lowrank --help   (low-rank factorisation)\n\n"
     "Post-training quantization for kiln eval and kiln sample. The matrices of the blocks and\n"
     "the tied embedding/head become int8 (--type int8: one scale per output channel) or int4\n"
@@ -20,6 +21,8 @@ static const char *usage =
     "file is safetensors, written whole or not at all; kiln train and kiln export refuse it.";
 
 int cmd_compress(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "prune"))
+        return cmd_compress_prune(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "lowrank") == 0)
         return cmd_compress_lowrank(argc - 1, argv + 1);
     const char *weights = NULL, *out = NULL, *type_name = "int8";
@@ -37,7 +40,8 @@ int cmd_compress(int argc, char **argv) {
     if (rc)
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
     if (npos != 1 || strcmp(argv[1], "quantize") != 0) {
-        fprintf(stderr, "kiln compress: the actions are 'quantize' and 'lowrank' (see --help)\n");
+        fprintf(stderr, "kiln compress: the actions are 'quantize', 'prune' and 'lowrank' (see "
+                        "--help)\n");
         return 2;
     }
     kiln_quant_type type;
