@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "kiln/checkpoint.h"
 #include "kiln/compress.h"
 #include "kiln/model.h"
 #include "test.h"
@@ -226,10 +227,14 @@ static void test_factored_layout(void) {
  * the dense model's. In every recompute mode. */
 static void test_factored_equals_dense(void) {
     kiln_recompute modes[] = {KILN_RECOMPUTE_NONE, KILN_RECOMPUTE_GELU, KILN_RECOMPUTE_BLOCK};
-    for (int mi = 0; mi < 3; mi++) {
+    for (int mi = 0; mi < 4; mi++) {
         kiln_gpt_config cf = tiny_cfg(3, 4, 5, 6), cd = tiny_cfg(0, 0, 0, 0);
+        if (mi == 3) { /* narrower heads and MLP: (16,24), (8,16), (16,40), (40,16) */
+            cf.head_size = cd.head_size = 4;
+            cf.mlp_hidden = cd.mlp_hidden = 40;
+        }
         kiln_gpt_options o = kiln_gpt_options_default();
-        o.recompute = modes[mi];
+        o.recompute = modes[mi % 3];
         kiln_gpt *f = NULL, *d = NULL;
         CHECK_OK(kiln_gpt_create(&f, &cf, 2, 5, &o, NULL));
         CHECK_OK(kiln_gpt_create(&d, &cd, 2, 5, &o, NULL));
@@ -369,6 +374,45 @@ static void test_factor_full_energy(void) {
     kiln_gpt_free(d);
 }
 
+/* Saved and loaded: the ranks come back from the tensors' shapes (and the metadata), the
+ * MLP's width from its V factor, the weights whole. */
+static void test_save_load(void) {
+    kiln_gpt_config c = tiny_cfg(0, 4, 5, 0), got;
+    c.mlp_hidden = 40;
+    kiln_gpt *m = NULL, *n = NULL;
+    CHECK_OK(kiln_gpt_create_inference(&m, &c, 1, 4, KILN_DTYPE_F32, NULL));
+    if (!m)
+        return;
+    kiln_gpt_init_weights(m, 2);
+    const char *path = "test_lowrank.safetensors";
+    CHECK_OK(kiln_gpt_save_safetensors(m, path, KILN_DTYPE_F32));
+    memset(&got, 0, sizeof got);
+    CHECK_OK(kiln_gpt_config_from_safetensors(&got, path));
+    CHECK_INT_EQ(got.rank[0], 0);
+    CHECK_INT_EQ(got.rank[1], 4);
+    CHECK_INT_EQ(got.rank[2], 5);
+    CHECK_INT_EQ(got.rank[3], 0);
+    CHECK_INT_EQ(kiln_gpt_config_mlp_width(&got), 40);
+    CHECK_OK(kiln_gpt_create_inference(&n, &got, 1, 4, KILN_DTYPE_F32, NULL));
+    if (n) {
+        CHECK_OK(kiln_gpt_load_safetensors(n, path));
+        CHECK_INT_EQ(kiln_gpt_slab_len(n), kiln_gpt_slab_len(m));
+        CHECK_TRUE(!memcmp(kiln_gpt_params(n), kiln_gpt_params(m),
+                           (size_t)kiln_gpt_slab_len(m) * sizeof(float)));
+    }
+    /* a dense model does not take the factored file */
+    kiln_gpt *d = NULL;
+    kiln_gpt_config cd = tiny_cfg(0, 0, 0, 0);
+    cd.mlp_hidden = 40;
+    CHECK_OK(kiln_gpt_create_inference(&d, &cd, 1, 4, KILN_DTYPE_F32, NULL));
+    if (d)
+        CHECK_TRUE(kiln_gpt_load_safetensors(d, path) != KILN_OK);
+    remove(path);
+    kiln_gpt_free(d);
+    kiln_gpt_free(n);
+    kiln_gpt_free(m);
+}
+
 int main(void) {
     RUN_TEST(test_energy_rank);
     RUN_TEST(test_kinds_parse);
@@ -376,5 +420,6 @@ int main(void) {
     RUN_TEST(test_factored_layout);
     RUN_TEST(test_factored_equals_dense);
     RUN_TEST(test_factor_full_energy);
+    RUN_TEST(test_save_load);
     TEST_MAIN_END();
 }
