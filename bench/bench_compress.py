@@ -2,14 +2,18 @@
 """Smaller models against the dense model they come from, in one run.
 
     bench_compress.py --kiln build/kiln [--text ../shared/data/tinyshakespeare.txt]
-                      [--steps 600] [--tune 300] [--lowrank-energy 0.9]
-                      [--lowrank-rank 48] [--markdown]
+                      [--steps 600] [--tune 300] [--struct-heads 0.3] [--struct-mlp 0.3]
+                      [--lowrank-energy 0.9] [--lowrank-rank 48] [--rounds 3]
+                      [--speed-batches 60]
 
 Trains a dense d6-shaped model (6 layers, 6 heads, 192 channels, byte-level tokens, T=64,
 B=16) on the text, then from it or beside it:
   - gradual magnitude pruning to 50% of the block matrices while fine-tuning --tune steps
     (Zhu and Gupta's schedule over the first two thirds), against the dense model fine-tuned
     the same steps;
+  - structured pruning (kiln compress prune): --struct-heads of each layer's heads and
+    --struct-mlp of its MLP neurons removed by their Taylor scores over 16 training batches,
+    before and after fine-tuning --tune steps;
   - the MLP's matrices factored to low rank (kiln compress lowrank, 0.9 of the squared
     singular values kept in every layer: --lowrank-energy), and every block matrix at rank 48
     (--lowrank-rank), each fine-tuned the same steps;
@@ -21,9 +25,11 @@ B=16) on the text, then from it or beside it:
   - GGUF files (f16, q8_0, q4_0) sizes.
 For each: parameters, file size, validation loss (kiln eval over the held-out tenth), its
 change against the dense model's, KL(dense || it) in nats per token over the same windows
-(kiln eval --teacher), and kiln eval's and kiln sample's tokens/s (threads 2,
-OPENBLAS_CORETYPE unset in kiln's environment). The losses are deterministic; the speeds are
-one measurement each on this machine.
+(kiln eval --teacher), and kiln eval's tokens/s (--speed-batches batches of 16 x 64) and
+kiln sample's (200 tokens, greedy), loading not counted, each the best of --rounds rounds
+that time every model in turn (threads 2, OPENBLAS_CORETYPE unset in kiln's environment, so
+that OpenBLAS picks its kernels for the CPU). The losses are deterministic; the speeds are
+this machine's.
 """
 import argparse
 import json
@@ -69,7 +75,13 @@ def main():
     p.add_argument("--work", default="build/bench_compress")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--tune", type=int, default=300)
-    p.add_argument("--markdown", action="store_true")
+    p.add_argument("--struct-heads", type=float, default=0.3,
+                   help="structured pruning: fraction of each layer's heads removed")
+    p.add_argument("--struct-mlp", type=float, default=0.3,
+                   help="structured pruning: fraction of each layer's MLP neurons removed")
+    p.add_argument("--rounds", type=int, default=3, help="speed rounds; the best of each kept")
+    p.add_argument("--speed-batches", type=int, default=60,
+                   help="kiln eval batches timed in each round")
     p.add_argument("--lowrank-energy", type=float, default=0.9,
                    help="energy the low-rank MLP keeps (kiln compress lowrank --energy)")
     p.add_argument("--lowrank-rank", type=int, default=48,
@@ -93,26 +105,29 @@ def main():
     W = lambda name: os.path.join(a.work, name)
     rows = []
 
-    def measure(label, path, base=None):
+    def measure(label, path):
+        """The loss and KL now (deterministic); the speeds later, in rounds."""
         out = run([kiln, "eval", "--weights", path, "--data", val, "--batch", "16", "--seq", "64",
                    "--threads", "2", "--teacher", W("dense.st")], env, log)
         kl = float(re.search(r"KL from the teacher ([0-9.]+)", out).group(1))
         loss = float(re.search(r"\| loss ([0-9.]+)", out).group(1))
-        m = re.search(r"([0-9.]+) tokens/s", out)
-        if not m:  # "tokens N | loss L | perplexity P | S s"
-            m2 = re.search(r"tokens ([0-9]+) .*\| ([0-9.]+) s", out)
-        etok = float(m.group(1)) if m else float(m2.group(1)) / max(float(m2.group(2)), 1e-9)
-        t0 = time.time()
-        sout = run([kiln, "sample", "--weights", path, "--tokens", "200", "--seed", "1",
-                    "--threads", "2", "--timing"], env, log)
-        m = re.search(r"([0-9.]+) tokens/s", sout)
-        stok = float(m.group(1)) if m else 200 / (time.time() - t0)  # with the loading
-        rows.append((label, params_of(path) if path.endswith("st") else 0,
-                     os.path.getsize(path) / 1e6, loss, kl, etok, stok))
+        rows.append(dict(label=label, path=path, params=params_of(path),
+                         mb=os.path.getsize(path) / 1e6, loss=loss, kl=kl, eval=0.0, sample=0.0))
         log.flush()
 
     have_lowrank = subprocess.run([kiln, "compress", "lowrank", "--help"], env=env,
                                   capture_output=True).returncode == 0
+
+    def speeds(row):
+        """kiln eval's tokens/s over --speed-batches batches and kiln sample's over 200 tokens
+        (loading not counted in either)."""
+        out = run([kiln, "eval", "--weights", row["path"], "--data", val, "--batch", "16",
+                   "--seq", "64", "--threads", "2", "--batches", str(a.speed_batches)], env, log)
+        row["eval"] = max(row["eval"], float(re.search(r"([0-9.]+) tokens/s", out).group(1)))
+        out = run([kiln, "sample", "--weights", row["path"], "--tokens", "200", "--seed", "1",
+                   "--temperature", "0", "--threads", "2", "--timing"], env, log)
+        row["sample"] = max(row["sample"], float(re.search(r"([0-9.]+) tokens/s", out).group(1)))
+
     have_quant = "quantize" in subprocess.run([kiln, "compress", "--help"], env=env,
                                               capture_output=True, text=True).stdout + \
         subprocess.run([kiln, "compress", "--help"], env=env, capture_output=True,
@@ -123,6 +138,15 @@ def main():
     run([kiln, "train", "--init", W("dense.st")] + shape[8:] +
         ["--steps", str(a.tune), "--save", W("dense_ft.st")], env, log)
     measure(f"dense, fine-tuned {a.tune} more steps", W("dense_ft.st"))
+    # structured: heads and MLP neurons removed by their Taylor scores, then fine-tuned
+    run([kiln, "compress", "prune", "--weights", W("dense.st"), "--out", W("narrow0.st"),
+         "--heads", str(a.struct_heads), "--mlp", str(a.struct_mlp), "--data", train,
+         "--batches", "16", "--batch", "16", "--seq", "64", "--threads", "2"], env, log)
+    measure(f"structured: {a.struct_heads:.0%} of heads and {a.struct_mlp:.0%} of MLP neurons "
+            "removed, not fine-tuned", W("narrow0.st"))
+    run([kiln, "train", "--init", W("narrow0.st")] + shape[8:] +
+        ["--steps", str(a.tune), "--save", W("narrow.st")], env, log)
+    measure(f"structured, fine-tuned {a.tune} steps", W("narrow.st"))
     run([kiln, "train", "--init", W("dense.st")] + shape[8:] +
         ["--steps", str(a.tune), "--prune-sparsity", "0.5", "--prune-start", "1",
          "--prune-end", str(2 * a.tune // 3), "--prune-every", "10", "--save", W("pruned.st")],
@@ -166,6 +190,9 @@ def main():
         run([kiln, "export", "--weights", W("dense.st"), "--type", ty, "--out",
              W(f"dense-{ty}.gguf")], env, log)
         sizes.append(f"{ty} {os.path.getsize(W(f'dense-{ty}.gguf')) / 1e6:.2f} MB")
+    for _ in range(a.rounds):  # each round times every model once, in turn
+        for row in rows:
+            speeds(row)
     base = rows[0]
     print(f"# bench_compress: {a.steps} steps dense (tune {a.tune}), byte-level "
           f"{os.path.basename(a.text)}, d6 shape, 2 threads; GGUF of the dense: {', '.join(sizes)}")
@@ -173,10 +200,11 @@ def main():
            "x dense", "sample tok/s", "x dense"]
     print("| " + " | ".join(hdr) + " |")
     print("|" + " --- |" * len(hdr))
-    for label, n, mb, loss, kl, et, st in rows:
-        print(f"| {label} | {n / 1e6:.2f}M | {mb:.2f} | {loss:.4f} | "
-              f"{100 * (loss / base[3] - 1):+.2f}% | {kl:.4f} | {et:.0f} | {et / base[5]:.2f} | "
-              f"{st:.1f} | {st / base[6]:.2f} |")
+    for r in rows:
+        print(f"| {r['label']} | {r['params'] / 1e6:.2f}M | {r['mb']:.2f} | {r['loss']:.4f} | "
+              f"{100 * (r['loss'] / base['loss'] - 1):+.2f}% | {r['kl']:.4f} | {r['eval']:.0f} | "
+              f"{r['eval'] / base['eval']:.2f} | {r['sample']:.1f} | "
+              f"{r['sample'] / base['sample']:.2f} |")
 
 
 if __name__ == "__main__":
