@@ -42,8 +42,7 @@ kiln_status kiln_lowrank_kinds_parse(const char *list, int want[4]) {
     }
 }
 
-kiln_status kiln_lowrank_svd(const float *w, int64_t K, int64_t N, float *s, float *u,
-                             float *vt) {
+kiln_status kiln_lowrank_svd(const float *w, int64_t K, int64_t N, float *s, float *u, float *vt) {
     int64_t k = K < N ? K : N;
     if (K < 1 || N < 1 || K > (1 << 30) / N)
         return kiln_error_setf(KILN_ERR_ARG, "SVD of a %lld x %lld matrix", (long long)K,
@@ -117,8 +116,7 @@ void kiln_lowrank_split(float *U, float *V, const float *u, const float *s, cons
 }
 
 /* The blocks' matrices by kind, as the model names them ("h.<b>.<name>.weight"). */
-static const char *const kind_tensor[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc",
-                                           "mlp.c_proj"};
+static const char *const kind_tensor[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
 
 /* One kind's SVDs, a block each. */
 typedef struct kind_svd {
@@ -157,8 +155,7 @@ static kiln_status kind_decompose(kiln_gpt *dense, int kind, double energy, int6
     d->u = malloc((size_t)(nb * d->in * d->k) * sizeof *d->u);
     d->vt = malloc((size_t)(nb * d->k * d->out) * sizeof *d->vt);
     if (!d->s || !d->u || !d->vt)
-        return kiln_error_setf(KILN_ERR_NOMEM, "no memory for the SVDs of %s",
-                               kind_tensor[kind]);
+        return kiln_error_setf(KILN_ERR_NOMEM, "no memory for the SVDs of %s", kind_tensor[kind]);
     const float *w = kiln_gpt_params(dense);
     d->rank = rank;
     for (int64_t b = 0; b < nb; b++) {
@@ -172,15 +169,16 @@ static kiln_status kind_decompose(kiln_gpt *dense, int kind, double energy, int6
             d->rank = r;
     }
     if (d->rank * (d->in + d->out) >= d->in * d->out)
-        return kiln_error_setf(KILN_ERR_ARG,
-                               "%s: rank %lld keeps every block's energy %g but saves no "
-                               "weights: %lld x (%lld + %lld) >= %lld x %lld; lower the energy, "
-                               "give a rank below %lld, or leave %s dense",
-                               kiln_lowrank_kind_name((kiln_gpt_matrix)kind), (long long)d->rank,
-                               energy, (long long)d->rank, (long long)d->in, (long long)d->out,
-                               (long long)d->in, (long long)d->out,
-                               (long long)((d->in * d->out + d->in + d->out - 1) / (d->in + d->out)),
-                               kiln_lowrank_kind_name((kiln_gpt_matrix)kind));
+        return kiln_error_setf(
+            KILN_ERR_ARG,
+            "%s: rank %lld keeps every block's energy %g but saves no "
+            "weights: %lld x (%lld + %lld) >= %lld x %lld; lower the energy, "
+            "give a rank below %lld, or leave %s dense",
+            kiln_lowrank_kind_name((kiln_gpt_matrix)kind), (long long)d->rank, energy,
+            (long long)d->rank, (long long)d->in, (long long)d->out, (long long)d->in,
+            (long long)d->out,
+            (long long)((d->in * d->out + d->in + d->out - 1) / (d->in + d->out)),
+            kiln_lowrank_kind_name((kiln_gpt_matrix)kind));
     return KILN_OK;
 }
 

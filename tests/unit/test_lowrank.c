@@ -10,7 +10,9 @@
 #include "kiln/model.h"
 #include "test.h"
 
-static float frand(void) { return (float)rand() / (float)RAND_MAX - 0.5f; }
+static float frand(void) {
+    return (float)rand() / (float)RAND_MAX - 0.5f;
+}
 
 /* max |a - b| over n */
 static double max_diff(const float *a, const float *b, int64_t n) {
@@ -21,8 +23,7 @@ static double max_diff(const float *a, const float *b, int64_t n) {
 }
 
 /* out (K,N) = U (K,r) V (r,N) */
-static void product(float *out, const float *U, const float *V, int64_t K, int64_t N,
-                    int64_t r) {
+static void product(float *out, const float *U, const float *V, int64_t K, int64_t N, int64_t r) {
     for (int64_t i = 0; i < K; i++)
         for (int64_t c = 0; c < N; c++) {
             double acc = 0.0;
@@ -67,7 +68,8 @@ static void test_kinds_parse(void) {
 static void test_svd(void) {
     for (int tall = 0; tall < 2; tall++) {
         int64_t K = tall ? 40 : 12, N = tall ? 9 : 30, r0 = 3, k = K < N ? K : N;
-        float *A = malloc((size_t)(K * r0) * sizeof *A), *Bm = malloc((size_t)(r0 * N) * sizeof *Bm);
+        float *A = malloc((size_t)(K * r0) * sizeof *A),
+              *Bm = malloc((size_t)(r0 * N) * sizeof *Bm);
         float *w = malloc((size_t)(K * N) * sizeof *w), *w2 = malloc((size_t)(K * N) * sizeof *w2);
         float *s = malloc((size_t)k * sizeof *s), *u = malloc((size_t)(K * k) * sizeof *u);
         float *vt = malloc((size_t)(k * N) * sizeof *vt);
@@ -126,8 +128,7 @@ static kiln_gpt_config tiny_cfg(int64_t r0, int64_t r1, int64_t r2, int64_t r3) 
     return c;
 }
 
-static const char *const kind_names[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc",
-                                          "mlp.c_proj"};
+static const char *const kind_names[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
 
 static const kiln_tensor_info *named(const kiln_gpt *m, int layer, const char *name,
                                      const char *suffix) {
@@ -258,8 +259,8 @@ static void test_factored_equals_dense(void) {
             const kiln_tensor_info *t = kiln_gpt_tensor(d, i);
             int j = kiln_gpt_find_tensor(f, t->name);
             for (int64_t e = 0; j >= 0 && e < t->numel; e++) {
-                worst = fmax(worst, fabs(gd[t->offset + e] -
-                                         gf[kiln_gpt_tensor(f, j)->offset + e]));
+                worst =
+                    fmax(worst, fabs(gd[t->offset + e] - gf[kiln_gpt_tensor(f, j)->offset + e]));
                 scale = fmax(scale, fabs(gd[t->offset + e]));
             }
         }

@@ -34,7 +34,8 @@ static void print_report(const kiln_lowrank_report *rep, int64_t before, int64_t
                "params %lld -> %lld (%.1f%%)\n",
                name, (long long)r->rank, (long long)(r->in < r->out ? r->in : r->out),
                r->energy_min, r->energy_mean, (long long)r->params_before,
-               (long long)r->params_after, 100.0 * (double)r->params_after / (double)r->params_before);
+               (long long)r->params_after,
+               100.0 * (double)r->params_after / (double)r->params_before);
     }
     printf("  model    params %lld -> %lld (%.1f%%)\n", (long long)before, (long long)after,
            100.0 * (double)after / (double)before);
