@@ -3,7 +3,8 @@
 
     bench_compress.py --kiln build/kiln [--text ../shared/data/tinyshakespeare.txt]
                       [--steps 600] [--tune 300] [--struct-heads 0.3] [--struct-mlp 0.3]
-                      [--rounds 3] [--speed-batches 60]
+                      [--lowrank-energy 0.9] [--lowrank-rank 48] [--rounds 3]
+                      [--speed-batches 60]
 
 Trains a dense d6-shaped model (6 layers, 6 heads, 192 channels, byte-level tokens, T=64,
 B=16) on the text, then from it or beside it:
@@ -13,6 +14,9 @@ B=16) on the text, then from it or beside it:
   - structured pruning (kiln compress prune): --struct-heads of each layer's heads and
     --struct-mlp of its MLP neurons removed by their Taylor scores over 16 training batches,
     before and after fine-tuning --tune steps;
+  - the MLP's matrices factored to low rank (kiln compress lowrank, 0.9 of the squared
+    singular values kept in every layer: --lowrank-energy), and every block matrix at rank 48
+    (--lowrank-rank), each fine-tuned the same steps;
   - a student of half the layers trained --steps steps with the dense model as its teacher
     (kiln distill, alpha 0.5, T 2) against the same student trained without one;
   - the same model with each block shared by two layers (--share-layers 2), trained --steps;
@@ -78,6 +82,10 @@ def main():
     p.add_argument("--rounds", type=int, default=3, help="speed rounds; the best of each kept")
     p.add_argument("--speed-batches", type=int, default=60,
                    help="kiln eval batches timed in each round")
+    p.add_argument("--lowrank-energy", type=float, default=0.9,
+                   help="energy the low-rank MLP keeps (kiln compress lowrank --energy)")
+    p.add_argument("--lowrank-rank", type=int, default=48,
+                   help="rank of every block matrix in the second low-rank row")
     a = p.parse_args()
     kiln = os.path.abspath(a.kiln)
     if not os.path.exists(a.text):
@@ -106,6 +114,9 @@ def main():
         rows.append(dict(label=label, path=path, params=params_of(path),
                          mb=os.path.getsize(path) / 1e6, loss=loss, kl=kl, eval=0.0, sample=0.0))
         log.flush()
+
+    have_lowrank = subprocess.run([kiln, "compress", "lowrank", "--help"], env=env,
+                                  capture_output=True).returncode == 0
 
     def speeds(row):
         """kiln eval's tokens/s over --speed-batches batches and kiln sample's over 200 tokens
@@ -141,6 +152,20 @@ def main():
          "--prune-end", str(2 * a.tune // 3), "--prune-every", "10", "--save", W("pruned.st")],
         env, log)
     measure("gradual pruning to 50% (fine-tuned the same)", W("pruned.st"))
+    if have_lowrank:  # the MLP's matrices factored by their SVD, then fine-tuned the same
+        run([kiln, "compress", "lowrank", "--weights", W("dense.st"), "--matrices", "fc,fcproj",
+             "--energy", str(a.lowrank_energy), "--out", W("lowrank.st")], env, log)
+        run([kiln, "train", "--init", W("lowrank.st")] + shape[8:] +
+            ["--steps", str(a.tune), "--save", W("lowrank_ft.st")], env, log)
+        measure(f"low-rank MLP, energy {a.lowrank_energy:g} (fine-tuned the same)",
+                W("lowrank_ft.st"))
+        # every block matrix at one fixed rank, for a reduction the energy does not promise
+        run([kiln, "compress", "lowrank", "--weights", W("dense.st"), "--rank",
+             str(a.lowrank_rank), "--out", W("lowrank_r.st")], env, log)
+        run([kiln, "train", "--init", W("lowrank_r.st")] + shape[8:] +
+            ["--steps", str(a.tune), "--save", W("lowrank_r_ft.st")], env, log)
+        measure(f"low-rank, every matrix at rank {a.lowrank_rank} (fine-tuned the same)",
+                W("lowrank_r_ft.st"))
     half = ["--layers", "3"] + shape[2:]
     run([kiln, "train"] + half + ["--steps", str(a.steps), "--save", W("student.st")], env, log)
     measure("3-layer student, no teacher", W("student.st"))

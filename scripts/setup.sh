@@ -8,7 +8,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-pkgs=(build-essential cmake pkg-config git libopenblas-openmp-dev libdnnl-dev libcjson-dev libxxhash-dev
+pkgs=(build-essential cmake pkg-config git libopenblas-openmp-dev liblapacke-dev libdnnl-dev libcjson-dev libxxhash-dev
       libpcre2-dev openmpi-bin libopenmpi-dev python3 python3-torch python3-numpy clang libclang-rt-14-dev nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do

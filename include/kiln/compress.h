@@ -1,6 +1,7 @@
 /* kiln: smaller models for deployment. GGUF export: a trained GPT-2 model and its tokenizer
  * in the file format llama.cpp runs. Post-training quantization: int8 or int4 weights that
- * kiln eval and kiln sample run with integer products. */
+ * kiln eval and kiln sample run with integer products. Low-rank factorisation: block matrices
+ * as products of two thin factors, through a truncated SVD. */
 #ifndef KILN_COMPRESS_H
 #define KILN_COMPRESS_H
 
@@ -180,6 +181,57 @@ kiln_status kiln_quant_probe(const char *path, kiln_quant_type *type, int64_t *g
 kiln_status kiln_quant_load(kiln_gpt **out, const char *path, int64_t B, int64_t T);
 /* The kernel kiln_quant_load's models use on this machine: "avx512-vnni" or "plain". */
 const char *kiln_quant_kernel_name(void);
+
+/* ---- low-rank factorisation ----
+ *
+ * A block matrix W (in, out) becomes two factors, U (in, r) and V (r, out), so that the
+ * product runs as (x U) V + b with r (in + out) weights instead of in x out. The factors come
+ * from W's truncated singular value decomposition W ~ U_r S_r V_r^T, split evenly:
+ * U = U_r sqrt(S_r), V = sqrt(S_r) V_r^T. A model holds them as "<name>.weight_u" and
+ * "<name>.weight_v" in place of "<name>.weight" (kiln_gpt_config.rank). */
+
+/* The kinds of block matrices by kiln_gpt_matrix (QKV..FCPROJ): "qkv", "attproj", "fc",
+ * "fcproj"; NULL for others. */
+const char *kiln_lowrank_kind_name(kiln_gpt_matrix kind);
+/* A comma-separated list of kind names into want[4] (1: listed); KILN_ERR_ARG naming an
+ * unknown or repeated kind, or an empty list. */
+kiln_status kiln_lowrank_kinds_parse(const char *list, int want[4]);
+
+/* The thin SVD of w (K,N), row-major, through LAPACK (sgesdd; sgesvd where it does not
+ * converge): s receives the k = min(K,N) singular values in decreasing order, u (K,k) and
+ * vt (k,N) the singular vectors, row-major. w is left as it is. KILN_ERR_NOMEM, or
+ * KILN_ERR_RANGE when LAPACK fails (a non-finite input). */
+kiln_status kiln_lowrank_svd(const float *w, int64_t K, int64_t N, float *s, float *u, float *vt);
+/* The fraction of the squared singular values s[0..k) that the first r keep (1 for a zero
+ * matrix). */
+double kiln_lowrank_energy(const float *s, int64_t k, int64_t r);
+/* The smallest r (1..k) whose first r singular values keep at least `energy` (0..1] of the
+ * squared total, less 1e-9 of it (fp32's rounding noise: energy 1 keeps the values above
+ * it, the full rank of a matrix of lower rank). */
+int64_t kiln_lowrank_rank_for_energy(const float *s, int64_t k, double energy);
+/* The balanced factors of rank r (r <= k) from an SVD of (K,N) with k values: U (K,r) =
+ * u[:, :r] sqrt(s), V (r,N) = sqrt(s) vt[:r, :]. */
+void kiln_lowrank_split(float *U, float *V, const float *u, const float *s, const float *vt,
+                        int64_t K, int64_t N, int64_t k, int64_t r);
+
+/* What kiln_lowrank_factor did to one kind of matrix. */
+typedef struct kiln_lowrank_report {
+    int64_t rank;                     /* 0: the kind was left dense */
+    int64_t in, out;                  /* the matrix's shape */
+    double energy_min, energy_mean;   /* of the squared singular values kept, over blocks */
+    int64_t params_before, params_after; /* the kind's weights over all blocks */
+} kiln_lowrank_report;
+
+/* A factored copy of the fp32 model `dense` (not factored itself): each kind listed in
+ * want[4] (kiln_gpt_matrix order) of every block truncated to one rank for the kind: `rank`
+ * when it is > 0, else the smallest rank at which every block keeps at least `energy`
+ * (0..1] of its squared singular values. Every other tensor is copied. *out: an fp32
+ * inference model of 1 x 1 (the caller saves it; kiln_gpt_free); report[4] (may be NULL)
+ * says per kind what was done. KILN_ERR_ARG for an energy outside (0,1], a rank outside
+ * 1..min(in,out)-1 or one that does not reduce a kind's weights (r (in + out) >= in x out),
+ * and for a dense model that is factored already. */
+kiln_status kiln_lowrank_factor(kiln_gpt *dense, const int want[4], double energy, int64_t rank,
+                                kiln_gpt **out, kiln_lowrank_report report[4]);
 
 /* ---- how far a smaller model is from its source ---- */
 struct kiln_loader;

@@ -10,6 +10,8 @@
  *   mlp.c_fc.weight (C,H) | mlp.c_fc.bias (H) | mlp.c_proj.weight (H,C) | mlp.c_proj.bias (C)
  * where A = n_head x head_size is the attention's width and H the MLP's (C and 4C unless
  * the model was made narrower; see kiln_gpt_config).
+ * A factored matrix (kiln_gpt_config.rank) is two tensors in its place, "<name>.weight_u" (in,r)
+ * then "<name>.weight_v" (r,out), and its product runs as (x U) V + b.
  * Matrices are in Hugging Face GPT-2's layout (Conv1D: (in, out)), so every tensor of a
  * Hugging Face checkpoint is one contiguous range of the slab. The token embedding has Vp
  * rows; the tensor `wte.weight` names its first V rows and the padded rows stay zero. */
@@ -45,6 +47,10 @@ typedef struct kiln_gpt_config {
     /* The MLP's hidden width H: 0 (the default) is 4 n_embd; mlp.c_fc is (C,H), mlp.c_proj
      * (H,C). Validation stores the defaults as 0, so equal models have equal configs. */
     int64_t mlp_hidden;
+    /* Low-rank factorisation: the rank r of each kind of block matrix, in kiln_gpt_matrix's
+     * order (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj), the same in every block; 0: the
+     * dense matrix. A factored W (in, out) is U (in, r) x V (r, out), 1 <= r <= min(in, out). */
+    int64_t rank[4];
 } kiln_gpt_config;
 
 /* Names the presets accept, NULL-terminated. */
@@ -54,7 +60,8 @@ extern const char *const kiln_gpt_preset_names[];
  * The vocabulary is GPT-2's (50257); callers may change it before validating. */
 kiln_status kiln_gpt_config_preset(kiln_gpt_config *cfg, const char *name);
 /* Fill cfg from a JSON file (a regular file of at most 64 KiB) with keys n_layer, n_head,
- * n_embd, max_seq_len (Hugging Face's n_positions is accepted for it) and vocab_size, which
+ * n_embd, max_seq_len (Hugging Face's n_positions is accepted for it), optionally
+ * share_layers and rank_qkv, rank_attproj, rank_fc, rank_fcproj, and vocab_size, which
  * may be left out or 0: then cfg->vocab_size is 0 (the caller supplies it, e.g. the data's,
  * before validating) and everything else is already checked. */
 kiln_status kiln_gpt_config_from_json(kiln_gpt_config *cfg, const char *path);
@@ -70,8 +77,9 @@ int64_t kiln_gpt_config_mlp_width(const kiln_gpt_config *cfg);
 /* Parameters (excluding the padded embedding rows). */
 int64_t kiln_gpt_config_num_params(const kiln_gpt_config *cfg);
 /* Model FLOPs of one training step (forward + backward) per token at sequence length T:
- * 6 x (parameters in matrix products, the head counted with V columns) + attention's
- * 6 x 2 x L x T x A (QK^T and AV over the attention width A, causal mask not discounted). Embedding lookups,
+ * 6 x (parameters in matrix products, a factored matrix's two factors, the head counted with
+ * V columns) + attention's 6 x 2 x L x T x A (QK^T and AV over the attention width A, causal
+ * mask not discounted). Embedding lookups,
  * LayerNorm and other element-wise work are not counted. */
 double kiln_gpt_flops_per_token(const kiln_gpt_config *cfg, int64_t T);
 

@@ -28,6 +28,15 @@ static const struct {
 };
 #define N_META_KEYS (int)(sizeof meta_keys / sizeof meta_keys[0])
 
+/* Factored block matrices (kiln_gpt_config.rank, kiln_gpt_matrix's order): the metadata key
+ * "kiln.rank.<kind>" and the matrix, whose "<name>.weight_u" is (in, rank). */
+static const struct {
+    const char *kind, *name;
+} rank_kinds[4] = {{"qkv", "attn.c_attn"},
+                   {"attproj", "attn.c_proj"},
+                   {"fc", "mlp.c_fc"},
+                   {"fcproj", "mlp.c_proj"}};
+
 static int64_t *config_field(kiln_gpt_config *c, int k) {
     return (int64_t *)((char *)c + meta_keys[k].field);
 }
@@ -55,6 +64,14 @@ kiln_status kiln_gpt_save_slab_meta(kiln_gpt *m, const char *path, const void *s
         char v[32];
         snprintf(v, sizeof v, "%lld", (long long)cfg.share_layers);
         s = kiln_safetensors_writer_set_metadata(w, "kiln.share_layers", v);
+    }
+    for (int k = 0; s == KILN_OK && k < 4; k++) { /* factored matrices: the tensors say it too */
+        char key[32], v[32];
+        if (!cfg.rank[k])
+            continue;
+        snprintf(key, sizeof key, "kiln.rank.%s", rank_kinds[k].kind);
+        snprintf(v, sizeof v, "%lld", (long long)cfg.rank[k]);
+        s = kiln_safetensors_writer_set_metadata(w, key, v);
     }
     for (int k = 0; s == KILN_OK && meta && meta[k] && meta[k + 1]; k += 2)
         s = kiln_safetensors_writer_set_metadata(w, meta[k], meta[k + 1]);
@@ -321,10 +338,14 @@ static kiln_status infer_config(const kiln_safetensors *f, kiln_gpt_config *c,
             layers = l + 1;
     }
     c->n_layer = layers;
-    /* the attention's width A and the MLP's H from block 0 (c_attn (C,3A), c_fc (C,H)); the
-     * heads' width follows once n_head is known */
+    /* the attention's width A and the MLP's H from block 0 (c_attn (C,3A), c_fc (C,H), or
+     * their V factors (r,3A), (r,H)); the heads' width follows once n_head is known */
     const kiln_st_tensor *qkv = find_either(f, "h.0.attn.c_attn.weight");
     const kiln_st_tensor *fc = find_either(f, "h.0.mlp.c_fc.weight");
+    if (!qkv)
+        qkv = find_either(f, "h.0.attn.c_attn.weight_v");
+    if (!fc)
+        fc = find_either(f, "h.0.mlp.c_fc.weight_v");
     if (qkv && (qkv->ndim != 2 || qkv->shape[1] % 3 != 0 || qkv->shape[1] < 3))
         return kiln_error_setf(KILN_ERR_SHAPE,
                                "%s: h.0.attn.c_attn.weight should be (C, 3 x attention width)",
@@ -333,6 +354,22 @@ static kiln_status infer_config(const kiln_safetensors *f, kiln_gpt_config *c,
         return kiln_error_setf(KILN_ERR_SHAPE, "%s: h.0.mlp.c_fc.weight should be (C, H)", path);
     *attn_width = qkv ? qkv->shape[1] / 3 : c->n_embd;
     c->mlp_hidden = fc ? fc->shape[1] : 0;
+    /* a factored matrix: its rank from block 0's U (in, r), checked against the metadata */
+    for (int k = 0; k < 4; k++) {
+        char name[64], key[32];
+        snprintf(name, sizeof name, "h.0.%s.weight_u", rank_kinds[k].name);
+        snprintf(key, sizeof key, "kiln.rank.%s", rank_kinds[k].kind);
+        const kiln_st_tensor *u = find_either(f, name);
+        const char *v = kiln_safetensors_metadata(f, key);
+        c->rank[k] = u && u->ndim == 2 ? u->shape[1] : 0;
+        int64_t said = 0;
+        if (v)
+            KILN_CHECK(parse_meta_int(path, key, v, &said));
+        if (v && said != c->rank[k])
+            return kiln_error_setf(KILN_ERR_FORMAT,
+                                   "%s: metadata says %s is %lld but the tensors say %lld", path,
+                                   key, (long long)said, (long long)c->rank[k]);
+    }
     return KILN_OK;
 }
 

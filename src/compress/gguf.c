@@ -426,6 +426,11 @@ kiln_status kiln_export_gguf(kiln_gpt *m, const kiln_tokenizer *tok, kiln_gguf_t
                                                      "quantized one: export the weights it was "
                                                      "made from");
     const kiln_gpt_config *c = kiln_gpt_get_config(m);
+    for (int k = 0; k < 4; k++)
+        if (c->rank[k])
+            return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                                   "GGUF export: the model is factored (low rank), which "
+                                   "llama.cpp's gpt2 does not run: export the dense weights");
     if (kiln_gpt_config_attn_width(c) != c->n_embd) /* llama.cpp's gpt2 graph splits qkv by C */
         return kiln_error_setf(KILN_ERR_UNSUPPORTED,
                                "GGUF export: llama.cpp's gpt2 models have n_head x head size = "

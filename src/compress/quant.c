@@ -126,6 +126,11 @@ kiln_status kiln_quant_save(kiln_gpt *m, kiln_quant_type type, int64_t group, co
     if (kiln_gpt_has_linear(m))
         return kiln_error_setf(KILN_ERR_ARG, "quantize: the model is quantized already");
     const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
+    for (int k = 0; k < 4; k++)
+        if (cfg->rank[k])
+            return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                                   "quantize: the model is factored (low rank): quantize the "
+                                   "dense weights it was made from");
     int64_t G = type == KILN_QUANT_INT4 ? (group ? group : 32) : 0;
     int64_t A = kiln_gpt_config_attn_width(cfg), H = kiln_gpt_config_mlp_width(cfg);
     if (type == KILN_QUANT_INT4 &&

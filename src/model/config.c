@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kiln/core.h"
 #include "kiln/model.h"
+#include "model/gpt_internal.h"
 
 #define GPT2_VOCAB 50257
 
@@ -99,6 +100,9 @@ kiln_status kiln_gpt_config_from_json(kiln_gpt_config *cfg, const char *path) {
         s = json_int(root, "head_size", NULL, 1, &c.head_size, path);
     if (!s)
         s = json_int(root, "mlp_hidden", "n_inner", 1, &c.mlp_hidden, path);
+    static const char *const rank_keys[4] = {"rank_qkv", "rank_attproj", "rank_fc", "rank_fcproj"};
+    for (int k = 0; k < 4 && !s; k++)
+        s = json_int(root, rank_keys[k], NULL, 1, &c.rank[k], path);
     cJSON_Delete(root);
     if (s)
         return s;
@@ -156,6 +160,18 @@ kiln_status kiln_gpt_config_validate(kiln_gpt_config *cfg) {
                                "share_layers is %lld; it must divide n_layer %lld (0 or 1: no "
                                "sharing)",
                                (long long)cfg->share_layers, (long long)cfg->n_layer);
+    static const char *const kinds[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+    for (int k = 0; k < 4; k++) {
+        int64_t in, out;
+        kiln__gpt_matrix_shape(cfg, k, &in, &out);
+        int64_t most = in < out ? in : out;
+        if (cfg->rank[k] < 0 || cfg->rank[k] > most)
+            return kiln_error_setf(KILN_ERR_CONFIG,
+                                   "the rank of %s is %lld; it must be 1..%lld (min(in, out) of "
+                                   "its (%lld, %lld) matrices), or 0 for the dense matrix",
+                                   kinds[k], (long long)cfg->rank[k], (long long)most,
+                                   (long long)in, (long long)out);
+    }
     if (cfg->max_seq_len < 1 || cfg->max_seq_len > (1 << 20))
         return kiln_error_setf(KILN_ERR_CONFIG, "max_seq_len is %lld; it must be 1..2^20",
                                (long long)cfg->max_seq_len);
@@ -180,17 +196,34 @@ int64_t kiln_gpt_config_mlp_width(const kiln_gpt_config *cfg) {
     return cfg->mlp_hidden > 0 ? cfg->mlp_hidden : 4 * cfg->n_embd;
 }
 
+void kiln__gpt_matrix_shape(const kiln_gpt_config *cfg, int kind, int64_t *in, int64_t *out) {
+    int64_t C = cfg->n_embd, A = kiln_gpt_config_attn_width(cfg), H = kiln_gpt_config_mlp_width(cfg);
+    const int64_t ins[4] = {C, A, C, H}, outs[4] = {3 * A, C, H, C};
+    *in = ins[kind];
+    *out = outs[kind];
+}
+
+/* Weights of one block's matrices (factored ones as their two factors), biases left out. */
+static int64_t block_matrix_params(const kiln_gpt_config *cfg) {
+    int64_t n = 0;
+    for (int k = 0; k < 4; k++) {
+        int64_t in, out;
+        kiln__gpt_matrix_shape(cfg, k, &in, &out);
+        n += cfg->rank[k] ? cfg->rank[k] * (in + out) : in * out;
+    }
+    return n;
+}
+
 int64_t kiln_gpt_config_num_params(const kiln_gpt_config *cfg) {
     int64_t C = cfg->n_embd, L = kiln_gpt_config_blocks(cfg);
     int64_t A = kiln_gpt_config_attn_width(cfg), H = kiln_gpt_config_mlp_width(cfg);
-    int64_t block = 2 * C + (C * 3 * A + 3 * A) + (A * C + C) + 2 * C + (C * H + H) +
-                    (H * C + C);
+    int64_t block = 2 * C + 3 * A + C + 2 * C + H + C + block_matrix_params(cfg);
     return cfg->vocab_size * C + cfg->max_seq_len * C + L * block + 2 * C;
 }
 
 double kiln_gpt_flops_per_token(const kiln_gpt_config *cfg, int64_t T) {
     double C = (double)cfg->n_embd, L = (double)cfg->n_layer, V = (double)cfg->vocab_size;
-    double A = (double)kiln_gpt_config_attn_width(cfg), H = (double)kiln_gpt_config_mlp_width(cfg);
-    double matmul_params = L * (4.0 * C * A + 2.0 * C * H) + V * C;
+    double A = (double)kiln_gpt_config_attn_width(cfg);
+    double matmul_params = L * (double)block_matrix_params(cfg) + V * C;
     return 6.0 * matmul_params + 12.0 * L * (double)T * A;
 }

@@ -25,11 +25,25 @@ static kiln_status check_ids(const int32_t *ids, int64_t n, int64_t T, int64_t V
     return KILN_OK;
 }
 
+/* The rank of matrix `which` of the blocks (0: dense; the head is dense). */
+static int64_t rank_of(const kiln_gpt *m, kiln_gpt_matrix which) {
+    return which < KILN_GPT_MATRIX_HEAD ? m->cfg.rank[which] : 0;
+}
+
 /* out (N,OC) = inp x W + bias through the backend, or through the model's own products
- * (kiln_gpt_set_linear) for matrix `which` of block `layer` (-1: the head). */
+ * (kiln_gpt_set_linear) for matrix `which` of layer `layer` (-1: the head). A factored
+ * matrix runs as mid (N,r) = inp x U, kept for backward, then out = mid x V + bias. */
 static void linear(kiln_gpt *m, int64_t layer, kiln_gpt_matrix which, void *out, const void *inp,
                    const void *w, const void *bias, int64_t N, int64_t C, int64_t OC,
                    int trans_w, void *gelu_out) {
+    int64_t r = layer >= 0 ? rank_of(m, which) : 0;
+    if (r) {
+        const gpt_block_params *p = &m->p.block[layer];
+        void *mid = m->blocks[layer].mid[which];
+        m->be->matmul_forward(m->be, m->dt, mid, inp, p->u[which], NULL, N, C, r, 0, NULL);
+        m->be->matmul_forward(m->be, m->dt, out, mid, p->v[which], bias, N, r, OC, 0, gelu_out);
+        return;
+    }
     if (!m->linear) {
         m->be->matmul_forward(m->be, m->dt, out, inp, w, bias, N, C, OC, trans_w, gelu_out);
         return;
@@ -38,6 +52,26 @@ static void linear(kiln_gpt *m, int64_t layer, kiln_gpt_matrix which, void *out,
     m->linear(m->linear_ctx, layer >= 0 ? layer / share : layer, which, out, inp, bias, N, C, OC);
     if (gelu_out)
         m->be->gelu_forward(m->be, m->dt, gelu_out, out, N * OC);
+}
+
+/* The backward of linear for a block matrix: dinp (N,C) written, dW (or a factored matrix's
+ * dU and dV: dmid = dout V^T, dV += mid^T dout, dU += inp^T dmid) and dbias added to. */
+static void linear_backward(kiln_gpt *m, int64_t layer, kiln_gpt_matrix which, void *dinp,
+                            float *dweight, float *dbias, const void *dout, const void *inp,
+                            const void *w, int64_t N, int64_t C, int64_t OC) {
+    kiln_backend *be = m->be;
+    int64_t r = rank_of(m, which);
+    if (!r) {
+        be->matmul_backward(be, m->dt, dinp, dweight, dbias, dout, inp, w, N, C, OC, 0);
+        return;
+    }
+    const gpt_block_params *p = &m->p.block[layer];
+    gpt_block_grads *g = &m->g.block[layer];
+    const void *mid = m->blocks[layer].mid[which];
+    be->matmul_backward(be, m->dt, m->d.dmid, g->v[which], dbias, dout, mid, p->v[which], N, r,
+                        OC, 0);
+    be->matmul_backward(be, m->dt, dinp, g->u[which], NULL, m->d.dmid, inp, p->u[which], N, C, r,
+                        0);
 }
 
 /* ---- embedding ---- */
@@ -118,8 +152,14 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
         linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, H, 0, NULL);
         be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * H);
     }
-    if (how & BLOCK_RECOMPUTE)
-        return; /* backward needs nothing the last product makes */
+    if (how & BLOCK_RECOMPUTE) {
+        /* backward needs nothing the last product makes, but a factored one's first half */
+        int64_t r = m->cfg.rank[KILN_GPT_MATRIX_FCPROJ];
+        if (r)
+            be->matmul_forward(be, dt, a->mid[KILN_GPT_MATRIX_FCPROJ], a->fch_gelu,
+                               w->u[KILN_GPT_MATRIX_FCPROJ], NULL, BT, H, r, 0, NULL);
+        return;
+    }
     if (fused && (how & BLOCK_TAIL)) {
         int last = l + 1 == L;
         gpt_block_acts *next = last ? NULL : &m->blocks[l + 1];
@@ -159,19 +199,20 @@ static void block_backward(kiln_gpt *m, int64_t l, int64_t B, int64_t T) {
     case KILN_RECOMPUTE_GELU: be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * H); break;
     case KILN_RECOMPUTE_NONE: break;
     }
-    be->matmul_backward(be, dt, d->dfch_gelu, g->fcprojw, g->fcprojb, d->dres, a->fch_gelu,
-                        w->fcprojw, BT, H, C, 0);
+    linear_backward(m, l, KILN_GPT_MATRIX_FCPROJ, d->dfch_gelu, g->fcprojw, g->fcprojb, d->dres,
+                    a->fch_gelu, w->fcprojw, BT, H, C);
     be->gelu_backward(be, dt, d->dfch, a->fch, d->dfch_gelu, BT * H);
-    be->matmul_backward(be, dt, d->dln, g->fcw, g->fcb, d->dfch, a->ln2, w->fcw, BT, C, H, 0);
+    linear_backward(m, l, KILN_GPT_MATRIX_FC, d->dln, g->fcw, g->fcb, d->dfch, a->ln2, w->fcw, BT,
+                    C, H);
     be->layernorm_backward(be, dt, d->dres, g->ln2w, g->ln2b, d->dln, a->res2, w->ln2w,
                            a->ln2_mean, a->ln2_rstd, BT, C);
 
-    be->matmul_backward(be, dt, d->datty, g->attprojw, g->attprojb, d->dres, a->atty,
-                        w->attprojw, BT, A, C, 0);
+    linear_backward(m, l, KILN_GPT_MATRIX_ATTPROJ, d->datty, g->attprojw, g->attprojb, d->dres,
+                    a->atty, w->attprojw, BT, A, C);
     be->attention_backward(be, dt, d->dqkv, m->att_scratch, d->datty, a->qkv, a->att, B, T, A,
                            NH);
-    be->matmul_backward(be, dt, d->dln, g->qkvw, g->qkvb, d->dqkv, a->ln1, w->qkvw, BT, C, 3 * A,
-                        0);
+    linear_backward(m, l, KILN_GPT_MATRIX_QKV, d->dln, g->qkvw, g->qkvb, d->dqkv, a->ln1, w->qkvw,
+                    BT, C, 3 * A);
     be->layernorm_backward(be, dt, d->dres, g->ln1w, g->ln1b, d->dln, x, w->ln1w, a->ln1_mean,
                            a->ln1_rstd, BT, C);
 }

@@ -13,6 +13,9 @@ typedef struct gpt_block_params {
     void *ln2w, *ln2b;         /* (C) */
     void *fcw, *fcb;           /* (C,H), (H); H: the MLP's width */
     void *fcprojw, *fcprojb;   /* (H,C), (C) */
+    /* factored matrices by kiln_gpt_matrix (QKV..FCPROJ): U (in,r) and V (r,out) in place of
+     * the weight above, which is then NULL; NULL for a dense one */
+    void *u[4], *v[4];
 } gpt_block_params;
 
 typedef struct gpt_params {
@@ -26,6 +29,7 @@ typedef struct gpt_params {
 typedef struct gpt_block_grads {
     float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
     float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+    float *u[4], *v[4]; /* as in gpt_block_params */
 } gpt_block_grads;
 
 typedef struct gpt_grads {
@@ -51,6 +55,7 @@ typedef struct gpt_block_acts {
     void *fch_gelu;                /* (B,T,H) */
     void *res3;                    /* (B,T,C) block output: the next block's input */
     void *tmp;                     /* (B,T,C) a product's output before a fused residual add */
+    void *mid[4]; /* (B,T,r) x U of a factored matrix, by kiln_gpt_matrix (NULL: dense) */
 } gpt_block_acts;
 
 /* Gradients of activations, reused by every block in backward. */
@@ -61,6 +66,7 @@ typedef struct gpt_grad_scratch {
     void *dqkv;      /* (B,T,3A) */
     void *dfch;      /* (B,T,H) */
     void *dfch_gelu; /* (B,T,H) */
+    void *dmid;      /* (B,T,r) of the largest rank: the gradient of a factored product's mid */
 } gpt_grad_scratch;
 
 struct kiln_gpt {
@@ -120,6 +126,11 @@ struct kiln_gpt {
     void *linear_ctx;
     void (*linear_release)(void *ctx);
 };
+
+/* config.c: the shape (in, out) of block matrix `kind` (kiln_gpt_matrix, QKV..FCPROJ). */
+void kiln__gpt_matrix_shape(const kiln_gpt_config *cfg, int kind, int64_t *in, int64_t *out);
+/* gpt_layout.c: the tensors of one block: 12, and one more for each factored kind. */
+int kiln__gpt_block_tensors(const kiln_gpt_config *cfg);
 
 /* gpt_layout.c: the gradient slab's range [*lo, *hi) of one part of the model, which backward
  * finishes as a whole: block `part` (0..L-1), ln_f (L) or the embeddings wte and wpe (-1). */

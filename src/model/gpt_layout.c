@@ -42,26 +42,51 @@ static void add_block_tensor(layout_builder *lb, int layer, const char *suffix, 
     add_tensor(lb, name, layer, ndim, d0, d1);
 }
 
+/* A block matrix: "<name>.weight" (in,out), or when factored at rank r "<name>.weight_u"
+ * (in,r) then "<name>.weight_v" (r,out). */
+static void add_block_matrix(layout_builder *lb, const kiln_gpt_config *cfg, int layer, int kind,
+                             const char *name) {
+    int64_t in, out, r = cfg->rank[kind];
+    kiln__gpt_matrix_shape(cfg, kind, &in, &out);
+    char suffix[48];
+    if (!r) {
+        snprintf(suffix, sizeof suffix, "%s.weight", name);
+        add_block_tensor(lb, layer, suffix, 2, in, out);
+        return;
+    }
+    snprintf(suffix, sizeof suffix, "%s.weight_u", name);
+    add_block_tensor(lb, layer, suffix, 2, in, r);
+    snprintf(suffix, sizeof suffix, "%s.weight_v", name);
+    add_block_tensor(lb, layer, suffix, 2, r, out);
+}
+
+int kiln__gpt_block_tensors(const kiln_gpt_config *cfg) {
+    int n = 12;
+    for (int k = 0; k < 4; k++)
+        n += cfg->rank[k] > 0;
+    return n;
+}
+
 /* Tensor table in slab order (see model.h). Returns the slab length. */
 static int64_t build_layout(kiln_gpt *m) {
-    int64_t C = m->cfg.n_embd, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
-    int64_t A = kiln_gpt_config_attn_width(&m->cfg), H = kiln_gpt_config_mlp_width(&m->cfg);
+    const kiln_gpt_config *cfg = &m->cfg;
+    int64_t C = cfg->n_embd, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
     layout_builder lb = {m->tensors, 0, 0};
     add_tensor(&lb, "wte.weight", -1, 2, V, C);
     lb.offset += (Vp - V) * C; /* padded rows: in the slab, in no tensor */
-    add_tensor(&lb, "wpe.weight", -1, 2, m->cfg.max_seq_len, C);
-    for (int l = 0; l < (int)kiln_gpt_config_blocks(&m->cfg); l++) { /* shared: fewer */
+    add_tensor(&lb, "wpe.weight", -1, 2, cfg->max_seq_len, C);
+    for (int l = 0; l < (int)kiln_gpt_config_blocks(cfg); l++) { /* shared: fewer */
         add_block_tensor(&lb, l, "ln_1.weight", 1, C, 0);
         add_block_tensor(&lb, l, "ln_1.bias", 1, C, 0);
-        add_block_tensor(&lb, l, "attn.c_attn.weight", 2, C, 3 * A);
-        add_block_tensor(&lb, l, "attn.c_attn.bias", 1, 3 * A, 0);
-        add_block_tensor(&lb, l, "attn.c_proj.weight", 2, A, C);
+        add_block_matrix(&lb, cfg, l, KILN_GPT_MATRIX_QKV, "attn.c_attn");
+        add_block_tensor(&lb, l, "attn.c_attn.bias", 1, 3 * kiln_gpt_config_attn_width(cfg), 0);
+        add_block_matrix(&lb, cfg, l, KILN_GPT_MATRIX_ATTPROJ, "attn.c_proj");
         add_block_tensor(&lb, l, "attn.c_proj.bias", 1, C, 0);
         add_block_tensor(&lb, l, "ln_2.weight", 1, C, 0);
         add_block_tensor(&lb, l, "ln_2.bias", 1, C, 0);
-        add_block_tensor(&lb, l, "mlp.c_fc.weight", 2, C, H);
-        add_block_tensor(&lb, l, "mlp.c_fc.bias", 1, H, 0);
-        add_block_tensor(&lb, l, "mlp.c_proj.weight", 2, H, C);
+        add_block_matrix(&lb, cfg, l, KILN_GPT_MATRIX_FC, "mlp.c_fc");
+        add_block_tensor(&lb, l, "mlp.c_fc.bias", 1, kiln_gpt_config_mlp_width(cfg), 0);
+        add_block_matrix(&lb, cfg, l, KILN_GPT_MATRIX_FCPROJ, "mlp.c_proj");
         add_block_tensor(&lb, l, "mlp.c_proj.bias", 1, C, 0);
     }
     add_tensor(&lb, "ln_f.weight", -1, 1, C, 0);
@@ -70,13 +95,15 @@ static int64_t build_layout(kiln_gpt *m) {
     return lb.offset;
 }
 
-/* Part p's first tensor is t[2 + 12 p] for the blocks and for ln_f (p = L: ln_f.weight), so
- * each part runs from its first tensor to the next part's; the embeddings start at 0 (wte's
- * padded rows are theirs) and the last part ends at the slab's end. */
+/* Part p's first tensor is t[2 + n p] (n tensors a block) for the blocks and for ln_f
+ * (p = L: ln_f.weight), so each part runs from its first tensor to the next part's; the
+ * embeddings start at 0 (wte's padded rows are theirs) and the last part ends at the slab's
+ * end. */
 void kiln__gpt_part_range(const kiln_gpt *m, int64_t part, int64_t *lo, int64_t *hi) {
     int64_t L = kiln_gpt_config_blocks(&m->cfg); /* parts are blocks of weights */
-    *lo = part < 0 ? 0 : m->tensors[2 + 12 * part].offset;
-    *hi = part < L ? m->tensors[2 + 12 * (part + 1)].offset : m->slab_len;
+    int64_t n = kiln__gpt_block_tensors(&m->cfg);
+    *lo = part < 0 ? 0 : m->tensors[2 + n * part].offset;
+    *hi = part < L ? m->tensors[2 + n * (part + 1)].offset : m->slab_len;
 }
 
 void kiln_gpt_part_range(const kiln_gpt *m, int part, int64_t *lo, int64_t *hi) {
@@ -91,6 +118,38 @@ int kiln_gpt_grad_ranges(const kiln_gpt *m, int64_t *lo, int64_t *hi, int max) {
     return n;
 }
 
+/* The slab offsets of one block's tensors (b: its first in the table) by role: off[k] for
+ * the twelve of model.h's order (k = 0..11), -1 for a factored matrix, whose two tensors
+ * are uoff[kind] and voff[kind] (-1 for a dense one). */
+typedef struct block_offsets {
+    int64_t off[12], uoff[4], voff[4];
+} block_offsets;
+
+static block_offsets block_offsets_of(const kiln_gpt *m, const kiln_tensor_info *b) {
+    static const int kind_of[12] = {-1, -1, 0, -1, 1, -1, -1, -1, 2, -1, 3, -1};
+    block_offsets o;
+    int i = 0;
+    for (int k = 0; k < 12; k++) {
+        int kind = kind_of[k];
+        if (kind >= 0)
+            o.uoff[kind] = o.voff[kind] = -1;
+        if (kind >= 0 && m->cfg.rank[kind]) {
+            o.off[k] = -1;
+            o.uoff[kind] = b[i++].offset;
+            o.voff[kind] = b[i++].offset;
+        } else {
+            o.off[k] = b[i++].offset;
+        }
+    }
+    return o;
+}
+
+static void *param_at(const kiln_gpt *m, void *slab, int64_t off) {
+    return off < 0 ? NULL : slab_at(slab, off, m->dt);
+}
+
+static float *grad_at(float *slab, int64_t off) { return off < 0 ? NULL : slab + off; }
+
 /* Point views at the slabs, following the tensor table's order. */
 static void bind_params(const kiln_gpt *m, gpt_params *v, void *slab) {
     const kiln_tensor_info *t = m->tensors;
@@ -98,14 +157,20 @@ static void bind_params(const kiln_gpt *m, gpt_params *v, void *slab) {
     v->wte = slab_at(slab, t[0].offset, dt);
     v->wpe = slab_at(slab, t[1].offset, dt);
     int64_t share = m->cfg.share_layers > 1 ? m->cfg.share_layers : 1;
+    int n = kiln__gpt_block_tensors(&m->cfg);
     for (int64_t l = 0; l < m->cfg.n_layer; l++) {
-        const kiln_tensor_info *b = &t[2 + 12 * (l / share)]; /* shared: the same block */
+        /* shared: the same block */
+        block_offsets o = block_offsets_of(m, &t[2 + n * (l / share)]);
         gpt_block_params *bp = &v->block[l];
         void **fields[12] = {&bp->ln1w,     &bp->ln1b,     &bp->qkvw,    &bp->qkvb,
                              &bp->attprojw, &bp->attprojb, &bp->ln2w,    &bp->ln2b,
                              &bp->fcw,      &bp->fcb,      &bp->fcprojw, &bp->fcprojb};
         for (int k = 0; k < 12; k++)
-            *fields[k] = slab_at(slab, b[k].offset, dt);
+            *fields[k] = param_at(m, slab, o.off[k]);
+        for (int k = 0; k < 4; k++) {
+            bp->u[k] = param_at(m, slab, o.uoff[k]);
+            bp->v[k] = param_at(m, slab, o.voff[k]);
+        }
     }
     v->lnfw = slab_at(slab, t[m->ntensors - 2].offset, dt);
     v->lnfb = slab_at(slab, t[m->ntensors - 1].offset, dt);
@@ -116,14 +181,19 @@ static void bind_grads(const kiln_gpt *m, gpt_grads *v, float *slab) {
     v->wte = slab + t[0].offset;
     v->wpe = slab + t[1].offset;
     int64_t share = m->cfg.share_layers > 1 ? m->cfg.share_layers : 1;
+    int n = kiln__gpt_block_tensors(&m->cfg);
     for (int64_t l = 0; l < m->cfg.n_layer; l++) {
-        const kiln_tensor_info *b = &t[2 + 12 * (l / share)];
+        block_offsets o = block_offsets_of(m, &t[2 + n * (l / share)]);
         gpt_block_grads *bg = &v->block[l];
         float **fields[12] = {&bg->ln1w,     &bg->ln1b,     &bg->qkvw,    &bg->qkvb,
                               &bg->attprojw, &bg->attprojb, &bg->ln2w,    &bg->ln2b,
                               &bg->fcw,      &bg->fcb,      &bg->fcprojw, &bg->fcprojb};
         for (int k = 0; k < 12; k++)
-            *fields[k] = slab + b[k].offset;
+            *fields[k] = grad_at(slab, o.off[k]);
+        for (int k = 0; k < 4; k++) {
+            bg->u[k] = grad_at(slab, o.uoff[k]);
+            bg->v[k] = grad_at(slab, o.voff[k]);
+        }
     }
     v->lnfw = slab + t[m->ntensors - 2].offset;
     v->lnfb = slab + t[m->ntensors - 1].offset;
@@ -258,7 +328,7 @@ kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64
     }
     m->mapped = o.sharded && !o.inference;
     int64_t L = cfg.n_layer;
-    m->tensors = calloc((size_t)(4 + 12 * L), sizeof *m->tensors);
+    m->tensors = calloc((size_t)(4 + kiln__gpt_block_tensors(&cfg) * L), sizeof *m->tensors);
     m->p.block = calloc((size_t)L, sizeof *m->p.block);
     m->g.block = calloc((size_t)L, sizeof *m->g.block);
     m->blocks = calloc((size_t)L, sizeof *m->blocks);
@@ -293,6 +363,10 @@ kiln_status kiln_gpt_set_linear(kiln_gpt *m, kiln_gpt_linear_fn forward, void *c
                                 void (*release)(void *ctx)) {
     if (!m)
         return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_set_linear: NULL model");
+    if (forward && kiln__gpt_block_tensors(&m->cfg) != 12)
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "products outside the backend need dense block matrices, not "
+                               "factored ones");
     if (forward && (!m->opt.inference || m->dt != KILN_DTYPE_F32 ||
                     (strcmp(m->be->name, "cpu") != 0 && strcmp(m->be->name, "ref") != 0)))
         return kiln_error_setf(KILN_ERR_UNSUPPORTED,
@@ -366,6 +440,11 @@ static void init_values(const kiln_gpt *m, uint64_t seed,
         int ln_weight = strstr(t->name, "ln_") != NULL && strstr(t->name, ".weight") != NULL;
         int resid = strstr(t->name, "c_proj.weight") != NULL;
         float std = resid ? resid_std : 0.02f;
+        /* a factor of rank r: U and V alike N(0, s^2) with r s^4 = std^2, so that their
+         * product's entries have the dense matrix's variance */
+        size_t len = strlen(t->name);
+        if (len > 2 && t->name[len - 2] == '_' && (t->name[len - 1] == 'u' || t->name[len - 1] == 'v'))
+            std = sqrtf(std / sqrtf((float)(t->name[len - 1] == 'u' ? t->shape[1] : t->shape[0])));
         for (int64_t k = 0; k < t->numel; k += 256) {
             int64_t n = t->numel - k < 256 ? t->numel - k : 256;
             for (int64_t j = 0; j < n; j++)

@@ -204,6 +204,14 @@ size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
         add(&p, &shared.fch_gelu, (size_t)(BT * H) * e, all0, last);
     if (fused)
         add_ws(&p, &shared.tmp, (size_t)(BT * C) * e, all0, last);
+    /* factored matrices' mids: kept by each block, or shared when the block is recomputed */
+    int64_t max_rank = 0;
+    for (int k = 0; k < 4; k++) {
+        int64_t r = m->cfg.rank[k];
+        max_rank = r > max_rank ? r : max_rank;
+        if (r && rc == KILN_RECOMPUTE_BLOCK)
+            add(&p, &shared.mid[k], (size_t)(BT * r) * e, all0, last);
+    }
 
     for (int64_t l = 0; l < L; l++) {
         gpt_block_acts *a = &blocks[l];
@@ -227,6 +235,9 @@ size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
         }
         if (rc == KILN_RECOMPUTE_NONE)
             add(&p, &a->fch_gelu, (size_t)(BT * H) * e, f0, b0);
+        for (int k = 0; k < 4 && rc != KILN_RECOMPUTE_BLOCK; k++)
+            if (m->cfg.rank[k])
+                add(&p, &a->mid[k], (size_t)(BT * m->cfg.rank[k]) * e, f0, b0);
         /* the block's output is the next block's input (the head's, after the last) */
         int out_last = inf ? (l + 1 < L ? block_f(&ph, l + 1) : head_f(&ph))
                            : (l + 1 < L ? block_b(&ph, l + 1) : head_b(&ph));
@@ -252,6 +263,8 @@ size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
         add_ws(&p, &v->d.dqkv, (size_t)(BT * 3 * A) * e, block_b(&ph, L - 1), d1);
         add_ws(&p, &v->d.dfch, (size_t)(BT * H) * e, block_b(&ph, L - 1), d1);
         add_ws(&p, &v->d.dfch_gelu, (size_t)(BT * H) * e, block_b(&ph, L - 1), d1);
+        if (max_rank)
+            add_ws(&p, &v->d.dmid, (size_t)(BT * max_rank) * e, block_b(&ph, L - 1), d1);
     }
     size_t total = p.failed ? 0 : place(&p);
     if (workspace && !p.failed) {
@@ -280,6 +293,8 @@ size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
             if (rc != KILN_RECOMPUTE_NONE)
                 a->fch_gelu = shared.fch_gelu;
             a->tmp = fused ? shared.tmp : NULL;
+            if (rc == KILN_RECOMPUTE_BLOCK)
+                memcpy(a->mid, shared.mid, sizeof a->mid);
         }
     }
     if (!base)

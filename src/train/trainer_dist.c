@@ -129,9 +129,10 @@ void kiln__zero3_resident(const kiln_train_config *cfg, const kiln_gpt_config *m
     int64_t C = mc->n_embd, L = kiln_gpt_config_blocks(mc), lo, hi; /* blocks of weights */
     kiln_dp_shard_bounds(slab, world, rank, &lo, &hi);
     /* the parts in slab order: the embeddings, the blocks, ln_f (the rest of the slab) */
+    /* a block's weights: what is neither embedding nor ln_f */
+    int64_t block = (kiln_gpt_config_num_params(mc) - (mc->vocab_size + mc->max_seq_len) * C -
+                     2 * C) / L;
     int64_t kept[PARTS_KEPT] = {0}, emb_extra = 0, at = 0;
-    int64_t A = kiln_gpt_config_attn_width(mc), H = kiln_gpt_config_mlp_width(mc);
-    int64_t block = 4 * A * C + 2 * C * H + 3 * A + H + 6 * C;
     for (int64_t i = -1; i <= L; i++) {
         int64_t size = i < 0 ? (mc->padded_vocab_size + mc->max_seq_len) * C
                              : i < L ? block : slab - at;

@@ -10,7 +10,8 @@
 
 static const char *usage =
     "usage: kiln compress quantize --weights W --out Q [--type int8|int4] [--group 32]\n"
-    "       kiln compress prune --weights W --out P [--heads F] [--mlp F] (see prune --help)\n\n"
+    "       kiln compress prune --weights W --out P [--heads F] [--mlp F] (see prune --help)\n"
+    "       kiln compress lowrank --help   (low-rank factorisation)\n\n"
     "Post-training quantization for kiln eval and kiln sample. The matrices of the blocks and\n"
     "the tied embedding/head become int8 (--type int8: one scale per output channel) or int4\n"
     "(--type int4: one scale per --group inputs of an output channel, the group a multiple of\n"
@@ -22,6 +23,8 @@ static const char *usage =
 int cmd_compress(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "prune"))
         return cmd_compress_prune(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "lowrank") == 0)
+        return cmd_compress_lowrank(argc - 1, argv + 1);
     const char *weights = NULL, *out = NULL, *type_name = "int8";
     int64_t group = 32, heads = 0;
     const tool_flag flags[] = {
@@ -37,7 +40,8 @@ int cmd_compress(int argc, char **argv) {
     if (rc)
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
     if (npos != 1 || strcmp(argv[1], "quantize") != 0) {
-        fprintf(stderr, "kiln compress: the actions are 'quantize' and 'prune' (see --help)\n");
+        fprintf(stderr, "kiln compress: the actions are 'quantize', 'prune' and 'lowrank' (see "
+                        "--help)\n");
         return 2;
     }
     kiln_quant_type type;

@@ -17,6 +17,7 @@ int cmd_replay(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_compress(int argc, char **argv);
 int cmd_compress_prune(int argc, char **argv); /* kiln compress prune */
+int cmd_compress_lowrank(int argc, char **argv); /* kiln compress lowrank */
 int cmd_distill(int argc, char **argv);
 
 /* kiln train's parsing and loop (cmd_train.c); replay_step > 0: kiln replay of that step
