@@ -358,8 +358,7 @@ static void test_model_logits(void) {
 }
 
 /* src copied to dst with metadata key set to value (NULL: removed). */
-static void rewrite_metadata(const char *src, const char *dst, const char *key,
-                             const char *value) {
+static void rewrite_metadata(const char *src, const char *dst, const char *key, const char *value) {
     kiln_safetensors *f = NULL;
     kiln_safetensors_writer *w = NULL;
     CHECK_OK(kiln_safetensors_open(&f, src));

@@ -324,8 +324,7 @@ static void test_config_claims_too_much(void) {
                                              slab + t->offset));
     }
     const int64_t none[1] = {0};
-    CHECK_OK(kiln_safetensors_writer_add(w, "h.999.ln_1.weight", KILN_ST_DTYPE_F32, 1, none,
-                                         slab));
+    CHECK_OK(kiln_safetensors_writer_add(w, "h.999.ln_1.weight", KILN_ST_DTYPE_F32, 1, none, slab));
     CHECK_OK(kiln_safetensors_writer_write(w, path_x));
     kiln_safetensors_writer_free(w);
     kiln_gpt_config c;
