@@ -133,10 +133,14 @@ void kiln_prune_report(const kiln_gpt *m, const float *w, char *out, size_t cap,
  * (out, in) for int8; U8 (out, in / 2) for int4, input 2i in the low nibble of byte i and
  * 2i+1 in the high one, each holding its value + 8. Its scales are "<name>_scale", F32 (out)
  * for int8 and (out, in / G) for int4. Metadata: kiln's configuration keys, KILN_ST_META_QUANT
- * ("int8" or "int4"), KILN_ST_META_QUANT_GROUP (G, int4 only). Dense loaders refuse such a
- * file (kiln_gpt_load_safetensors names it as quantized). */
+ * ("int8" or "int4"), KILN_ST_META_QUANT_GROUP (G, int4 only), KILN_ST_META_QUANT_VERSION (the
+ * layout's version, KILN_QUANT_VERSION; a file without it is of version 1, and one of a version
+ * past this kiln's is refused as written by a newer kiln). Dense loaders refuse such a file
+ * (kiln_gpt_load_safetensors names it as quantized). */
 #define KILN_ST_META_QUANT "kiln.quant"
 #define KILN_ST_META_QUANT_GROUP "kiln.quant.group"
+#define KILN_ST_META_QUANT_VERSION "kiln.quant_version"
+#define KILN_QUANT_VERSION 1
 
 typedef enum kiln_quant_type {
     KILN_QUANT_NONE = 0, /* a dense file */
@@ -170,7 +174,8 @@ kiln_status kiln_quant_save(kiln_gpt *m, kiln_quant_type type, int64_t group, co
 
 /* Whether the safetensors file at path is quantized: *type (KILN_QUANT_NONE for a dense file)
  * and *group (0 unless int4; may be NULL). KILN_ERR_FORMAT for a "kiln.quant" kiln does not
- * know. */
+ * know; KILN_ERR_UNSUPPORTED, naming the version, for a quantized file of a version past
+ * KILN_QUANT_VERSION (written by a newer kiln). */
 kiln_status kiln_quant_probe(const char *path, kiln_quant_type *type, int64_t *group);
 
 /* A model for inference from a quantized file, planned for B x T (T 0 or past the context:

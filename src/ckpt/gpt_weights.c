@@ -411,6 +411,9 @@ kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *p
     if (s == KILN_OK && present && present != N_META_KEYS)
         s = kiln_error_setf(KILN_ERR_FORMAT, "%s: kiln metadata is incomplete (%d of %d keys)",
                             path, present, N_META_KEYS);
+    uint64_t have = 0; /* the tensors' bytes: every parameter takes 2 at least (F16, BF16) */
+    for (int k = 0; k < kiln_safetensors_num_tensors(f); k++)
+        have += kiln_safetensors_tensor(f, k)->nbytes;
     kiln_safetensors_close(f);
     if (s != KILN_OK)
         return s;
@@ -434,6 +437,15 @@ kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *p
     s = kiln_gpt_config_validate(&c);
     if (s != KILN_OK)
         return kiln_error_wrapf(s, "%s", path);
+    /* Before a caller allocates the model: a small file whose names claim many large layers
+     * would otherwise cost gigabytes before the load finds the tensors missing. */
+    if (have < 2 * (uint64_t)kiln_gpt_config_num_params(&c))
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: its tensors hold %llu bytes, too few for the %lld parameters "
+                               "of the model they describe (%lld layers, n_embd %lld)",
+                               path, (unsigned long long)have,
+                               (long long)kiln_gpt_config_num_params(&c), (long long)c.n_layer,
+                               (long long)c.n_embd);
     *cfg = c;
     return KILN_OK;
 }

@@ -160,6 +160,7 @@ kiln_status kiln_quant_save(kiln_gpt *m, kiln_quant_type type, int64_t group, co
     KILN_CHECK_GOTO(
         s, kiln_safetensors_writer_set_metadata(w, KILN_ST_META_QUANT, kiln_quant_type_name(type)),
         done);
+    KILN_CHECK_GOTO(s, set_meta_int(w, KILN_ST_META_QUANT_VERSION, KILN_QUANT_VERSION), done);
     if (G)
         KILN_CHECK_GOTO(s, set_meta_int(w, KILN_ST_META_QUANT_GROUP, G), done);
     if (cfg->share_layers > 1) /* the tensors hold n_layer / share blocks */
@@ -231,6 +232,20 @@ kiln_status kiln_quant_probe(const char *path, kiln_quant_type *type, int64_t *g
         s = kiln_error_setf(KILN_ERR_FORMAT,
                             "%s: metadata \"%s\" is \"%s\": a quantization this kiln does not know",
                             path, KILN_ST_META_QUANT, q);
+    const char *ver = kiln_safetensors_metadata(f, KILN_ST_META_QUANT_VERSION);
+    if (!s && *type != KILN_QUANT_NONE && ver) { /* none: version 1, which did not record it */
+        char *end = NULL;
+        long long v = strtoll(ver, &end, 10);
+        if (!ver[0] || *end || v < 1)
+            s = kiln_error_setf(KILN_ERR_FORMAT, "%s: metadata \"%s\" is \"%s\": not a version",
+                                path, KILN_ST_META_QUANT_VERSION, ver);
+        else if (v > KILN_QUANT_VERSION)
+            s = kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                                "%s: a quantized model of format version %lld, written by a newer "
+                                "kiln (this one reads version %d and older): quantize the dense "
+                                "model again with this kiln, or use the newer one",
+                                path, v, KILN_QUANT_VERSION);
+    }
     if (!s && *type == KILN_QUANT_INT4) {
         char *end = NULL;
         long long v = g ? strtoll(g, &end, 10) : 0;

@@ -81,6 +81,25 @@ static kiln_status read_config(const kiln_safetensors *f, kiln_gpt_config *cfg) 
     return s ? kiln_error_wrapf(s, "%s", path) : KILN_OK;
 }
 
+/* A file holds at least the bytes of the model its metadata describes (every parameter, a
+ * matrix's at half a byte for int4): checked before the model is allocated, so that a few
+ * digits of metadata cannot make a small file claim a model of many gigabytes. */
+static kiln_status check_size(const kiln_safetensors *f, const kiln_gpt_config *cfg, int64_t G) {
+    uint64_t have = 0, need = (uint64_t)kiln_gpt_config_num_params(cfg) / (G ? 2 : 1);
+    for (int i = 0; i < kiln_safetensors_num_tensors(f); i++)
+        have += kiln_safetensors_tensor(f, i)->nbytes;
+    if (have < need)
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: its tensors hold %llu bytes, too few for the %lld parameters "
+                               "of the model its metadata describes (%lld layers, n_embd %lld, "
+                               "vocabulary %lld, context %lld)",
+                               kiln_safetensors_path(f), (unsigned long long)have,
+                               (long long)kiln_gpt_config_num_params(cfg), (long long)cfg->n_layer,
+                               (long long)cfg->n_embd, (long long)cfg->vocab_size,
+                               (long long)cfg->max_seq_len);
+    return KILN_OK;
+}
+
 static kiln_status want(const char *path, const kiln_st_tensor *t, const char *name,
                         kiln_st_dtype dtype, int ndim, int64_t d0, int64_t d1) {
     if (!t)
@@ -191,6 +210,7 @@ kiln_status kiln_quant_load(kiln_gpt **out, const char *path, int64_t B, int64_t
                             (long long)kiln_gpt_config_mlp_width(&cfg));
         goto fail;
     }
+    KILN_CHECK_GOTO(s, check_size(f, &cfg, G), fail);
     if (T <= 0 || T > cfg.max_seq_len)
         T = cfg.max_seq_len;
     KILN_CHECK_GOTO(s, kiln_gpt_create_inference(&m, &cfg, B, T, KILN_DTYPE_F32, NULL), fail);

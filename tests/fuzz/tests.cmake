@@ -1,8 +1,8 @@
 # libFuzzer targets: built with -DKILN_FUZZ=ON and clang (CC=clang). Each target compiles the
 # library sources it needs itself, instrumented for coverage and checked by AddressSanitizer
 # and UndefinedBehaviorSanitizer, rather than linking the uninstrumented kiln library.
-# Each has a CTest test "fuzz.<name>" that fuzzes for 30 s from a seed corpus generated at
-# test time, with a fixed seed.
+# Each has a CTest test "fuzz.<name>" that fuzzes for 20 to 30 s from a seed corpus generated
+# at test time, with a fixed seed.
 if(KILN_FUZZ)
   if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
     message(WARNING "KILN_FUZZ needs clang (configure with CC=clang); fuzz targets skipped")
@@ -61,5 +61,59 @@ if(KILN_FUZZ)
       WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz/tokenizer)
     set_tests_properties(fuzz.tokenizer PROPERTIES LABELS fuzz TIMEOUT 120
       ENVIRONMENT "KILN_GPT2_DIR=${CMAKE_SOURCE_DIR}/deps/gpt2")
+
+    # The readers of the files users hand kiln that need a model to load into or a trainer to
+    # resume: one instrumented copy of the whole library, shared by their targets (coverage
+    # only: the fuzzer's own runtime comes with each target's link).
+    file(GLOB_RECURSE KILN_FUZZ_LIB_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/*.c)
+    add_library(kiln_fuzzlib STATIC ${KILN_FUZZ_LIB_SOURCES})
+    target_compile_options(kiln_fuzzlib PRIVATE -fsanitize=fuzzer-no-link,address,undefined
+      -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1 -Wno-pass-failed)
+    target_include_directories(kiln_fuzzlib PUBLIC ${CMAKE_SOURCE_DIR}/include
+      PRIVATE ${CMAKE_SOURCE_DIR}/src ${OPENBLAS_INCLUDE_DIR} ${CJSON_INCLUDE_DIR} ${XXHASH_INCLUDE_DIR})
+    target_link_libraries(kiln_fuzzlib PUBLIC ${OPENBLAS_LIB} ${CJSON_LIB} ${XXHASH_LIB}
+      PkgConfig::PCRE2 OpenMP::OpenMP_C m)
+
+    # kiln_fuzz_target(NAME SEEDGEN SEEDARG SECONDS MAXLEN DICT): fuzz_NAME.c against the
+    # instrumented library, and the test fuzz.NAME: SEEDGEN SEEDARG writes the seeds, then
+    # SECONDS of fuzzing from them with a fixed seed (DICT: a file of tokens beside this one, or
+    # ""). The malloc limit (the rss limit, 2 GiB) makes an allocation far past what an input of
+    # MAXLEN bytes can justify a failure.
+    function(kiln_fuzz_target name seedgen seedarg seconds maxlen dict)
+      add_executable(fuzz_${name} ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_${name}.c)
+      target_compile_options(fuzz_${name} PRIVATE ${KILN_FUZZ_FLAGS})
+      target_link_options(fuzz_${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+      target_include_directories(fuzz_${name} PRIVATE ${CMAKE_SOURCE_DIR}/src
+        ${CJSON_INCLUDE_DIR} ${XXHASH_INCLUDE_DIR})
+      target_link_libraries(fuzz_${name} PRIVATE kiln_fuzzlib)
+      set_target_properties(fuzz_${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
+      set(work ${CMAKE_BINARY_DIR}/fuzz/${name})
+      file(MAKE_DIRECTORY ${work})
+      set(dictarg "")
+      if(dict)
+        set(dictarg "-dict=${CMAKE_SOURCE_DIR}/tests/fuzz/${dict}")
+      endif()
+      add_test(NAME fuzz.${name}
+        COMMAND sh -c "rm -rf corpus seeds && mkdir corpus seeds && \"$0\" ${seedarg} seeds && \"$1\" -seed=1 -max_total_time=${seconds} -max_len=${maxlen} -timeout=10 -rss_limit_mb=2048 ${dictarg} -print_final_stats=1 corpus seeds"
+          $<TARGET_FILE:${seedgen}> $<TARGET_FILE:fuzz_${name}>
+        WORKING_DIRECTORY ${work})
+      set_tests_properties(fuzz.${name} PROPERTIES LABELS fuzz TIMEOUT 180
+        ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
+    endfunction()
+
+    add_executable(fuzz_seed_models ${CMAKE_SOURCE_DIR}/tests/fuzz/gen_model_seeds.c)
+    target_link_libraries(fuzz_seed_models PRIVATE kiln)
+    set_target_properties(fuzz_seed_models PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
+    kiln_fuzz_target(quant fuzz_seed_models quant 25 65536 model.dict)
+    kiln_fuzz_target(weights fuzz_seed_models weights 25 131072 model.dict)
+    kiln_fuzz_target(config_json fuzz_seed_models config 20 4096 "")
+    # The checkpoint's seeds come from the instrumented library, as the fuzzer's own run does:
+    # the same bits, so that the seeds' checksums hold as written.
+    add_executable(fuzz_seed_ckpt ${CMAKE_SOURCE_DIR}/tests/fuzz/gen_ckpt_seeds.c)
+    target_link_libraries(fuzz_seed_ckpt PRIVATE kiln_fuzzlib)
+    target_link_options(fuzz_seed_ckpt PRIVATE -fsanitize=address,undefined)
+    target_include_directories(fuzz_seed_ckpt PRIVATE ${CMAKE_SOURCE_DIR}/src ${CJSON_INCLUDE_DIR})
+    set_target_properties(fuzz_seed_ckpt PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
+    kiln_fuzz_target(ckpt fuzz_seed_ckpt "" 30 98304 ckpt.dict)
   endif()
 endif()

@@ -357,6 +357,86 @@ static void test_model_logits(void) {
     test_rmtree(dir);
 }
 
+/* src copied to dst with metadata key set to value (NULL: removed). */
+static void rewrite_metadata(const char *src, const char *dst, const char *key, const char *value) {
+    kiln_safetensors *f = NULL;
+    kiln_safetensors_writer *w = NULL;
+    CHECK_OK(kiln_safetensors_open(&f, src));
+    CHECK_OK(kiln_safetensors_writer_init(&w));
+    if (!f || !w)
+        return;
+    for (int i = 0; i < kiln_safetensors_num_tensors(f); i++) {
+        const kiln_st_tensor *t = kiln_safetensors_tensor(f, i);
+        CHECK_OK(kiln_safetensors_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data));
+    }
+    for (int i = 0; i < kiln_safetensors_num_metadata(f); i++) {
+        const char *k, *v;
+        kiln_safetensors_metadata_at(f, i, &k, &v);
+        if (strcmp(k, key) != 0)
+            CHECK_OK(kiln_safetensors_writer_set_metadata(w, k, v));
+    }
+    if (value)
+        CHECK_OK(kiln_safetensors_writer_set_metadata(w, key, value));
+    CHECK_OK(kiln_safetensors_writer_write(w, dst));
+    kiln_safetensors_writer_free(w);
+    kiln_safetensors_close(f);
+}
+
+/* The file records its layout's version: one of a newer kiln is refused naming the version,
+ * one without it (an older kiln's) is version 1, a malformed one is not a version. */
+static void test_format_version(void) {
+    char dir[256], q8[512], x[512];
+    test_tmpdir(dir, sizeof dir, "quant_version");
+    test_path(q8, sizeof q8, dir, "q8.safetensors");
+    test_path(x, sizeof x, dir, "x.safetensors");
+    kiln_gpt_config cfg = {
+        .max_seq_len = 8, .vocab_size = 64, .n_layer = 1, .n_head = 2, .n_embd = 32};
+    CHECK_OK(kiln_gpt_config_validate(&cfg));
+    kiln_gpt *m = NULL;
+    CHECK_OK(kiln_gpt_create_inference(&m, &cfg, 1, 8, KILN_DTYPE_F32, NULL));
+    if (!m)
+        return;
+    kiln_gpt_init_weights(m, 3);
+    CHECK_OK(kiln_quant_save(m, KILN_QUANT_INT8, 0, q8));
+    kiln_safetensors *f = NULL;
+    CHECK_OK(kiln_safetensors_open(&f, q8));
+    const char *v = f ? kiln_safetensors_metadata(f, KILN_ST_META_QUANT_VERSION) : NULL;
+    CHECK_TRUE(v && atoi(v) == KILN_QUANT_VERSION);
+    kiln_safetensors_close(f);
+    kiln_quant_type t;
+    kiln_gpt *qm = NULL;
+    char newer[16];
+    snprintf(newer, sizeof newer, "%d", KILN_QUANT_VERSION + 1);
+    rewrite_metadata(q8, x, KILN_ST_META_QUANT_VERSION, newer);
+    CHECK_STATUS(kiln_quant_probe(x, &t, NULL), KILN_ERR_UNSUPPORTED);
+    CHECK_TRUE(strstr(kiln_error_message(), "newer kiln") != NULL);
+    char says[64];
+    snprintf(says, sizeof says, "format version %s", newer);
+    CHECK_TRUE(strstr(kiln_error_message(), says) != NULL);
+    CHECK_STATUS(kiln_quant_load(&qm, x, 1, 4), KILN_ERR_UNSUPPORTED);
+    CHECK_TRUE(qm == NULL);
+    rewrite_metadata(q8, x, KILN_ST_META_QUANT_VERSION, "1.5");
+    CHECK_STATUS(kiln_quant_probe(x, &t, NULL), KILN_ERR_FORMAT);
+    CHECK_TRUE(strstr(kiln_error_message(), "not a version") != NULL);
+    rewrite_metadata(q8, x, KILN_ST_META_QUANT_VERSION, NULL); /* an older kiln's file */
+    CHECK_OK(kiln_quant_probe(x, &t, NULL));
+    CHECK_INT_EQ(t, KILN_QUANT_INT8);
+    CHECK_OK(kiln_quant_load(&qm, x, 1, 4));
+    kiln_gpt_free(qm);
+    qm = NULL;
+    /* Metadata claiming a model far larger than the file's tensors: refused before the model
+     * is allocated (64 layers of 4096 channels would take 52 GB). */
+    rewrite_metadata(q8, x, "kiln.n_layer", "64");
+    char y[512];
+    test_path(y, sizeof y, dir, "y.safetensors");
+    rewrite_metadata(x, y, "kiln.n_embd", "4096");
+    CHECK_STATUS(kiln_quant_load(&qm, y, 1, 4), KILN_ERR_FORMAT);
+    CHECK_TRUE(strstr(kiln_error_message(), "too few for the") != NULL);
+    CHECK_TRUE(qm == NULL);
+    kiln_gpt_free(m);
+    test_rmtree(dir);
+}
+
 int main(void) {
     RUN_TEST(test_int8_bounds);
     RUN_TEST(test_int4_bounds);
@@ -364,5 +444,6 @@ int main(void) {
     RUN_TEST(test_kernel_int4);
     RUN_TEST(test_kernel_special_rows);
     RUN_TEST(test_model_logits);
+    RUN_TEST(test_format_version);
     TEST_MAIN_END();
 }

@@ -307,6 +307,35 @@ static void test_config_metadata_errors(void) {
     kiln_gpt_free(a);
 }
 
+/* Tensor names that claim far more layers than the file holds the bytes of: refused when the
+ * configuration is read, before a caller allocates the model. */
+static void test_config_claims_too_much(void) {
+    kiln_gpt *a = make_model(1, 16, 1);
+    if (!a)
+        return;
+    kiln_safetensors_writer *w = NULL;
+    CHECK_OK(kiln_safetensors_writer_init(&w));
+    if (!w)
+        return;
+    const float *slab = kiln_gpt_params(a);
+    for (int i = 0; i < kiln_gpt_num_tensors(a); i++) {
+        const kiln_tensor_info *t = kiln_gpt_tensor(a, i);
+        CHECK_OK(kiln_safetensors_writer_add(w, t->name, KILN_ST_DTYPE_F32, t->ndim, t->shape,
+                                             slab + t->offset));
+    }
+    const int64_t none[1] = {0};
+    CHECK_OK(kiln_safetensors_writer_add(w, "h.999.ln_1.weight", KILN_ST_DTYPE_F32, 1, none, slab));
+    CHECK_OK(kiln_safetensors_writer_write(w, path_x));
+    kiln_safetensors_writer_free(w);
+    kiln_gpt_config c;
+    memset(&c, 0, sizeof c);
+    c.n_head = 2;
+    CHECK_STATUS(kiln_gpt_config_from_safetensors(&c, path_x), KILN_ERR_FORMAT);
+    CHECK_TRUE(strstr(kiln_error_message(), "too few for the") != NULL);
+    CHECK_TRUE(strstr(kiln_error_message(), "1000 layers") != NULL);
+    kiln_gpt_free(a);
+}
+
 /* A failed save (the target is a folder) leaves no temporary and no half file. */
 static void test_failed_save(void) {
     kiln_gpt *a = make_model(1, 16, 1);
@@ -335,6 +364,7 @@ int main(void) {
     RUN_TEST(test_mismatched_models);
     RUN_TEST(test_hugging_face_variants);
     RUN_TEST(test_config_metadata_errors);
+    RUN_TEST(test_config_claims_too_much);
     RUN_TEST(test_failed_save);
     test_rmtree(dir);
     TEST_MAIN_END();
