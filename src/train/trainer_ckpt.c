@@ -176,6 +176,11 @@ static kiln_status write_state(kiln_trainer *t, const kiln__ckpt_writer *w, cons
     cJSON_AddNumberToObject(m, "n_embd", (double)mc->n_embd);
     cJSON_AddNumberToObject(m, "head_size", (double)kiln_gpt_config_head_size(mc));
     cJSON_AddNumberToObject(m, "mlp_hidden", (double)kiln_gpt_config_mlp_width(mc));
+    if (mc->rank[0] || mc->rank[1] || mc->rank[2] || mc->rank[3]) { /* low-rank factors */
+        cJSON *r = cJSON_AddArrayToObject(m, "rank");
+        for (int k = 0; k < 4; k++)
+            cJSON_AddItemToArray(r, cJSON_CreateNumber((double)mc->rank[k]));
+    }
     cJSON_AddNumberToObject(m, "max_seq_len", (double)mc->max_seq_len);
     cJSON_AddNumberToObject(m, "vocab_size", (double)mc->vocab_size);
     cJSON_AddStringToObject(m, "dtype", kiln_dtype_name(kiln_gpt_dtype(t->model)));

@@ -177,6 +177,20 @@ static kiln_status check_identity(kiln_trainer *t, const char *folder, const cJS
                                folder, (long long)hs, (long long)mh,
                                (long long)kiln_gpt_config_head_size(mc),
                                (long long)kiln_gpt_config_mlp_width(mc));
+    /* low-rank factors (checkpoints without "rank": dense matrices) */
+    const cJSON *rk = cJSON_GetObjectItemCaseSensitive(m, "rank");
+    for (int k = 0; k < 4; k++) {
+        const cJSON *v = cJSON_IsArray(rk) ? cJSON_GetArrayItem(rk, k) : NULL;
+        int64_t r = cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
+        if ((rk && (!cJSON_IsArray(rk) || cJSON_GetArraySize(rk) != 4 || !cJSON_IsNumber(v))))
+            return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json: \"rank\" is not 4 numbers",
+                                   folder);
+        if (r != mc->rank[k])
+            return kiln_error_setf(KILN_ERR_CONFIG,
+                                   "%s is a checkpoint of another model (its low-rank factors "
+                                   "are of ranks %s; this run's are not the same): not resumed",
+                                   folder, rk ? "given in its state.json" : "none, dense");
+    }
     if (strcmp(dt->valuestring, mine_dt))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "%s is a checkpoint of a %s run; this run trains in %s: not "

@@ -87,6 +87,24 @@ case_finetune() {
     check "fine-tuning lowers the loss ($before -> $after)" less "$after" "$before"
     run sample --weights ft.st --tokens 20 --prompt "The " --seed 1
     expect_ok
+    # a factored run resumes from its checkpoint to the same bytes; a dense one refuses it
+    TR="train --seq 16 --batch 2 --steps 20 --lr 3e-3 --warmup 2 --peak-gflops 100 --threads 1 --data $DATA"
+    run $TR --init f.st --save a.st --checkpoint-dir ck --checkpoint-every 10
+    expect_ok
+    rm -r ck/step_00000020
+    echo step_00000010 >ck/latest
+    run $TR --init f.st --save b.st --checkpoint-dir ck --checkpoint-every 10 --resume ck
+    expect_ok
+    check "the resumed factored run ends with the same bytes" same_file a.st b.st
+    run $TR --init "$GOOD" --save c.st --checkpoint-dir ck --checkpoint-every 10 --resume ck
+    expect_fail
+    expect_err 'low-rank factors'
+    check "no weights saved by the refused run" test ! -e c.st
+    # structured pruning wants the dense model
+    run compress prune --weights ft.st --out p.st --heads 0.5 --importance magnitude
+    expect_rc 2
+    expect_err 'holds low-rank factors'
+    check "nothing written" test ! -e p.st
     no_temp_files .
 }
 

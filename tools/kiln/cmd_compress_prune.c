@@ -107,6 +107,13 @@ int cmd_compress_prune(int argc, char **argv) {
         tool_report(me, s);
         return 1;
     }
+    if (cfg.rank[0] || cfg.rank[1] || cfg.rank[2] || cfg.rank[3]) {
+        fprintf(stderr,
+                "%s: %s holds low-rank factors (kiln compress lowrank): prune the dense model "
+                "and factorise after\n",
+                me, weights);
+        return 2;
+    }
     int64_t NH = cfg.n_head, H = kiln_gpt_config_mlp_width(&cfg);
     int64_t U = kiln_gpt_config_blocks(&cfg);
     int64_t keep_heads = NH - (int64_t)llround(heads_frac * (double)NH);
