@@ -149,18 +149,19 @@ __global__ void __launch_bounds__(ATT_THREADS)
 template <typename T>
 __global__ void kcu_attention_rowdot(float *D, const T *dout, const T *osave, int64_t B,
                                      int64_t T_, int64_t C, int NH, int hs) {
-    int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
-    if (w >= B * T_ * NH)
-        return;
-    int64_t h = w % NH, bt = w / NH, b = bt / T_, t = bt % T_;
-    int64_t at = bt * C + h * hs;
-    float s = 0.0f;
-    for (int i = lane; i < hs; i += 32)
-        s += kcu_ld(dout, at + i) * kcu_ld(osave, at + i);
-    s = kcu_warp_sum(s);
-    if (lane == 0)
-        D[(b * NH + h) * T_ + t] = s;
+    int64_t nw = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; w < B * T_ * NH;
+         w += nw) { /* the same w in all lanes of a warp */
+        int64_t h = w % NH, bt = w / NH, b = bt / T_, t = bt % T_;
+        int64_t at = bt * C + h * hs;
+        float s = 0.0f;
+        for (int i = lane; i < hs; i += 32)
+            s += kcu_ld(dout, at + i) * kcu_ld(osave, at + i);
+        s = kcu_warp_sum(s);
+        if (lane == 0)
+            D[(b * NH + h) * T_ + t] = s;
+    }
 }
 
 /* dQ: grid x = B*NH, y = query tiles. */
