@@ -184,16 +184,15 @@ static kiln_status start(void) {
     be->name = "cuda";
     be->prepare = NULL;
     be->impl = s;
-    cudaError_t e;
+    cudaError_t e = cudaSuccess;
     const char *what = NULL;
-    cublasStatus_t cs;
+    kiln_status ks;
     if ((e = cudaGetDevice(&s->device)) != cudaSuccess) {
         what = "cudaGetDevice";
     } else if ((e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         what = "cudaStreamCreate";
-    } else if ((cs = cublasLtCreate(&s->lt)) != CUBLAS_STATUS_SUCCESS) {
-        return kiln_error_setf(KILN_ERR_INTERNAL, "cuda backend: cublasLtCreate failed (%d)",
-                               (int)cs);
+    } else if ((ks = kcu_matmul_start(s)) != KILN_OK) {
+        return ks;
     } else {
         s->lt_ws_bytes = (size_t)32 << 20; /* what cuBLASLt suggests for Hopper */
         if ((e = cudaMalloc(&s->lt_ws, s->lt_ws_bytes)) != cudaSuccess)

@@ -138,7 +138,9 @@ __device__ __forceinline__ float kcu_warp_max(float v) {
 void kcu_column_sums(kiln_backend *be, kiln_dtype dt, float *dst, const void *x, int64_t N,
                      int64_t cols);
 
-/* cuda_matmul.cu */
+/* cuda_matmul.cu: load cuBLASLt and create the handle (the thread's error message says why
+ * not); forget the cached algorithms. */
+kiln_status kcu_matmul_start(kcu_state *s);
 void kcu_matmul_release(kcu_state *s);
 
 /* Every op of the table: KILN_BACKEND_DECLARE gives kiln__cuda_<op>. */

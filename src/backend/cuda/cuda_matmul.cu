@@ -12,10 +12,68 @@
  * reference computes it). The bias gradient is a column sum (cuda_layers.cu), in a fixed
  * order. Each product's algorithm is chosen once by cuBLASLt's heuristic and cached by
  * shape, layout, types and alignment. */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+
+/* cuBLASLt is loaded when the backend starts (dlopen), not linked: the library is large, and
+ * a kiln that runs on the CPU should neither map it at load time nor need it installed. */
+#define KCU_LT_FUNCS(X)                                                                            \
+    X(cublasLtCreate)                                                                              \
+    X(cublasLtGetStatusString)                                                                     \
+    X(cublasLtMatmul)                                                                              \
+    X(cublasLtMatmulAlgoGetHeuristic)                                                              \
+    X(cublasLtMatmulDescCreate)                                                                    \
+    X(cublasLtMatmulDescDestroy)                                                                   \
+    X(cublasLtMatmulDescSetAttribute)                                                              \
+    X(cublasLtMatmulPreferenceCreate)                                                              \
+    X(cublasLtMatmulPreferenceDestroy)                                                             \
+    X(cublasLtMatmulPreferenceSetAttribute)                                                        \
+    X(cublasLtMatrixLayoutCreate)                                                                  \
+    X(cublasLtMatrixLayoutDestroy)
+#define KCU_LT_POINTER_(f) static decltype(&f) p_##f;
+KCU_LT_FUNCS(KCU_LT_POINTER_)
+#undef KCU_LT_POINTER_
+#define cublasLtCreate p_cublasLtCreate
+#define cublasLtGetStatusString p_cublasLtGetStatusString
+#define cublasLtMatmul p_cublasLtMatmul
+#define cublasLtMatmulAlgoGetHeuristic p_cublasLtMatmulAlgoGetHeuristic
+#define cublasLtMatmulDescCreate p_cublasLtMatmulDescCreate
+#define cublasLtMatmulDescDestroy p_cublasLtMatmulDescDestroy
+#define cublasLtMatmulDescSetAttribute p_cublasLtMatmulDescSetAttribute
+#define cublasLtMatmulPreferenceCreate p_cublasLtMatmulPreferenceCreate
+#define cublasLtMatmulPreferenceDestroy p_cublasLtMatmulPreferenceDestroy
+#define cublasLtMatmulPreferenceSetAttribute p_cublasLtMatmulPreferenceSetAttribute
+#define cublasLtMatrixLayoutCreate p_cublasLtMatrixLayoutCreate
+#define cublasLtMatrixLayoutDestroy p_cublasLtMatrixLayoutDestroy
+
+#define KCU_STR_(x) #x
+#define KCU_STR(x) KCU_STR_(x)
+
+kiln_status kcu_matmul_start(kcu_state *s) {
+    static const char *const names[] = {"libcublasLt.so." KCU_STR(CUBLAS_VER_MAJOR),
+                                        "libcublasLt.so"};
+    void *h = NULL;
+    for (int i = 0; i < 2 && !h; i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "cuda backend: cannot load %s (%s): install the CUDA toolkit's "
+                               "cuBLAS libraries, or run on the CPU backend (cpu)",
+                               names[0], dlerror());
+#define KCU_LT_LOAD_(f)                                                                            \
+    if (!(p_##f = (decltype(p_##f))dlsym(h, #f)))                                                 \
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED, "cuda backend: %s has no %s", names[0], #f);
+    KCU_LT_FUNCS(KCU_LT_LOAD_)
+#undef KCU_LT_LOAD_
+    cublasStatus_t st = cublasLtCreate(&s->lt);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return kiln_error_setf(KILN_ERR_INTERNAL, "cuda backend: cublasLtCreate failed: %s",
+                               cublasLtGetStatusString(st));
+    return KILN_OK;
+}
 
 static cudaDataType_t cuda_type(kiln_dtype dt) {
     return dt == KILN_DTYPE_BF16 ? CUDA_R_16BF : dt == KILN_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
@@ -61,8 +119,8 @@ static int same_problem(const lt_problem *a, const lt_problem *b) {
     return memcmp(a, b, sizeof *a) == 0;
 }
 
-/* Returns 0 on success; 1 when cuBLASLt has no algorithm (nothing recorded: the caller may
- * take another way); -1 on an error (recorded). */
+/* Returns 0 on success; 1 when cuBLASLt has no algorithm or does not support the case
+ * (nothing recorded: the caller may take another way); -1 on an error (recorded). */
 static int lt_matmul(kiln_backend *be, const lt_problem *pr, void *D, const void *A,
                      const void *B, const void *bias, void *aux, const char *what) {
     kcu_state *s = kcu_st(be);
@@ -152,6 +210,10 @@ static int lt_matmul(kiln_backend *be, const lt_problem *pr, void *D, const void
     ret = 0;
     goto done;
 fail:
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) { /* as no algorithm: the caller decides */
+        ret = 1;
+        goto done;
+    }
     kiln_backend_fail(be, KILN_ERR_INTERNAL,
                       "cuBLASLt: %s failed in %s (m %lld, n %lld, k %lld): %s", step, what,
                       (long long)pr->m, (long long)pr->n, (long long)pr->k,
