@@ -63,6 +63,16 @@ int kcu_is_device(const void *p) {
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+/* Whether p is ordinary (pageable, not registered with CUDA) host memory. */
+static int kcu_is_pageable(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeUnregistered;
+}
+
 /* The model keeps the batch's ids in host memory (src/model/gpt.c: m->inputs, m->targets,
  * checked there against the vocabulary) and passes those pointers; ids already on the
  * device are used as they are. A host copy goes through the stream: a pageable source is
@@ -249,7 +259,10 @@ void kiln__cuda_copy(kiln_backend *be, void *dst, const void *src, size_t bytes,
                                                    : cudaMemcpyDeviceToDevice;
     if (KCU_CHECK(be, cudaMemcpyAsync(dst, src, bytes, k, st)))
         return;
-    if (kind != KILN_COPY_ON_DEVICE) /* the host side may be read, reused or freed on return */
+    /* The host side may be read, reused or freed on return: wait, except for a copy from
+     * pageable memory to the device, which CUDA stages before cudaMemcpyAsync returns (the
+     * model's weights go up in many small copies, each of which would otherwise wait). */
+    if (kind == KILN_COPY_TO_HOST || (kind == KILN_COPY_TO_DEVICE && !kcu_is_pageable(src)))
         KCU_CHECK(be, cudaStreamSynchronize(st));
 }
 
