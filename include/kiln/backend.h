@@ -277,7 +277,32 @@ kiln_backend *kiln_backend_ref(void);
  * One instance per process. */
 kiln_backend *kiln_backend_cpu(void);
 
-/* A backend by name ("cpu", "ref"); KILN_ERR_NOT_FOUND naming the choices otherwise. */
+/* The CUDA backend (src/backend/cuda, docs/cuda.md): cuBLASLt for matrix products (bf16 and
+ * fp16 with fp32 accumulation; fp32 without TF32 unless asked), kiln's own kernels for the
+ * rest, flash-style attention that keeps only each row's log-sum-exp, one CUDA stream.
+ * Device memory is GPU memory: callers move data with `copy`. Token ids (encoder inputs,
+ * cross-entropy targets) may be host or device pointers. NULL when it cannot run here
+ * (kiln_cuda_available says why). One instance per process, on device 0 (or the device
+ * CUDA_VISIBLE_DEVICES names first). */
+kiln_backend *kiln_backend_cuda(void);
+/* KILN_OK when the CUDA backend can run: built with CUDA, a GPU present, a driver at least
+ * as new as the toolkit, compute capability 8.0 or more (bf16), and kernels built for it.
+ * Otherwise KILN_ERR_UNSUPPORTED with the reason in why (cap bytes, may be NULL) and as the
+ * thread's error message, naming the CPU backend as the way to run. */
+kiln_status kiln_cuda_available(char *why, size_t cap);
+/* Switches of the CUDA backend, each returning its previous value (-1 when built without
+ * CUDA). DETERMINISTIC (on by default): no atomic additions, the same bits on every run;
+ * FUSE_GELU (on): GELU in the product's epilogue when cuBLASLt has one for it; TF32 (off):
+ * fp32 products on TF32 tensor cores (faster, about 2^-11 relative error per product). */
+typedef enum kiln_cuda_flag {
+    KILN_CUDA_DETERMINISTIC = 0,
+    KILN_CUDA_FUSE_GELU = 1,
+    KILN_CUDA_TF32 = 2,
+} kiln_cuda_flag;
+int kiln_cuda_set_flag(kiln_cuda_flag flag, int on);
+
+/* A backend by name ("cpu", "ref", "cuda"); KILN_ERR_NOT_FOUND naming the choices otherwise,
+ * KILN_ERR_UNSUPPORTED with the reason when "cuda" cannot run here. */
 kiln_status kiln_backend_by_name(kiln_backend **out, const char *name);
 
 /* The fp32 GEMM rate of this machine with the GEMM the CPU backend uses, in GFLOP/s:

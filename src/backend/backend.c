@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kiln/backend.h"
+#include "core/error.h"
 
 kiln_status kiln_backend_fail(kiln_backend *be, kiln_status s, const char *fmt, ...) {
     if (be->error != KILN_OK)
@@ -24,8 +25,15 @@ kiln_status kiln_backend_by_name(kiln_backend **out, const char *name) {
         *out = kiln_backend_cpu();
     else if (name && !strcmp(name, "ref"))
         *out = kiln_backend_ref();
+    else if (name && !strcmp(name, "cuda")) {
+        KILN_CHECK(kiln_cuda_available(NULL, 0));
+        *out = kiln_backend_cuda();
+        if (!*out)
+            return kiln_error_setf(KILN_ERR_UNSUPPORTED, "the CUDA backend could not start");
+    }
     if (*out)
         return KILN_OK;
-    return kiln_error_setf(KILN_ERR_NOT_FOUND, "unknown backend \"%s\" (expected cpu or ref)",
+    return kiln_error_setf(KILN_ERR_NOT_FOUND,
+                           "unknown backend \"%s\" (expected cpu, ref or cuda)",
                            name ? name : "(null)");
 }
