@@ -17,13 +17,15 @@ the dense file and each quantized one prints, in one table:
                    model's loading not counted)
   sample tok/s     tokens per second `kiln sample --temperature 0 --tokens N --timing`
                    prints (N --sample-tokens, from the prompt "The"; loading not counted;
-                   each token runs the model over the whole window so far: kiln keeps no
-                   attention cache)
+                   with kiln's generation cache, each new token alone through the model)
 
 Each timing is the best of --rounds rounds; a round times dense, int8 and int4 one after
 the other, so that the three share the machine's state. Ratios ("x dense") compare figures
-of the same run. OpenMP's idle threads sleep (OMP_WAIT_POLICY=passive unless set): on a
-shared machine a spinning thread that loses its core stalls every product after it.
+of the same run. --wait-policy sets OMP_WAIT_POLICY for every model: "default" leaves
+OpenMP's own (idle threads spin a while, then sleep), which is what a user gets and the best
+for both on a quiet machine; "passive" (threads sleep at once) suits a shared machine, where
+a spinning thread that loses its core stalls every product after it, but it costs a wake-up
+per parallel region, which a token run alone through a small model pays many times.
 """
 import argparse
 import os
@@ -61,11 +63,15 @@ def main():
     ap.add_argument("--eval-batches", type=int, default=40)
     ap.add_argument("--sample-tokens", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--wait-policy", choices=("default", "passive", "active"), default="default")
     ap.add_argument("--work", default="bench_quant_work")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     kiln = args.kiln
-    env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"))
+    env = dict(os.environ)
+    env.pop("OMP_WAIT_POLICY", None)
+    if args.wait_policy != "default":
+        env["OMP_WAIT_POLICY"] = args.wait_policy
     # the dense peer at its best: OpenBLAS picks its kernels for this CPU (a machine-wide
     # OPENBLAS_CORETYPE holds it to slower ones)
     env.pop("OPENBLAS_CORETYPE", None)
@@ -112,8 +118,9 @@ def main():
         vnni = False
     print("# %s, %d threads; int8 kernel: %s" % (cpu, args.threads,
                                                   "avx512-vnni" if vnni else "plain"))
-    print("# eval: %s, B=%d T=%d, %d tokens for the loss; timings best of %d rounds" % (
-        args.data, args.batch, args.seq, rows[0]["tokens"], args.rounds))
+    print("# eval: %s, B=%d T=%d, %d tokens for the loss; timings best of %d rounds; "
+          "OMP_WAIT_POLICY %s" % (args.data, args.batch, args.seq, rows[0]["tokens"], args.rounds,
+                                  env.get("OMP_WAIT_POLICY", "unset (OpenMP's default)")))
     d = rows[0]
     hdr = ("model", "file MB", "x smaller", "val loss", "perplexity", "ppl vs dense",
            "eval tok/s", "x dense", "sample tok/s", "x dense")
