@@ -3,7 +3,7 @@
 
     bench_compress.py --kiln build/kiln [--text ../shared/data/tinyshakespeare.txt]
                       [--steps 600] [--tune 300] [--struct-heads 0.3] [--struct-mlp 0.3]
-                      [--lowrank-energy 0.9] [--lowrank-rank 48] [--rounds 3]
+                      [--lowrank-energy 0.9] [--lowrank-rank 48] [--rounds 5] [--sample-tokens 63]
                       [--speed-batches 60]
 
 Trains a dense d6-shaped model (6 layers, 6 heads, 192 channels, byte-level tokens, T=64,
@@ -26,9 +26,12 @@ B=16) on the text, then from it or beside it:
 For each: parameters, file size, validation loss (kiln eval over the held-out tenth), its
 change against the dense model's, KL(dense || it) in nats per token over the same windows
 (kiln eval --teacher), and kiln eval's tokens/s (--speed-batches batches of 16 x 64) and
-kiln sample's (200 tokens, greedy), loading not counted, each the best of --rounds rounds
-that time every model in turn (threads 2, OPENBLAS_CORETYPE unset in kiln's environment, so
-that OpenBLAS picks its kernels for the CPU). The losses are deterministic; the speeds are
+kiln sample's (--sample-tokens greedy tokens after a one-byte prompt: 63 by default, which
+fill the model's context of 64, where each new token runs alone through the model with the
+generation cache; past the context every token's window of 64 runs whole), loading not
+counted, each the best of --rounds rounds that time every model in turn (threads 2,
+OPENBLAS_CORETYPE unset in kiln's environment, so that OpenBLAS picks its kernels for the
+CPU). The losses are deterministic; the speeds are
 this machine's.
 """
 import argparse
@@ -79,7 +82,9 @@ def main():
                    help="structured pruning: fraction of each layer's heads removed")
     p.add_argument("--struct-mlp", type=float, default=0.3,
                    help="structured pruning: fraction of each layer's MLP neurons removed")
-    p.add_argument("--rounds", type=int, default=3, help="speed rounds; the best of each kept")
+    p.add_argument("--rounds", type=int, default=5, help="speed rounds; the best of each kept")
+    p.add_argument("--sample-tokens", type=int, default=63,
+                   help="tokens kiln sample generates in each timing (63: up to the context)")
     p.add_argument("--speed-batches", type=int, default=60,
                    help="kiln eval batches timed in each round")
     p.add_argument("--lowrank-energy", type=float, default=0.9,
@@ -119,12 +124,13 @@ def main():
                                   capture_output=True).returncode == 0
 
     def speeds(row):
-        """kiln eval's tokens/s over --speed-batches batches and kiln sample's over 200 tokens
+        """kiln eval's tokens/s over --speed-batches batches and kiln sample's over --sample-tokens
         (loading not counted in either)."""
         out = run([kiln, "eval", "--weights", row["path"], "--data", val, "--batch", "16",
                    "--seq", "64", "--threads", "2", "--batches", str(a.speed_batches)], env, log)
         row["eval"] = max(row["eval"], float(re.search(r"([0-9.]+) tokens/s", out).group(1)))
-        out = run([kiln, "sample", "--weights", row["path"], "--tokens", "200", "--seed", "1",
+        out = run([kiln, "sample", "--weights", row["path"], "--tokens", str(a.sample_tokens),
+                   "--prompt", "\n", "--seed", "1",
                    "--temperature", "0", "--threads", "2", "--timing"], env, log)
         row["sample"] = max(row["sample"], float(re.search(r"([0-9.]+) tokens/s", out).group(1)))
 
@@ -195,7 +201,8 @@ def main():
             speeds(row)
     base = rows[0]
     print(f"# bench_compress: {a.steps} steps dense (tune {a.tune}), byte-level "
-          f"{os.path.basename(a.text)}, d6 shape, 2 threads; GGUF of the dense: {', '.join(sizes)}")
+          f"{os.path.basename(a.text)}, d6 shape, 2 threads; speeds best of {a.rounds} rounds, "
+          f"sample {a.sample_tokens} tokens; GGUF of the dense: {', '.join(sizes)}")
     hdr = ["method", "params", "file MB", "val loss", "vs dense", "KL from dense", "eval tok/s",
            "x dense", "sample tok/s", "x dense"]
     print("| " + " | ".join(hdr) + " |")
