@@ -20,7 +20,7 @@ static const tool_command commands[] = {
     {"run", cmd_run, "supervise a training: restart it from its checkpoints after a crash"},
     {"distill", cmd_distill, "train a smaller model on a teacher's outputs"},
     {"export", cmd_export, "write a model as GGUF for llama.cpp"},
-    {"compress", cmd_compress, "quantize (int8, int4) or prune heads and MLP neurons of a model"},
+    {"compress", cmd_compress, "smaller models: quantize (int8, int4), prune heads and neurons, low-rank factors"},
     {"bench", cmd_bench, "measure this machine (kiln bench peak)"},
 };
 
