@@ -128,8 +128,8 @@ kiln_status kiln_struct_scores_calibrate(kiln_gpt *m, kiln_loader *l, int64_t B,
     if (batches > n)
         batches = n;
     int32_t *in = malloc((size_t)(B * T) * sizeof *in), *tg = malloc((size_t)(B * T) * sizeof *tg);
-    kiln_status s = in && tg ? KILN_OK
-                             : kiln_error_setf(KILN_ERR_NOMEM, "no memory for a calibration batch");
+    kiln_status s =
+        in && tg ? KILN_OK : kiln_error_setf(KILN_ERR_NOMEM, "no memory for a calibration batch");
     double sum = 0.0;
     for (int64_t i = 0; s == KILN_OK && i < batches; i++) {
         float loss = 0.0f;
@@ -213,8 +213,8 @@ kiln_status kiln_prune_structured(const kiln_gpt *m, const double *head, const d
     int64_t *hk = malloc((size_t)(U * keep_heads) * sizeof *hk);
     int64_t *nk = malloc((size_t)(U * keep_neurons) * sizeof *nk);
     kiln_gpt *n = NULL;
-    kiln_status s = hk && nk ? KILN_OK
-                             : kiln_error_setf(KILN_ERR_NOMEM, "no memory for structured pruning");
+    kiln_status s =
+        hk && nk ? KILN_OK : kiln_error_setf(KILN_ERR_NOMEM, "no memory for structured pruning");
     for (int64_t b = 0; s == KILN_OK && b < U; b++) {
         s = top(head + b * NH, NH, keep_heads, hk + b * keep_heads);
         if (s == KILN_OK)

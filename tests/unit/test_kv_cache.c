@@ -27,7 +27,8 @@ static void test_decode_op(void) {
         qkv[i] = (float)lcg(&x) * 2.0f;
     for (int64_t b = 0; b < B; b++) /* the same positions packed as a (B,Tk) window */
         memcpy(full + b * Tk * 3 * C, qkv + b * ldT * 3 * C, (size_t)(Tk * 3 * C) * sizeof *qkv);
-    float *oc = malloc((size_t)(B * T * C) * sizeof *oc), *orf = malloc((size_t)(B * T * C) * sizeof *orf);
+    float *oc = malloc((size_t)(B * T * C) * sizeof *oc),
+          *orf = malloc((size_t)(B * T * C) * sizeof *orf);
     float *ow = malloc((size_t)(B * Tk * C) * sizeof *ow);
     kiln_backend *cpu = kiln_backend_cpu(), *ref = kiln_backend_ref();
     CHECK_TRUE(cpu->attention_decode != NULL && ref->attention_decode != NULL);
@@ -52,13 +53,15 @@ static void test_decode_op(void) {
     CHECK_TRUE(worst_win < 1e-6);
     /* bf16 on the CPU against the reference in bf16 */
     uint16_t *qb = malloc((size_t)(B * ldT * 3 * C) * sizeof *qb);
-    uint16_t *ob = malloc((size_t)(B * T * C) * sizeof *ob), *obr = malloc((size_t)(B * T * C) * sizeof *obr);
+    uint16_t *ob = malloc((size_t)(B * T * C) * sizeof *ob),
+             *obr = malloc((size_t)(B * T * C) * sizeof *obr);
     kiln_convert(qb, KILN_DTYPE_BF16, qkv, KILN_DTYPE_F32, B * ldT * 3 * C);
     cpu->attention_decode(cpu, KILN_DTYPE_BF16, ob, qb, B, ldT, Tk, T, C, NH);
     ref->attention_decode(ref, KILN_DTYPE_BF16, obr, qb, B, ldT, Tk, T, C, NH);
     CHECK_OK(cpu->synchronize(cpu));
     CHECK_OK(ref->synchronize(ref));
-    float *fb = malloc((size_t)(B * T * C) * sizeof *fb), *fbr = malloc((size_t)(B * T * C) * sizeof *fbr);
+    float *fb = malloc((size_t)(B * T * C) * sizeof *fb),
+          *fbr = malloc((size_t)(B * T * C) * sizeof *fbr);
     kiln_convert(fb, KILN_DTYPE_F32, ob, KILN_DTYPE_BF16, B * T * C);
     kiln_convert(fbr, KILN_DTYPE_F32, obr, KILN_DTYPE_BF16, B * T * C);
     double worst_bf = 0.0;

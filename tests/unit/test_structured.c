@@ -63,7 +63,8 @@ static void check_equivalence(int64_t share) {
         return;
     fill(m, 3 + (uint64_t)share);
     int64_t U = kiln_gpt_config_blocks(&c), NH = 4, hs = 6, H = 96;
-    double *hsc = calloc((size_t)(U * NH), sizeof *hsc), *nsc = calloc((size_t)(U * H), sizeof *nsc);
+    double *hsc = calloc((size_t)(U * NH), sizeof *hsc),
+           *nsc = calloc((size_t)(U * H), sizeof *nsc);
     for (int64_t i = 0; i < U * NH; i++) /* a different order in each block */
         hsc[i] = (double)((i * 7 + 3) % 11);
     for (int64_t i = 0; i < U * H; i++)
@@ -129,8 +130,10 @@ static void check_equivalence(int64_t share) {
         CHECK_OK(kiln_gpt_forward_backward(pt, in, tg, 2, 6, 1.0f, &lp));
         const float *gm = kiln_gpt_grads(m), *gp = kiln_gpt_grads(pt);
         int64_t j = nk[60 - 1]; /* block 0's last kept neuron: its c_fc column */
-        const kiln_tensor_info *fm = kiln_gpt_tensor(m, kiln_gpt_find_tensor(m, "h.0.mlp.c_fc.weight"));
-        const kiln_tensor_info *fp = kiln_gpt_tensor(pt, kiln_gpt_find_tensor(pt, "h.0.mlp.c_fc.weight"));
+        const kiln_tensor_info *fm =
+            kiln_gpt_tensor(m, kiln_gpt_find_tensor(m, "h.0.mlp.c_fc.weight"));
+        const kiln_tensor_info *fp =
+            kiln_gpt_tensor(pt, kiln_gpt_find_tensor(pt, "h.0.mlp.c_fc.weight"));
         double worst = 0.0;
         for (int64_t i = 0; i < 24; i++) {
             double a = gm[fm->offset + i * H + j], b = gp[fp->offset + i * 60 + 59];
@@ -180,8 +183,9 @@ static void test_scores(void) {
     CHECK_OK(kiln_struct_scores_taylor_add(m, w, g, th, tn));
     for (int64_t b = 0; b < U; b++) {
         char name[64];
-#define T_(suffix) (snprintf(name, sizeof name, "h.%lld." suffix, (long long)b), \
-                    kiln_gpt_tensor(m, kiln_gpt_find_tensor(m, name)))
+#define T_(suffix)                                                                                 \
+    (snprintf(name, sizeof name, "h.%lld." suffix, (long long)b),                                  \
+     kiln_gpt_tensor(m, kiln_gpt_find_tensor(m, name)))
         const kiln_tensor_info *qw = T_("attn.c_attn.weight"), *qb = T_("attn.c_attn.bias"),
                                *pw = T_("attn.c_proj.weight"), *fw = T_("mlp.c_fc.weight"),
                                *fb = T_("mlp.c_fc.bias"), *ow = T_("mlp.c_proj.weight");
@@ -273,8 +277,12 @@ static void test_narrow_gradients(void) {
     kiln_gpt_free(m);
 }
 
-static void test_equivalence(void) { check_equivalence(0); }
-static void test_equivalence_shared(void) { check_equivalence(2); }
+static void test_equivalence(void) {
+    check_equivalence(0);
+}
+static void test_equivalence_shared(void) {
+    check_equivalence(2);
+}
 
 /* head_size and mlp_hidden: the defaults are stored as 0, bad values refused */
 static void test_config(void) {

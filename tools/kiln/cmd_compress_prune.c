@@ -185,8 +185,7 @@ int cmd_compress_prune(int argc, char **argv) {
            "parameters %.3fM -> %.3fM (%.1f%%)\n",
            weights, out, (long long)NH, (long long)pc->n_head,
            (long long)kiln_gpt_config_head_size(pc), (long long)H,
-           (long long)kiln_gpt_config_mlp_width(pc),
-           (double)kiln_gpt_config_num_params(&cfg) / 1e6,
+           (long long)kiln_gpt_config_mlp_width(pc), (double)kiln_gpt_config_num_params(&cfg) / 1e6,
            (double)kiln_gpt_config_num_params(pc) / 1e6,
            100.0 * (double)kiln_gpt_config_num_params(pc) /
                (double)kiln_gpt_config_num_params(&cfg));

@@ -16,16 +16,18 @@ static const tool_command commands[] = {
     {"sample", cmd_sample, "generate text from a model"},
     {"prepare", cmd_prepare, "turn text into train and validation token shards"},
     {"tokenizer", cmd_tokenizer, "encode, decode, or train a tokenizer"},
-    {"replay", cmd_replay, "re-run one step of a run from its checkpoint: a bad batch or a blow-up?"},
+    {"replay", cmd_replay,
+     "re-run one step of a run from its checkpoint: a bad batch or a blow-up?"},
     {"run", cmd_run, "supervise a training: restart it from its checkpoints after a crash"},
     {"distill", cmd_distill, "train a smaller model on a teacher's outputs"},
     {"export", cmd_export, "write a model as GGUF for llama.cpp"},
-    {"compress", cmd_compress, "smaller models: quantize (int8, int4), prune heads and neurons, low-rank factors"},
+    {"compress", cmd_compress, "smaller models: int8 and int4, pruned heads and neurons, low-rank"},
     {"bench", cmd_bench, "measure this machine (kiln bench peak)"},
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kiln COMMAND [flags]   (kiln COMMAND --help lists its flags)\n\ncommands:\n");
+    fprintf(f,
+            "usage: kiln COMMAND [flags]   (kiln COMMAND --help lists its flags)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 }
