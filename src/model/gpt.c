@@ -76,9 +76,12 @@ static void linear_backward(kiln_gpt *m, int64_t layer, kiln_gpt_matrix which, v
 
 /* ---- embedding ---- */
 
+/* Positions 0..T-1, or t0..t0+T-1 in a cached forward (the position embedding's rows from
+ * t0). */
 static void embed_forward(kiln_gpt *m, int64_t B, int64_t T) {
-    m->be->encoder_forward(m->be, m->dt, m->encoded, m->inputs, m->p.wte, m->p.wpe, B, T,
-                           m->cfg.n_embd);
+    int64_t t0 = m->kv.t0 > 0 ? m->kv.t0 : 0, C = m->cfg.n_embd;
+    const void *wpe = (const char *)m->p.wpe + (size_t)(t0 * C) * kiln_dtype_size(m->dt);
+    m->be->encoder_forward(m->be, m->dt, m->encoded, m->inputs, m->p.wte, wpe, B, T, C);
 }
 
 static void embed_backward(kiln_gpt *m, int64_t B, int64_t T) {
@@ -402,8 +405,8 @@ static kiln_status body_forward(kiln_gpt *m, const int32_t *inputs, const int32_
     return KILN_OK;
 }
 
-kiln_status kiln_gpt_forward_last(kiln_gpt *m, const int32_t *inputs, int64_t B, int64_t T) {
-    KILN_CHECK(body_forward(m, inputs, NULL, B, T, 0));
+/* ln_f and the head on each sequence's last position of the body just run: logits (B,Vp). */
+static kiln_status last_logits(kiln_gpt *m, int64_t B, int64_t T) {
     KILN_CHECK(need_head(m));
     kiln_backend *be = m->be;
     int64_t C = m->cfg.n_embd;
@@ -417,6 +420,11 @@ kiln_status kiln_gpt_forward_last(kiln_gpt *m, const int32_t *inputs, int64_t B,
     KILN_CHECK(be->synchronize(be));
     m->logits_valid = 1;
     return KILN_OK;
+}
+
+kiln_status kiln_gpt_forward_last(kiln_gpt *m, const int32_t *inputs, int64_t B, int64_t T) {
+    KILN_CHECK(body_forward(m, inputs, NULL, B, T, 0));
+    return last_logits(m, B, T);
 }
 
 kiln_status kiln_gpt_enable_cache(kiln_gpt *m) {
@@ -454,33 +462,12 @@ kiln_status kiln_gpt_forward_cached(kiln_gpt *m, const int32_t *inputs, int64_t 
                                (long long)t0, (long long)(t0 + T - 1), (long long)B,
                                (long long)m->kv.len, (long long)m->B, (long long)m->maxB,
                                (long long)m->maxT);
-    KILN_CHECK(check_ids(inputs, B * T, T, m->cfg.vocab_size, "input"));
-    memcpy(m->inputs, inputs, (size_t)(B * T) * sizeof *inputs);
-    m->have_targets = 0;
-    m->logits_valid = 0;
-    m->B = B;
-    m->T = T;
-    kiln_backend *be = m->be;
-    int64_t C = m->cfg.n_embd, L = m->cfg.n_layer;
-    /* positions t0..t0+T-1: the position embedding's rows from t0 */
-    be->encoder_forward(be, m->dt, m->encoded, m->inputs, m->p.wte,
-                        (const char *)m->p.wpe + (size_t)(t0 * C) * kiln_dtype_size(m->dt), B, T,
-                        C);
-    m->kv.t0 = t0;
-    for (int64_t l = 0; l < L; l++)
-        block_forward(m, l, B, T, l + 1 < L ? BLOCK_TAIL : 0);
+    m->kv.t0 = t0; /* the blocks' attention appends to the cache and reads it */
+    kiln_status s = body_forward(m, inputs, NULL, B, T, 0);
     m->kv.t0 = -1;
+    KILN_CHECK(s);
     m->kv.len = t0 + T;
-    const void *x = block_input(m, L);
-    for (int64_t b = 0; b < B; b++)
-        be->layernorm_forward(be, m->dt, row(m->lnf, b, C, m->dt), m->lnf_mean + b,
-                              m->lnf_rstd + b, row((void *)x, b * T + T - 1, C, m->dt),
-                              m->p.lnfw, m->p.lnfb, 1, C);
-    linear(m, -1, KILN_GPT_MATRIX_HEAD, m->logits, m->lnf, m->p.wte, NULL, B, C,
-           m->cfg.padded_vocab_size, 1, NULL);
-    KILN_CHECK(be->synchronize(be));
-    m->logits_valid = 1;
-    return KILN_OK;
+    return last_logits(m, B, T);
 }
 
 kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,

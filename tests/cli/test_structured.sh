@@ -95,8 +95,14 @@ case_bad_input() {
     check "nothing written" test ! -e z.st
     run compress prune --weights w.st --out w.st --heads 0.5 --importance magnitude
     expect_rc 2
-    expect_err 'is the dense model itself'
+    expect_err 'is the input w.st itself'
     check "the dense model is untouched" same_file w.st "$GOOD"
+    for c in "compress quantize" "compress lowrank --rank 4" "export --type f32"; do
+        run $c --weights w.st --out ./w.st
+        expect_rc 2
+        expect_err 'itself'
+        check "$c: the model is untouched" same_file w.st "$GOOD"
+    done
     run compress prune --weights w.st --out z.st --heads 0.5 --data missing_dir/x.bin
     expect_fail
     check "nothing written without data" test ! -e z.st

@@ -61,6 +61,10 @@ int cmd_compress(int argc, char **argv) {
                 (long long)group);
         return 2;
     }
+    if ((s = tool_refuse_same_file(weights, out)) != KILN_OK) {
+        tool_report("compress", s);
+        return 2;
+    }
     kiln_quant_type already = KILN_QUANT_NONE;
     s = kiln_quant_probe(weights, &already, NULL);
     if (!s && already != KILN_QUANT_NONE)

@@ -83,6 +83,10 @@ int cmd_compress_lowrank(int argc, char **argv) {
                 (long long)rank);
         return 2;
     }
+    if ((s = tool_refuse_same_file(weights, out)) != KILN_OK) {
+        tool_report("compress lowrank", s);
+        return 2;
+    }
     kiln_quant_type quant = KILN_QUANT_NONE;
     s = kiln_quant_probe(weights, &quant, NULL);
     if (!s && quant != KILN_QUANT_NONE)

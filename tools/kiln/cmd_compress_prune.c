@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "commands.h"
 #include "flags.h"
@@ -26,14 +25,6 @@ static const char *usage =
     "of weight x gradient over its weights, summed over --batches batches of --data run forward\n"
     "and backward; magnitude scores it by the L2 norm of its weights and needs no data. The kept\n"
     "neurons are rounded to a multiple of --multiple (fast products, int4 groups, GGUF blocks).";
-
-/* The same file (or both missing)? */
-static int same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    if (stat(a, &sa) != 0 || stat(b, &sb) != 0)
-        return 0;
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
 
 #define TRY(call)                                                                                  \
     do {                                                                                           \
@@ -89,9 +80,8 @@ int cmd_compress_prune(int argc, char **argv) {
         fprintf(stderr, "%s: bad --batches, --batch, --seq, --multiple or --threads\n", me);
         return 2;
     }
-    if (same_file(weights, out)) {
-        fprintf(stderr, "%s: --out %s is the dense model itself: write the pruned one elsewhere\n",
-                me, out);
+    if ((s = tool_refuse_same_file(weights, out)) != KILN_OK) {
+        tool_report(me, s);
         return 2;
     }
     tool_set_threads(threads);

@@ -41,6 +41,10 @@ int cmd_export(int argc, char **argv) {
                         "one of f32, f16, q8_0, q4_0 (see --help)\n");
         return 2;
     }
+    if ((s = tool_refuse_same_file(weights, out)) != KILN_OK) {
+        tool_report("export", s);
+        return 2;
+    }
     kiln_gpt *m = NULL;
     kiln_tokenizer *tok = NULL;
     s = tool_load_model(&m, weights, heads, 1, 1, KILN_DTYPE_F32);

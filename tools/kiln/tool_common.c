@@ -101,6 +101,16 @@ kiln_status tool_make_parent_dirs(const char *path) {
     return KILN_OK;
 }
 
+kiln_status tool_refuse_same_file(const char *in, const char *out) {
+    struct stat si, so;
+    if (stat(in, &si) != 0 || stat(out, &so) != 0)
+        return KILN_OK;
+    if (si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        return kiln_error_setf(KILN_ERR_ARG, "--out %s is the input %s itself: write elsewhere",
+                               out, in);
+    return KILN_OK;
+}
+
 const char *tool_default_tokenizer(const char *given, int64_t vocab_size) {
     if (given)
         return given;

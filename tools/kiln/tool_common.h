@@ -43,6 +43,10 @@ void tool_precision_note(kiln_dtype dt);
 /* Create the folder part of path (like mkdir -p on its dirname). */
 kiln_status tool_make_parent_dirs(const char *path);
 
+/* KILN_ERR_ARG when out names the same file as in (a command that writes out from in would
+ * replace its own input); KILN_OK otherwise, or when either does not exist. */
+kiln_status tool_refuse_same_file(const char *in, const char *out);
+
 /* The tokenizer spec for a model: `given` when set, else "bytes" for a 256-token
  * vocabulary and "gpt2" for 50257; else NULL with an error. */
 const char *tool_default_tokenizer(const char *given, int64_t vocab_size);
