@@ -1,7 +1,6 @@
-/* The machine's GEMM rate, measured with the GEMM the CPU backend uses: OpenBLAS sgemm for
- * fp32, kiln__cpu_gemm's bf16 implementation (bf16 inputs, fp32 accumulation and output)
+/* The machine's GEMM rate, measured with the GEMM the CPU backend uses: kiln__cpu_gemm's
+ * fp32 implementation (oneDNN or OpenBLAS sgemm) for fp32, its bf16 implementation (bf16 inputs, fp32 accumulation and output)
  * for bf16. MFU in each precision is reported against the rate of that precision. */
-#include <cblas.h>
 #include <stdint.h>
 
 #include "backend/cpu/gemm.h"
@@ -11,11 +10,6 @@
 /* One (M x K) x (K x N) product in dt (fp32 output); 0 on success. */
 static int gemm_once(kiln_dtype dt, const void *a, const void *b, float *c, int64_t M, int64_t K,
                      int64_t N) {
-    if (dt == KILN_DTYPE_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a,
-                    (int)K, b, (int)N, 0.0f, c, (int)N);
-        return 0;
-    }
     return kiln__cpu_gemm(c, KILN_DTYPE_F32, N, a, dt, K, 0, b, dt, N, 0, M, N, K, 1.0f, 0.0f,
                           NULL) != KILN_OK;
 }
@@ -93,8 +87,8 @@ double kiln_backend_cpu_peak_gflops(int64_t max_dim, double seconds) {
 
 const char *kiln_backend_cpu_gemm_name(kiln_dtype dt) {
     if (dt == KILN_DTYPE_F32)
-        return "OpenBLAS sgemm";
+        return kiln__cpu_gemm_f32_name(kiln__cpu_gemm_get_f32());
     if (dt == KILN_DTYPE_F16)
-        return "fp16 widened to fp32, OpenBLAS sgemm (no fp16 dot-product instructions)";
+        return "fp16 widened to fp32, then the fp32 product (no fp16 dot-product instructions)";
     return kiln__cpu_gemm_impl_name(kiln__cpu_gemm_get_impl());
 }

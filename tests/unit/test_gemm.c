@@ -317,6 +317,43 @@ static void test_fp32_inputs(void) {
     CHECK_INT_EQ(bad, 0);
 }
 
+/* Both fp32 implementations (OpenBLAS sgemm, oneDNN's sgemm) and the automatic choice
+ * between them by rows, on shapes below and above KILN__GEMM_F32_DNNL_ROWS rows, in every
+ * layout and epilogue, with alpha and beta: each within fp32 rounding of the fp64 product.
+ * Through the backend's fp32 matmul ops, the tests of test_backend_ops run whichever the
+ * default picks. */
+static void test_fp32_impls(void) {
+    const kiln__gemm_f32 impls[3] = {KILN__GEMM_F32_SGEMM, KILN__GEMM_F32_DNNL,
+                                     KILN__GEMM_F32_AUTO};
+    const int64_t sh32[][3] = {{7, 13, 5}, {16, 33, 40}, {37, 70, 129}, {64, 200, 48}};
+    for (int im = 0; im < 3; im++) {
+        if (impls[im] == KILN__GEMM_F32_DNNL && !kiln__cpu_gemm_has_dnnl()) {
+            CHECK_STATUS(kiln__cpu_gemm_set_f32(impls[im]), KILN_ERR_UNSUPPORTED);
+            continue;
+        }
+        CHECK_OK(kiln__cpu_gemm_set_f32(impls[im]));
+        CHECK_TRUE(kiln__cpu_gemm_get_f32() == impls[im]);
+        int bad = 0, n = 0;
+        for (int sh = 0; sh < 4; sh++) {
+            problem p;
+            problem_make(&p, sh32[sh][0], sh32[sh][1], sh32[sh][2], 41 + sh, 0);
+            for (int lay = 0; lay < 4; lay++)
+                for (int ep = 0; ep < 4; ep++, n++) {
+                    variant v = {lay & 1,        lay >> 1, KILN_DTYPE_F32,
+                                 KILN_DTYPE_F32, ep == 3 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32,
+                                 ep,             n % 3 == 2 ? 0.5f : 1.0f,
+                                 ep == 1 ? 1.0f : (n % 4 == 3 ? 0.5f : 0.0f)};
+                    bad += check_variant(&p, &v, 1);
+                }
+            problem_free(&p);
+        }
+        CHECK_INT_EQ(bad, 0);
+        fprintf(stderr, "  %d fp32 variants with %s\n", n, kiln__cpu_gemm_f32_name(impls[im]));
+    }
+    CHECK_STATUS(kiln__cpu_gemm_set_f32((kiln__gemm_f32)9), KILN_ERR_ARG);
+    CHECK_OK(kiln__cpu_gemm_set_f32(KILN__GEMM_F32_AUTO));
+}
+
 /* The same inputs give the same bits twice; kiln's kernel gives the same bits for 1 and 2
  * threads (threads split M and N, never K). */
 static void test_determinism(void) {
@@ -465,6 +502,7 @@ int main(void) {
     RUN_TEST(test_fallback);
     RUN_TEST(test_large);
     RUN_TEST(test_fp32_inputs);
+    RUN_TEST(test_fp32_impls);
     RUN_TEST(test_determinism);
     RUN_TEST(test_epilogue_paths);
     kiln__cpu_gemm_release();

@@ -1,11 +1,11 @@
-/* Matrix products. fp32 through OpenBLAS's sgemm, called from serial code so that it
- * threads itself over the shared OpenMP pool. bf16 through kiln__cpu_gemm (gemm.h): bf16
+/* Matrix products. fp32 through kiln__cpu_sgemm (oneDNN's sgemm, or OpenBLAS's for products
+ * of few rows), called from serial code so that it threads itself over the shared OpenMP
+ * pool. bf16 through kiln__cpu_gemm (gemm.h): bf16
  * products summed in fp32, with the bias and GELU fused into its output pass (kiln's own
  * AVX512-BF16 kernel, or sgemm on widened operands on a CPU without it). fp16 through
- * `product`, which widens the operands to fp32 in the backend's scratch and calls sgemm:
+ * `product`, which widens the operands to fp32 in the backend's scratch and multiplies them:
  * this CPU has no fp16 dot product. Row-major throughout:
  *   inp (N,C), out/dout (N,OC), W (C,OC) when trans_w == 0 and (OC,C) when trans_w == 1. */
-#include <cblas.h>
 #include <omp.h>
 
 #include "backend/cpu/cpu.h"
@@ -53,8 +53,7 @@ static void product(kiln_backend *be, kiln_dtype dt, int ta, int tb, int64_t M, 
         a = s;
         b = s + na;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, 1.0f, a, (int)lda, b, (int)ldb, beta, Cm, (int)ldc);
+    kiln__cpu_sgemm(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, Cm, ldc);
 }
 
 /* out (N,OC) = bias, row by row */

@@ -259,11 +259,82 @@ static void widen(float *dst, const void *src, kiln_dtype st, int64_t ld, int64_
     }
 }
 
+/* ---- which implementation computes the fp32 products ---- */
+
+static kiln__gemm_f32 f32_now = KILN__GEMM_F32_AUTO;
+static int f32_env_read;
+
+static kiln_status f32_check(kiln__gemm_f32 impl) {
+    if (impl == KILN__GEMM_F32_DNNL && !kiln__cpu_gemm_has_dnnl())
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "this kiln was built without oneDNN (apt-get install libdnnl-dev)");
+    if (impl < KILN__GEMM_F32_AUTO || impl > KILN__GEMM_F32_DNNL)
+        return kiln_error_setf(KILN_ERR_ARG, "no fp32 GEMM implementation %d", (int)impl);
+    return KILN_OK;
+}
+
+kiln_status kiln__cpu_gemm_set_f32(kiln__gemm_f32 impl) {
+    f32_env_read = 1;
+    kiln_status s = f32_check(impl);
+    if (s)
+        return s;
+    f32_now = impl;
+    return KILN_OK;
+}
+
+kiln__gemm_f32 kiln__cpu_gemm_get_f32(void) {
+    if (!f32_env_read) {
+        f32_env_read = 1;
+        const char *e = getenv("KILN_GEMM_F32");
+        kiln__gemm_f32 want = KILN__GEMM_F32_AUTO;
+        if (e && !strcmp(e, "sgemm"))
+            want = KILN__GEMM_F32_SGEMM;
+        else if (e && !strcmp(e, "dnnl"))
+            want = KILN__GEMM_F32_DNNL;
+        if (want != KILN__GEMM_F32_AUTO && f32_check(want) == KILN_OK)
+            f32_now = want;
+        else if (e && e[0] && strcmp(e, "auto") != 0)
+            fprintf(stderr, "kiln: KILN_GEMM_F32=%s is not available here; using %s\n", e,
+                    kiln__cpu_gemm_f32_name(f32_now));
+    }
+    return f32_now;
+}
+
+const char *kiln__cpu_gemm_f32_name(kiln__gemm_f32 impl) {
+    static char dnnl[64];
+    switch (impl) {
+    case KILN__GEMM_F32_AUTO:
+        if (!kiln__cpu_gemm_has_dnnl())
+            return "OpenBLAS sgemm";
+        snprintf(dnnl, sizeof dnnl, "oneDNN %s sgemm (OpenBLAS below %d rows)",
+                 kiln__gemm_dnnl_version(), KILN__GEMM_F32_DNNL_ROWS);
+        return dnnl;
+    case KILN__GEMM_F32_SGEMM: return "OpenBLAS sgemm";
+    case KILN__GEMM_F32_DNNL:
+        snprintf(dnnl, sizeof dnnl, "oneDNN %s sgemm", kiln__gemm_dnnl_version());
+        return dnnl;
+    }
+    return "?";
+}
+
+void kiln__cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                     int64_t ldc) {
+    kiln__gemm_f32 impl = kiln__cpu_gemm_get_f32();
+    if (impl == KILN__GEMM_F32_AUTO)
+        impl = kiln__cpu_gemm_has_dnnl() && M >= KILN__GEMM_F32_DNNL_ROWS ? KILN__GEMM_F32_DNNL
+                                                                          : KILN__GEMM_F32_SGEMM;
+    if (impl == KILN__GEMM_F32_DNNL && kiln__gemm_dnnl_sgemm(trans_a, trans_b, M, N, K, alpha, a,
+                                                             lda, b, ldb, beta, c, ldc) == KILN_OK)
+        return;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, a, (int)lda, b,
+                (int)ldb, beta, c, (int)ldc);
+}
+
 static void sgemm(const kiln__gemm_call *g, const float *a, int64_t lda, const float *b,
                   int64_t ldb, float beta, float *c, int64_t ldc, int64_t M, int64_t N, int64_t K) {
-    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                g->trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, g->alpha, a,
-                (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    kiln__cpu_sgemm(g->trans_a, g->trans_b, M, N, K, g->alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 /* Both inputs F32: sgemm straight into an F32 C, then the epilogue in place. */

@@ -225,7 +225,28 @@ fail:
     return s;
 }
 
+/* fp32: oneDNN's BLAS-like sgemm, row-major as kiln's products are. It keeps no state
+ * of kiln's and threads over the OpenMP pool as sgemm does. */
+kiln_status kiln__gemm_dnnl_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                                  float alpha, const float *a, int64_t lda, const float *b,
+                                  int64_t ldb, float beta, float *c, int64_t ldc) {
+    dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, a,
+                                  lda, b, ldb, beta, c, ldc);
+    if (st != dnnl_success)
+        return kiln_error_setf(KILN_ERR_INTERNAL, "oneDNN sgemm M=%lld N=%lld K=%lld: status %d",
+                               (long long)M, (long long)N, (long long)K, (int)st);
+    return KILN_OK;
+}
+
 #else /* built without oneDNN */
+
+kiln_status kiln__gemm_dnnl_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                                  float alpha, const float *a, int64_t lda, const float *b,
+                                  int64_t ldb, float beta, float *c, int64_t ldc) {
+    (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)a, (void)lda;
+    (void)b, (void)ldb, (void)beta, (void)c, (void)ldc;
+    return kiln_error_setf(KILN_ERR_UNSUPPORTED, "this kiln was built without oneDNN");
+}
 
 const char *kiln__gemm_dnnl_version(void) {
     return "(not built)";
