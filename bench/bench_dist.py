@@ -3,8 +3,9 @@
 
     /usr/bin/python3 bench/bench_dist.py [--kiln build/kiln] [--data SHARDS] [--model d12]
         [--batch 4] [--seq 64] [--warmup 2] [--steps 5] [--ranks 2,4] [--rounds 1]
-        [--parts ddp,threads,memory,zero] [--ddp-options 25:off,25:on,100:on,5:on]
-        [--no-diagnose] [--memory-models gpt2-350m,gpt2-774m] [--memory-ranks 4]
+        [--parts ddp,threads,memory,zero] [--kiln-flags '--zero 1']
+        [--ddp-options 25:off,25:on,100:on,5:on] [--no-diagnose]
+        [--memory-models gpt2-350m,gpt2-774m] [--memory-ranks 4]
         [--memory-batch 1] [--memory-seq 64] [--memory-steps 2] [--quiet-wait 30]
         [--max-others 0.3] [--retries 2] [--work build/bench_dist] [--markdown]
 
@@ -385,7 +386,8 @@ def part_ddp(args, md, facts):
     best_opt = min(ok, key=lambda x: x[1]["ms"])[0] if ok else (25.0, False)
     rows = [("kiln", k1), ("PyTorch", t1)]
     for n in args.ranks:
-        rows.append(("kiln", run_kiln(args, "ddp_kiln_%dx1" % n, n, 1, args.batch)))
+        rows.append(("kiln", run_kiln(args, "ddp_kiln_%dx1" % n, n, 1, args.batch,
+                                      flags=args.kiln_flags)))
         if n == 2 and ok:
             t = dict(ok)[best_opt]
         else:
@@ -465,16 +467,24 @@ def part_threads(args, md, facts):
     yield_env = {"OMPI_MCA_mpi_yield_when_idle": "1"}
     configs = [
         ("1 rank x 2 threads", "ref", 1, 2, 2 * b, (), (), None, "--batch %d --threads 2" % (2 * b)),
-        ("2 ranks x 1 thread", "dp", 2, 1, b, (), (), None, "mpirun -np 2 ... --batch %d" % b),
+        ("2 ranks x 1 thread", "dp", 2, 1, b, tuple(args.kiln_flags), (), None,
+         "mpirun -np 2 ... --batch %d %s" % (b, " ".join(args.kiln_flags))),
         ("1 rank x 1 thread (one rank's compute)", "solo", 1, 1, b, (), (), None,
          "--batch %d --threads 1" % b),
-        ("2 x 1, one reduction after backward", "nobucket", 2, 1, b, ("--bucket-mb", "0"), (),
-         None, "--bucket-mb 0"),
-        ("2 x 1, ranks not bound to cores", "nobind", 2, 1, b, (), ("--bind-to", "none"), None,
+        ("2 x 1, ZeRO 0 (every rank's whole optimizer)", "zero0", 2, 1, b, ("--zero", "0"),
+         (), None, "--zero 0"),
+        ("2 x 1, gradients through MPI's messages", "noshm", 2, 1, b, tuple(args.kiln_flags),
+         (), {"KILN_COMM_SHM": "0"}, "KILN_COMM_SHM=0 %s" % " ".join(args.kiln_flags)),
+        ("2 x 1, one reduction after backward", "nobucket", 2, 1, b,
+         tuple(args.kiln_flags) + ("--bucket-mb", "0"), (), None, "--bucket-mb 0"),
+        ("2 x 1, ranks not bound to cores", "nobind", 2, 1, b, tuple(args.kiln_flags),
+         ("--bind-to", "none"), None,
          "mpirun --bind-to none"),
-        ("2 x 1, MPI waits yield the core", "yield", 2, 1, b, (), (), yield_env,
+        ("2 x 1, MPI waits yield the core", "yield", 2, 1, b, tuple(args.kiln_flags), (),
+         yield_env,
          "OMPI_MCA_mpi_yield_when_idle=1"),
-        ("2 x 1, gradients reduced in bf16", "bf16", 2, 1, b, ("--reduce-dtype", "bf16"), (),
+        ("2 x 1, gradients reduced in bf16", "bf16", 2, 1, b,
+         tuple(args.kiln_flags) + ("--reduce-dtype", "bf16"), (),
          None, "--reduce-dtype bf16"),
     ]
     if not args.diagnose:
@@ -742,6 +752,11 @@ def parse_args():
     ap.add_argument("--ranks", default="2,4", help="rank counts of the ddp part")
     ap.add_argument("--parts", default=",".join(PARTS),
                     help="comma-separated: %s (default all)" % ", ".join(PARTS))
+    ap.add_argument("--kiln-flags", default="--zero 1",
+                    help="kiln's flags for its runs on several ranks in the ddp and threads "
+                         "parts (default '--zero 1': each rank updates its shard of the "
+                         "optimizer; on one machine the gradients and the updated shards move "
+                         "through shared memory)")
     ap.add_argument("--ddp-options", default="25:off,25:on,100:on,5:on",
                     help="DDP settings tried at 2 ranks: bucket_cap_mb:gradient_as_bucket_view")
     ap.add_argument("--no-diagnose", dest="diagnose", action="store_false",
@@ -770,6 +785,7 @@ def parse_args():
     if bad:
         sys.exit("--parts: unknown %s (choose from %s)" % (", ".join(bad), ", ".join(PARTS)))
     args.ranks = parse_list(args.ranks, int, "--ranks")
+    args.kiln_flags = shlex.split(args.kiln_flags)
     args.memory_models = parse_list(args.memory_models, str, "--memory-models")
     args.ddp_options = parse_ddp_options(args.ddp_options)
     args.kiln = os.path.abspath(args.kiln)

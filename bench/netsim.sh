@@ -204,6 +204,9 @@ do_run() {
     # PMIx's server inside mpirun listens on loopback by default, which a rank in another
     # namespace cannot reach: make it listen on the bridge
     export PMIX_MCA_ptl_tcp_if_include="$SUBNET.0/24"
+    # the "hosts" are namespaces of one machine: kiln's collectives through shared memory
+    # (kiln_comm_alloc_shared) would pass the simulated links by, so they are off
+    export KILN_COMM_SHM=0
     # shellcheck disable=SC2086  # the extra flags are meant to split on spaces
     if [ "${NETSIM_EXEC:-0}" = 1 ]; then
         exec mpirun ${NETSIM_MPIRUN_EXTRA:-} "$@"

@@ -119,6 +119,28 @@ kiln_status kiln_comm_test(kiln_comm_request *req, int *done);
  * (MPI progresses them only inside its calls). Nothing for "single". */
 void kiln_comm_progress(kiln_comm *c);
 
+/* ---- memory the ranks of one machine share ----
+ * Where every rank of c runs on one machine, kiln_comm_alloc_shared gives this rank `bytes`
+ * of zeroed memory in an MPI shared-memory window (MPI_Win_allocate_shared over the ranks of
+ * the machine) that every rank maps. The blocking allreduce (in place), reduce-scatter
+ * (send in it; recv at the rank's own piece of send, NCCL's layout, or in memory of the
+ * rank's own) and allgather (in place) of at least 64 KiB of a buffer at the same offset of
+ * such memory on every rank then move nothing through MPI's messages: between barriers,
+ * each rank reduces its piece from every rank's buffer, adding the ranks in rank order, and
+ * (allreduce, allgather) copies the other pieces from their owners. Every rank gets the
+ * same bits. Every other call, and the non-blocking forms, go through MPI as before.
+ * Collective: every rank calls it with the same bytes. *out = NULL (and KILN_OK) where it
+ * does not apply: "single", ranks on more than one machine, or KILN_COMM_SHM=0 in the
+ * environment; the caller then allocates as before. Memory of another rank that this rank
+ * reads counts in this process's resident set too (RSS), but exists once. */
+kiln_status kiln_comm_alloc_shared(kiln_comm *c, size_t bytes, void **out);
+/* What kiln_comm_alloc_shared gave, given back. Local: a rank may call it alone (on a
+ * failure path); the memory goes at the next kiln_comm_alloc_shared or kiln_comm_free,
+ * which every rank reaches in step. NULL safe. */
+void kiln_comm_free_shared(kiln_comm *c, void *p);
+/* 1 when kiln_comm_alloc_shared gives memory on c (every rank says the same), else 0. */
+int kiln_comm_shares_memory(const kiln_comm *c);
+
 /* ---- metrics ---- */
 /* Payload bytes this rank has sent, as the textbook algorithm of each collective counts
  * them (what the network must carry, whatever MPI picked): ring allreduce 2(n-1)/n x bytes;

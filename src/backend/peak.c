@@ -1,6 +1,7 @@
 /* The machine's GEMM rate, measured with the GEMM the CPU backend uses: kiln__cpu_gemm's
- * fp32 implementation (oneDNN or OpenBLAS sgemm) for fp32, its bf16 implementation (bf16 inputs, fp32 accumulation and output)
- * for bf16. MFU in each precision is reported against the rate of that precision. */
+ * fp32 implementation (oneDNN or OpenBLAS sgemm) for fp32, its bf16 implementation (bf16 inputs,
+ * fp32 accumulation and output) for bf16. MFU in each precision is reported against the rate of
+ * that precision. */
 #include <stdint.h>
 
 #include "backend/cpu/gemm.h"

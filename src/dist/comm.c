@@ -191,6 +191,24 @@ void kiln_comm_free(kiln_comm *c) {
     free(c);
 }
 
+kiln_status kiln_comm_alloc_shared(kiln_comm *c, size_t bytes, void **out) {
+    if (!out)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_comm_alloc_shared: NULL out");
+    *out = NULL;
+    if (!c)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_comm_alloc_shared: NULL communicator");
+    return c->be->alloc_shared ? c->be->alloc_shared(c, bytes, out) : KILN_OK;
+}
+
+void kiln_comm_free_shared(kiln_comm *c, void *p) {
+    if (c && p && c->be->free_shared)
+        c->be->free_shared(c, p);
+}
+
+int kiln_comm_shares_memory(const kiln_comm *c) {
+    return c && c->be->shares_memory ? c->be->shares_memory(c) : 0;
+}
+
 int kiln_comm_rank(const kiln_comm *c) {
     return c ? c->rank : 0;
 }

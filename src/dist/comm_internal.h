@@ -33,8 +33,12 @@ typedef struct kiln__comm_backend {
     kiln_status (*wait)(void *req);            /* finishes req and frees it, also on failure */
     kiln_status (*test)(void *req, int *done); /* frees req when done or failed */
     void (*progress)(kiln_comm *c);            /* optional (NULL: nothing to advance) */
-    void (*free)(kiln_comm *c);                /* frees c->impl, not c */
-    void (*abort)(kiln_comm *c, int code);     /* ends every rank; does not return */
+    /* optional (NULL: *out = NULL, nothing shared): kiln_comm_alloc_shared's memory */
+    kiln_status (*alloc_shared)(kiln_comm *c, size_t bytes, void **out);
+    void (*free_shared)(kiln_comm *c, void *p);
+    int (*shares_memory)(const kiln_comm *c);
+    void (*free)(kiln_comm *c);            /* frees c->impl, not c */
+    void (*abort)(kiln_comm *c, int code); /* ends every rank; does not return */
 } kiln__comm_backend;
 
 struct kiln_comm {
@@ -76,6 +80,9 @@ typedef struct kiln__comm_launch {
     long rank, size;
 } kiln__comm_launch;
 kiln__comm_launch kiln__comm_launch_detect(void);
+
+/* How many collectives went through shared memory in this process (comm_shm.c; tests). */
+uint64_t kiln__comm_shm_runs(void);
 
 #ifdef KILN_HAVE_MPI
 /* MPI_COMM_WORLD (comm_mpi.c). */

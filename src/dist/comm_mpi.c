@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "dist/comm_internal.h"
+#include "dist/comm_shm.h"
 
 /* MPI is one per process, so its state is too: the operators kiln made, how many kiln
  * communicators are alive, and whether kiln initialised MPI (then the last free
@@ -30,7 +31,8 @@ static struct {
 
 typedef struct mpi_comm {
     MPI_Comm comm;
-    int tag_ub; /* the largest tag MPI takes */
+    int tag_ub;     /* the largest tag MPI takes */
+    kiln__shm *shm; /* the ranks share this machine (comm_shm.c); NULL: they do not */
 } mpi_comm;
 
 /* One operation: MPI's requests for its pieces (none when blocking) and what to do after
@@ -226,8 +228,15 @@ static void mpi_progress(kiln_comm *c) {
 
 /* ---- collectives ---- */
 
+static kiln__shm *shm_of(const kiln_comm *c) {
+    return ((const mpi_comm *)c->impl)->shm;
+}
+
 static kiln_status mpi_allreduce(const void *send, void *recv, int64_t count, kiln_dtype dt,
                                  kiln_reduce_op op, kiln_comm *c, void **req) {
+    kiln_status st;
+    if (!req && send == recv && kiln__shm_allreduce(shm_of(c), recv, count, dt, op, &st))
+        return st;
     mpi_req local, *q = op_begin(c, req, &local);
     if (!q)
         return KILN_ERR_NOMEM;
@@ -296,6 +305,9 @@ static kiln_status reduce_scatter_rooted(const char *base, int in_place, void *r
 
 static kiln_status mpi_reduce_scatter(const void *send, void *recv, const int64_t *counts,
                                       kiln_dtype dt, kiln_reduce_op op, kiln_comm *c, void **req) {
+    kiln_status st;
+    if (!req && kiln__shm_reduce_scatter(shm_of(c), send, recv, counts, dt, op, &st))
+        return st;
     mpi_req local, *q = op_begin(c, req, &local);
     if (!q)
         return KILN_ERR_NOMEM;
@@ -342,6 +354,9 @@ done:
 
 static kiln_status mpi_allgather(const void *send, void *recv, const int64_t *counts, kiln_dtype dt,
                                  kiln_comm *c, void **req) {
+    kiln_status st;
+    if (!req && kiln__shm_allgather(shm_of(c), send, recv, counts, dt, &st))
+        return st;
     mpi_req local, *q = op_begin(c, req, &local);
     if (!q)
         return KILN_ERR_NOMEM;
@@ -473,7 +488,7 @@ static const kiln__comm_backend mpi_backend;
 static void prefer_ring(void) {
 #ifdef OPEN_MPI
     setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "1", 0);
-    setenv("OMPI_MCA_coll_tuned_allreduce_algorithm", "4", 0);     /* ring */
+    setenv("OMPI_MCA_coll_tuned_allreduce_algorithm", "4", 0);      /* ring */
     setenv("OMPI_MCA_coll_tuned_reduce_scatter_algorithm", "3", 0); /* ring */
     setenv("OMPI_MCA_coll_tuned_allgatherv_algorithm", "3", 0);     /* ring */
 #endif
@@ -497,10 +512,14 @@ static kiln_status comm_wrap(MPI_Comm comm, kiln_comm **out) {
     }
     m->comm = comm;
     m->tag_ub = flag && ub ? *ub : 32767; /* the least MPI promises */
+    m->shm = NULL;
+    KILN_CHECK_GOTO(s, kiln__shm_create(comm, &m->shm), fail);
     KILN_CHECK_GOTO(s, kiln__comm_new(&mpi_backend, rank, size, m, out), fail);
     mpi_state.live++;
     return KILN_OK;
 fail:
+    if (m)
+        kiln__shm_free(m->shm);
     free(m);
     MPI_Comm_free(&comm);
     return s;
@@ -558,8 +577,24 @@ static kiln_status mpi_split(kiln_comm *c, int color, int key, kiln_comm **out) 
     return comm_wrap(comm, out);
 }
 
+static kiln_status mpi_alloc_shared(kiln_comm *c, size_t bytes, void **out) {
+    mpi_comm *m = c->impl;
+    return m->shm ? kiln__shm_alloc(m->shm, bytes, out) : KILN_OK;
+}
+
+static void mpi_free_shared(kiln_comm *c, void *p) {
+    mpi_comm *m = c->impl;
+    if (m->shm)
+        kiln__shm_release(m->shm, p);
+}
+
+static int mpi_shares_memory(const kiln_comm *c) {
+    return shm_of(c) != NULL;
+}
+
 static void mpi_free(kiln_comm *c) {
     mpi_comm *m = c->impl;
+    kiln__shm_free(m->shm);
     MPI_Comm_free(&m->comm);
     free(m);
     if (--mpi_state.live > 0)
@@ -587,6 +622,9 @@ static const kiln__comm_backend mpi_backend = {
     .wait = mpi_wait,
     .test = mpi_test,
     .progress = mpi_progress,
+    .alloc_shared = mpi_alloc_shared,
+    .free_shared = mpi_free_shared,
+    .shares_memory = mpi_shares_memory,
     .free = mpi_free,
     .abort = mpi_abort,
 };

@@ -28,8 +28,8 @@ struct kiln_trainer {
     double peak;           /* GFLOP/s: MFU's denominator */
     kiln_train_memory plan;
     kiln_loss_scaler scaler; /* fp16 only */
-    int save_existed;   /* the --save file existed before this run */
-    int64_t saved_step; /* the step whose weights were last saved in this run (-1: none) */
+    int save_existed;        /* the --save file existed before this run */
+    int64_t saved_step;      /* the step whose weights were last saved in this run (-1: none) */
     /* the run so far, for kiln_trainer_result */
     int64_t steps_done;
     float first_loss, last_loss, last_val_loss;
@@ -51,11 +51,13 @@ struct kiln_trainer {
     int64_t ckpt_step;    /* the step of the last checkpoint written or resumed from (0: none) */
     int64_t resumed_step; /* the step this process started from (0: not resumed) */
     int stopping;         /* the ranks agreed to stop after the last step (cfg.stop_flag) */
+    int agreed_failure;   /* an agreement (kiln__trainer_agree) found a rank that failed */
+    int shared_slabs;     /* the slabs are in memory the machine's ranks share (comm_shm) */
     /* stability guards (trainer_guard.c) */
     kiln_guard guard;
-    int64_t bad_run, first_bad;     /* bad steps in a row now, and the first of them */
+    int64_t bad_run, first_bad; /* bad steps in a row now, and the first of them */
     int64_t rollbacks, last_rollback_to;
-    int64_t high_water;             /* the furthest step done (a rollback goes back from it) */
+    int64_t high_water; /* the furthest step done (a rollback goes back from it) */
     kiln_batch_skip skips[KILN_TRAIN_MAX_SKIPS]; /* cfg.skip_batches and the rollbacks' */
     int nskips;
     float *probe_seq; /* kiln_train_replay: per-sequence losses wanted (NULL: not) */
@@ -155,7 +157,6 @@ kiln_status kiln__trainer_checkpoint_start(kiln_trainer *t);
  * published: its temporary folder is removed by the next checkpoint). */
 void kiln__trainer_checkpoint_free(kiln_trainer *t);
 
-
 /* ---- trainer_dist.c ---- */
 /* Rank and world from cfg.comm; no communication. */
 void kiln__trainer_dist_setup(kiln_trainer *t);
@@ -163,6 +164,10 @@ void kiln__trainer_dist_setup(kiln_trainer *t);
  * that none goes on to wait for the others in a collective. Returns local when it failed,
  * an error naming the failed rank when another did, else KILN_OK. */
 kiln_status kiln__trainer_agree(kiln_trainer *t, kiln_status local, const char *what);
+/* Before the model: its slabs in memory the ranks of this machine share where that applies
+ * (ZeRO 0 and 1 over a communicator whose ranks share memory), after every rank has agreed
+ * it got this far (the slabs' allocation is collective). */
+kiln_status kiln__trainer_shared_slabs(kiln_trainer *t);
 /* At the end of `step`: whether any rank wants to stop (local: this one), *stop the same on
  * every rank. One process: local; local SGD: 0 except at the steps that average. */
 kiln_status kiln__trainer_agree_stop(kiln_trainer *t, int64_t step, int local, int *stop);
@@ -173,8 +178,9 @@ kiln_status kiln__trainer_dist_start(kiln_trainer *t);
  * gathered and compared); an error on every rank naming the ranks that differ. */
 kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc);
 /* (b) of a step: the gradient reduction's end, then the loss (this rank's sum over its
- * micro-batches in, the mean over every rank's out) and the gradients' sum of squares. inject: make this rank's
- * first gradient infinite first (fault injection). One process: the sum of squares alone. */
+ * micro-batches in, the mean over every rank's out) and the gradients' sum of squares. inject: make
+ * this rank's first gradient infinite first (fault injection). One process: the sum of squares
+ * alone. */
 kiln_status kiln__trainer_dist_sync(kiln_trainer *t, double *loss, double *sumsq, int inject);
 /* (d)'s end: every rank's updated shard to every rank (zero >= 1). */
 kiln_status kiln__trainer_dist_gather(kiln_trainer *t);

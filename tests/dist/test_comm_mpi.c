@@ -19,6 +19,7 @@
  * Every rank runs the same collectives in the same order whatever its checks find (a CHECK
  * never skips a call), or the ranks would hang each other. */
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -497,6 +498,127 @@ static int run_dead(int how) {
     return 4;
 }
 
+/* Memory the ranks share (kiln_comm_alloc_shared): allreduce, reduce-scatter and allgather
+ * through it give what MPI's own give on private copies of the same data, bit for bit
+ * (values whose sums are exact), for F32 and BF16, SUM and MAX, uneven counts, offsets off
+ * the pieces' alignment; buffers that are not at the same offset on every rank, or not in
+ * shared memory on one rank, fall back to MPI and are still right. */
+static float val(int r, int64_t i) {
+    return (float)(r * 3 + (int)(i % 61)) - 20.0f;
+}
+
+static void test_shared(void) {
+    const char *env = getenv("KILN_COMM_SHM");
+    if (env && !strcmp(env, "0")) {
+        CHECK_INT_EQ(kiln_comm_shares_memory(world), 0);
+        void *p = (void *)1;
+        CHECK_OK(kiln_comm_alloc_shared(world, 4096, &p));
+        CHECK_TRUE(p == NULL);
+        return;
+    }
+    CHECK_INT_EQ(kiln_comm_shares_memory(world), 1);
+    uint64_t runs0 = kiln__comm_shm_runs();
+    const int64_t n = 300007, lo = 5, cnt = n - 11; /* pieces not on 16-element edges */
+    float *sh = NULL, *pv = malloc((size_t)n * sizeof(float));
+    CHECK_OK(kiln_comm_alloc_shared(world, (size_t)n * sizeof(float), (void **)&sh));
+    CHECK_TRUE(sh != NULL && pv != NULL);
+    if (!sh || !pv)
+        return;
+    int zero = 1;
+    for (int64_t i = 0; i < n; i++)
+        zero &= sh[i] == 0.0f;
+    CHECK_TRUE(zero);
+    /* allreduce, sum and max, against MPI's on a private buffer */
+    for (int op = 0; op < 2; op++) {
+        kiln_reduce_op ro = op ? KILN_REDUCE_MAX : KILN_REDUCE_SUM;
+        for (int64_t i = 0; i < n; i++)
+            sh[i] = pv[i] = val(R, i);
+        CHECK_OK(kiln_comm_allreduce(sh + lo, sh + lo, cnt, KILN_DTYPE_F32, ro, world));
+        CHECK_OK(kiln_comm_allreduce(pv + lo, pv + lo, cnt, KILN_DTYPE_F32, ro, world));
+        int same = 1;
+        for (int64_t i = 0; i < n; i++)
+            same &= sh[i] == pv[i];
+        CHECK_TRUE(same);
+        float want = 0.0f;
+        for (int r = 0; r < N; r++)
+            want = op ? (r ? fmaxf(want, val(r, 100)) : val(r, 100)) : want + val(r, 100);
+        CHECK_TRUE(sh[100] == want);
+        CHECK_TRUE(sh[0] == val(R, 0) && sh[n - 1] == val(R, n - 1)); /* outside: untouched */
+    }
+    /* bf16 in the same window: small integers, exact in bf16 */
+    uint16_t *hb = (uint16_t *)sh, *pb = (uint16_t *)pv;
+    for (int64_t i = 0; i < 2 * cnt; i++) {
+        float v = (float)(R + (int)(i % 5));
+        kiln_convert(&hb[i], KILN_DTYPE_BF16, &v, KILN_DTYPE_F32, 1);
+        pb[i] = hb[i];
+    }
+    CHECK_OK(kiln_comm_allreduce(hb, hb, 2 * cnt, KILN_DTYPE_BF16, KILN_REDUCE_SUM, world));
+    CHECK_OK(kiln_comm_allreduce(pb, pb, 2 * cnt, KILN_DTYPE_BF16, KILN_REDUCE_SUM, world));
+    CHECK_TRUE(memcmp(hb, pb, (size_t)(2 * cnt) * 2) == 0);
+    /* reduce-scatter in NCCL's layout, uneven counts */
+    int64_t counts[64], off[64];
+    int64_t total = vcounts(counts, off, 20011, 37);
+    CHECK_TRUE(total + lo <= n);
+    for (int64_t i = 0; i < n; i++)
+        sh[i] = pv[i] = val(R, i);
+    CHECK_OK(kiln_comm_reduce_scatter(sh + lo, sh + lo + off[R], counts, KILN_DTYPE_F32,
+                                      KILN_REDUCE_SUM, world));
+    CHECK_OK(kiln_comm_reduce_scatter(pv + lo, pv + lo + off[R], counts, KILN_DTYPE_F32,
+                                      KILN_REDUCE_SUM, world));
+    CHECK_TRUE(memcmp(sh + lo + off[R], pv + lo + off[R], (size_t)counts[R] * 4) == 0);
+    float want = 0.0f;
+    for (int r = 0; r < N; r++)
+        want += val(r, lo + off[R]);
+    CHECK_TRUE(sh[lo + off[R]] == want);
+    /* ... and into memory of this rank's own */
+    float *mine = malloc((size_t)counts[R] * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        sh[i] = val(R, i);
+    CHECK_OK(
+        kiln_comm_reduce_scatter(sh + lo, mine, counts, KILN_DTYPE_F32, KILN_REDUCE_SUM, world));
+    CHECK_TRUE(mine && memcmp(mine, pv + lo + off[R], (size_t)counts[R] * 4) == 0);
+    free(mine);
+    /* allgather in place */
+    for (int64_t i = 0; i < n; i++)
+        sh[i] = pv[i] = -1.0f;
+    for (int64_t i = 0; i < counts[R]; i++)
+        sh[lo + off[R] + i] = pv[lo + off[R] + i] = val(R, i);
+    CHECK_OK(kiln_comm_allgather(sh + lo + off[R], sh + lo, counts, KILN_DTYPE_F32, world));
+    CHECK_OK(kiln_comm_allgather(pv + lo + off[R], pv + lo, counts, KILN_DTYPE_F32, world));
+    CHECK_TRUE(memcmp(sh, pv, (size_t)n * 4) == 0);
+    CHECK_TRUE(sh[lo + off[N - 1]] == val(N - 1, 0) && sh[lo - 1] == -1.0f);
+    /* 2 allreduces (sum, max) + bf16 + 2 reduce-scatters + 1 allgather went through it */
+    CHECK_INT_EQ((long long)(kiln__comm_shm_runs() - runs0), 6);
+    runs0 = kiln__comm_shm_runs();
+    /* offsets that differ across ranks, and one rank's buffer private: MPI's path */
+    int64_t mylo = R == 0 ? 0 : 16;
+    for (int64_t i = 0; i < n; i++)
+        sh[i] = val(R, i);
+    CHECK_OK(
+        kiln_comm_allreduce(sh + mylo, sh + mylo, cnt, KILN_DTYPE_F32, KILN_REDUCE_SUM, world));
+    want = 0.0f;
+    for (int r = 0; r < N; r++)
+        want += val(r, r == 0 ? 0 : 16);
+    CHECK_TRUE(sh[mylo] == want);
+    for (int64_t i = 0; i < n; i++)
+        sh[i] = pv[i] = val(R, i);
+    float *buf = R == N - 1 ? pv : sh;
+    CHECK_OK(kiln_comm_allreduce(buf, buf, cnt, KILN_DTYPE_F32, KILN_REDUCE_SUM, world));
+    want = 0.0f;
+    for (int r = 0; r < N; r++)
+        want += val(r, 7);
+    CHECK_TRUE(buf[7] == want);
+    CHECK_INT_EQ((long long)(kiln__comm_shm_runs() - runs0), 0);
+    /* given back, then a new one (the old window goes then, on every rank together) */
+    kiln_comm_free_shared(world, sh);
+    kiln_comm_free_shared(world, NULL);
+    float *again = NULL;
+    CHECK_OK(kiln_comm_alloc_shared(world, 1 << 20, (void **)&again));
+    CHECK_TRUE(again != NULL && again[12345] == 0.0f);
+    kiln_comm_free_shared(world, again);
+    free(pv);
+}
+
 int main(int argc, char **argv) {
     if (!kiln_comm_have_mpi()) {
         fprintf(stderr, "SKIP: kiln was built without MPI\n");
@@ -545,6 +667,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_thread);
     RUN_TEST(test_large);
     RUN_TEST(test_chunked);
+    RUN_TEST(test_shared);
     kiln_comm_free(world); /* the last communicator: MPI_Finalize */
     TEST_MAIN_END();
 }

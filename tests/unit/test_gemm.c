@@ -317,11 +317,10 @@ static void test_fp32_inputs(void) {
     CHECK_INT_EQ(bad, 0);
 }
 
-/* Both fp32 implementations (OpenBLAS sgemm, oneDNN's sgemm) and the automatic choice
- * between them by rows, on shapes below and above KILN__GEMM_F32_DNNL_ROWS rows, in every
- * layout and epilogue, with alpha and beta: each within fp32 rounding of the fp64 product.
- * Through the backend's fp32 matmul ops, the tests of test_backend_ops run whichever the
- * default picks. */
+/* Both fp32 implementations (OpenBLAS sgemm, oneDNN's sgemm) and the default, on shapes of
+ * few and of many rows, in every layout and epilogue, with alpha and beta: each within fp32
+ * rounding of the fp64 product. Through the backend's fp32 matmul ops, the tests of
+ * test_backend_ops run the default. */
 static void test_fp32_impls(void) {
     const kiln__gemm_f32 impls[3] = {KILN__GEMM_F32_SGEMM, KILN__GEMM_F32_DNNL,
                                      KILN__GEMM_F32_AUTO};
@@ -339,9 +338,13 @@ static void test_fp32_impls(void) {
             problem_make(&p, sh32[sh][0], sh32[sh][1], sh32[sh][2], 41 + sh, 0);
             for (int lay = 0; lay < 4; lay++)
                 for (int ep = 0; ep < 4; ep++, n++) {
-                    variant v = {lay & 1,        lay >> 1, KILN_DTYPE_F32,
-                                 KILN_DTYPE_F32, ep == 3 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32,
-                                 ep,             n % 3 == 2 ? 0.5f : 1.0f,
+                    variant v = {lay & 1,
+                                 lay >> 1,
+                                 KILN_DTYPE_F32,
+                                 KILN_DTYPE_F32,
+                                 ep == 3 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32,
+                                 ep,
+                                 n % 3 == 2 ? 0.5f : 1.0f,
                                  ep == 1 ? 1.0f : (n % 4 == 3 ? 0.5f : 0.0f)};
                     bad += check_variant(&p, &v, 1);
                 }

@@ -11,10 +11,8 @@
  *   C, pre are (M,N) with leading dimensions ldc, ldpre; bias (N) is fp32, one per column.
  *
  * How the product is computed follows the input dtypes:
- *   - both F32: fp32 throughout, through oneDNN's sgemm (dnnl_sgemm) where kiln was built
- *     with oneDNN and the product has at least KILN__GEMM_F32_DNNL_ROWS rows, else OpenBLAS
- *     sgemm (kiln__gemm_f32 below; oneDNN measured 3-20% faster at training's shapes on
- *     AVX-512 CPUs, and no faster at one row, where sampling runs);
+ *   - both F32: fp32 throughout, through OpenBLAS sgemm, or oneDNN's sgemm (dnnl_sgemm) when
+ *     asked for (kiln__gemm_f32 below);
  *   - either BF16 (the other F32 or BF16): bf16 x bf16 products summed in fp32, F32 inputs
  *     rounded to bf16 on the way (to nearest even). The implementation is kiln__gemm_impl;
  *   - either F16: both converted to F32 and sgemm. x86 CPUs without AVX512-FP16 (an Intel
@@ -67,12 +65,17 @@ kiln_status kiln__cpu_gemm(void *c, kiln_dtype c_dt, int64_t ldc, const void *a,
 
 /* ---- which implementation computes the fp32 products ---- */
 
+/* oneDNN 2.6's sgemm measured 3-20% faster than OpenBLAS 0.3.21's at training's shapes
+ * (M >= 256) on an AVX-512 AMD EPYC, and d12 trained 4.8% faster at 1 thread, 17% at 2;
+ * but with the slabs in MPI shared-memory windows (page-aligned operands) a data-parallel
+ * run corrupted the heap inside dnnl_sgemm (its own free), with or without kiln's
+ * shared-memory collectives, and never with OpenBLAS. Until that is understood the default
+ * is OpenBLAS, and oneDNN is there to be asked for and measured. */
 typedef enum kiln__gemm_f32 {
-    KILN__GEMM_F32_AUTO = 0, /* oneDNN from KILN__GEMM_F32_DNNL_ROWS rows on, else sgemm */
-    KILN__GEMM_F32_SGEMM,    /* OpenBLAS cblas_sgemm always */
-    KILN__GEMM_F32_DNNL,     /* oneDNN dnnl_sgemm always, where kiln was built with oneDNN */
+    KILN__GEMM_F32_AUTO = 0, /* the default: OpenBLAS sgemm (above) */
+    KILN__GEMM_F32_SGEMM,    /* OpenBLAS cblas_sgemm */
+    KILN__GEMM_F32_DNNL,     /* oneDNN dnnl_sgemm, where kiln was built with oneDNN */
 } kiln__gemm_f32;
-#define KILN__GEMM_F32_DNNL_ROWS 16
 
 /* Force one (tests and benchmarks); KILN_ERR_UNSUPPORTED without oneDNN. The environment
  * variable KILN_GEMM_F32=auto|sgemm|dnnl sets it at the first call as well. */
@@ -83,7 +86,7 @@ kiln__gemm_f32 kiln__cpu_gemm_get_f32(void);
 void kiln__cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                      int64_t ldc);
-/* "oneDNN 2.6.3 sgemm (OpenBLAS below 16 rows)", "OpenBLAS sgemm", ... */
+/* "OpenBLAS sgemm", "oneDNN 2.6.3 sgemm" */
 const char *kiln__cpu_gemm_f32_name(kiln__gemm_f32 impl);
 
 /* ---- which implementation computes the bf16 products ---- */

@@ -230,8 +230,8 @@ fail:
 kiln_status kiln__gemm_dnnl_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                                   float alpha, const float *a, int64_t lda, const float *b,
                                   int64_t ldb, float beta, float *c, int64_t ldc) {
-    dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, a,
-                                  lda, b, ldb, beta, c, ldc);
+    dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, a, lda,
+                                  b, ldb, beta, c, ldc);
     if (st != dnnl_success)
         return kiln_error_setf(KILN_ERR_INTERNAL, "oneDNN sgemm M=%lld N=%lld K=%lld: status %d",
                                (long long)M, (long long)N, (long long)K, (int)st);

@@ -1,0 +1,339 @@
+/* Collectives through memory the ranks of one machine share (kiln/comm.h,
+ * kiln_comm_alloc_shared): MPI shared-memory windows over the node's ranks, and the in-place
+ * allreduce, reduce-scatter and allgather of buffers inside them, which read the other
+ * ranks' buffers directly instead of sending their bytes as MPI messages.
+ *
+ * One collective, n ranks, S bytes, rank r owning piece r (S/n, edges on 16 elements):
+ *   entry    one 5-integer MPI_Allreduce: a barrier (every rank's buffer is final), and the
+ *            check that every rank passed the same offset into the same kind of memory with
+ *            the same count and layout; where not, every rank falls back to MPI's own
+ *   reduce   (allreduce, reduce-scatter) rank r adds piece r of every rank's buffer, in rank
+ *            order, into its own piece r: S of reads, S/n of writes
+ *   copy     (allreduce, allgather) after a barrier, rank r copies each other piece q from
+ *            rank q's buffer
+ *   exit     a barrier: no rank writes its buffer again while another may still read it
+ * Against a ring over MPI's shared-memory transport (a copy into a staging buffer for each
+ * piece received, then the add), each byte is read and written fewer times, and no rank
+ * waits on a message in flight. Memory ordering: MPI_Win_sync around each barrier, inside
+ * a passive-target epoch (MPI_Win_lock_all) that lasts as long as the window. */
+#ifdef KILN_HAVE_MPI
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "dist/comm_shm.h"
+
+/* Buffers below this are never worth the barriers (and every rank agrees on it from the
+ * count alone, which the collectives' contract makes the same everywhere). */
+#define SHM_MIN_BYTES ((size_t)64 << 10)
+#define SHM_ALIGN 16   /* elements: piece edges */
+#define SHM_CHUNK 2048 /* elements reduced at a time in a buffer that stays in L1 */
+
+typedef struct shm_win {
+    MPI_Win win;
+    char *base; /* this rank's part */
+    size_t bytes;
+    char **peer;  /* every rank's part, in this process's mapping */
+    int released; /* given back: freed at the next collective point (below) */
+    struct shm_win *next;
+} shm_win;
+
+static uint64_t shm_runs; /* collectives run through shared memory (tests read it) */
+
+uint64_t kiln__comm_shm_runs(void) {
+    return shm_runs;
+}
+
+struct kiln__shm {
+    MPI_Comm node; /* the same ranks as the communicator, in the same order */
+    int rank, size;
+    shm_win *wins;
+};
+
+static kiln_status shm_fail(int err, const char *call) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS)
+        snprintf(msg, sizeof msg, "MPI error %d", err);
+    return kiln_error_setf(KILN_ERR_IO, "shared memory: %s: %s", call, msg);
+}
+
+kiln_status kiln__shm_create(MPI_Comm comm, kiln__shm **out) {
+    *out = NULL;
+    const char *env = getenv("KILN_COMM_SHM");
+    int size = 1, rank = 0, nsize = 0, e;
+    MPI_Comm_size(comm, &size);
+    MPI_Comm_rank(comm, &rank);
+    /* every rank reads the same environment from mpirun, and the split below is collective
+     * on all of them; a rank that opted out alone would still take part in it */
+    int off = size < 2 || (env && !strcmp(env, "0"));
+    MPI_Comm node;
+    e = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    if (e != MPI_SUCCESS)
+        return shm_fail(e, "MPI_Comm_split_type");
+    MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+    MPI_Comm_size(node, &nsize);
+    /* one machine for all (else each machine's group would differ from the communicator);
+     * the opt-out agreed, so that no rank is left alone in a window call */
+    int mine = off || nsize != size, any = 1;
+    e = MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm);
+    if (e != MPI_SUCCESS || any) {
+        MPI_Comm_free(&node);
+        return e != MPI_SUCCESS ? shm_fail(e, "MPI_Allreduce") : KILN_OK;
+    }
+    kiln__shm *s = calloc(1, sizeof *s);
+    if (!s) {
+        MPI_Comm_free(&node);
+        return kiln_error_setf(KILN_ERR_NOMEM, "shared memory: out of memory");
+    }
+    s->node = node;
+    s->rank = rank; /* key 0 everywhere: the node's order is the communicator's */
+    s->size = size;
+    *out = s;
+    return KILN_OK;
+}
+
+static void win_free(shm_win *w) {
+    MPI_Win_unlock_all(w->win);
+    MPI_Win_free(&w->win);
+    free(w->peer);
+    free(w);
+}
+
+void kiln__shm_free(kiln__shm *s) {
+    if (!s)
+        return;
+    while (s->wins) {
+        shm_win *w = s->wins;
+        s->wins = w->next;
+        win_free(w);
+    }
+    MPI_Comm_free(&s->node);
+    free(s);
+}
+
+/* MPI_Win_free is collective: a rank that gave a window back on a failure path alone
+ * (its model half built) must not wait there for ranks that went on. So a window given
+ * back is only marked, and freed at the next point every rank reaches in step: the next
+ * allocation, or the communicator's end. */
+static void free_released(kiln__shm *s) {
+    for (shm_win **at = &s->wins; *at;) {
+        shm_win *w = *at;
+        if (!w->released) {
+            at = &w->next;
+            continue;
+        }
+        *at = w->next;
+        win_free(w);
+    }
+}
+
+kiln_status kiln__shm_alloc(kiln__shm *s, size_t bytes, void **out) {
+    *out = NULL;
+    free_released(s);
+    shm_win *w = calloc(1, sizeof *w);
+    char **peer = calloc((size_t)s->size, sizeof *peer);
+    if (!w || !peer) {
+        free(w);
+        free(peer);
+        return kiln_error_setf(KILN_ERR_NOMEM, "shared memory: out of memory");
+    }
+    /* each rank's part where its own process faults it in (its NUMA node), not one block */
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    void *base = NULL;
+    size_t want = bytes ? bytes : 1;
+    int e = MPI_Win_allocate_shared((MPI_Aint)want, 1, info, s->node, &base, &w->win);
+    MPI_Info_free(&info);
+    if (e != MPI_SUCCESS) {
+        free(w);
+        free(peer);
+        return shm_fail(e, "MPI_Win_allocate_shared");
+    }
+    for (int q = 0; q < s->size && e == MPI_SUCCESS; q++) {
+        MPI_Aint qsize = 0;
+        int disp = 0;
+        void *qbase = NULL;
+        e = MPI_Win_shared_query(w->win, q, &qsize, &disp, &qbase);
+        peer[q] = qbase;
+        if (e == MPI_SUCCESS && (size_t)qsize < want)
+            e = MPI_ERR_SIZE; /* every rank asks for the same size (MPI may round it up) */
+    }
+    if (e == MPI_SUCCESS)
+        e = MPI_Win_lock_all(MPI_MODE_NOCHECK, w->win);
+    if (e != MPI_SUCCESS) {
+        MPI_Win_free(&w->win);
+        free(w);
+        free(peer);
+        return shm_fail(e, "MPI_Win_shared_query");
+    }
+    w->base = base;
+    w->bytes = want;
+    w->peer = peer;
+    memset(w->base, 0, want); /* the window's memory is not promised zero */
+    w->next = s->wins;
+    s->wins = w;
+    *out = base;
+    return KILN_OK;
+}
+
+void kiln__shm_release(kiln__shm *s, void *p) {
+    for (shm_win *w = s->wins; w; w = w->next)
+        if (w->base == p)
+            w->released = 1;
+}
+
+/* The window holding [p, p + bytes) of this rank's memory, and p's offset in it. */
+static shm_win *find(const kiln__shm *s, const void *p, size_t bytes, int64_t *off) {
+    const char *c = p;
+    for (shm_win *w = s->wins; w; w = w->next)
+        if (!w->released && c >= w->base && c + bytes <= w->base + w->bytes) {
+            *off = c - w->base;
+            return w;
+        }
+    return NULL;
+}
+
+/* The entry: every rank's buffer is final, and all agree to go through shared memory (1),
+ * or all fall back to MPI (0); -1 with a message when MPI failed. */
+static int agree(const kiln__shm *s, const shm_win *w, int64_t off, int64_t count, int ok) {
+    int64_t v[5] = {off, -off, count, -count, w && ok ? 0 : 1}, m[5];
+    int e = MPI_Allreduce(v, m, 5, MPI_INT64_T, MPI_MAX, s->node);
+    if (e != MPI_SUCCESS) {
+        shm_fail(e, "MPI_Allreduce");
+        return -1;
+    }
+    return m[4] == 0 && m[0] == -m[1] && m[2] == -m[3];
+}
+
+static kiln_status barrier(const kiln__shm *s, const shm_win *w) {
+    MPI_Win_sync(w->win); /* this rank's writes out before the others read them */
+    int e = MPI_Barrier(s->node);
+    MPI_Win_sync(w->win); /* and theirs in before this rank reads them */
+    return e == MPI_SUCCESS ? KILN_OK : shm_fail(e, "MPI_Barrier");
+}
+
+/* Piece q of count elements: equal, edges on SHM_ALIGN elements. */
+static void piece(int64_t count, int n, int q, int64_t *lo, int64_t *hi) {
+    int64_t units = (count + SHM_ALIGN - 1) / SHM_ALIGN;
+    int64_t a = units * q / n * SHM_ALIGN, b = units * (q + 1) / n * SHM_ALIGN;
+    *lo = a < count ? a : count;
+    *hi = b < count ? b : count;
+}
+
+/* dst[lo, hi) = op over ranks, in rank order, of every rank's buffer at byte offset off
+ * (elements lo..hi of it). dst may be this rank's own buffer there. */
+static void reduce_range(const kiln__shm *s, const shm_win *w, int64_t off, void *dst, int64_t lo,
+                         int64_t hi, kiln_dtype dt, kiln_reduce_op op) {
+    size_t es = kiln_dtype_size(dt);
+    _Alignas(64) char tmp[SHM_CHUNK * sizeof(float)];
+    for (int64_t a = lo; a < hi; a += SHM_CHUNK) {
+        int64_t n = hi - a < SHM_CHUNK ? hi - a : SHM_CHUNK;
+        size_t at = (size_t)off + (size_t)a * es;
+        memcpy(tmp, w->peer[0] + at, (size_t)n * es);
+        for (int q = 1; q < s->size; q++)
+            kiln__comm_reduce_local(tmp, w->peer[q] + at, n, dt, op);
+        memcpy((char *)dst + (size_t)(a - lo) * es, tmp, (size_t)n * es);
+    }
+}
+
+/* Elements [lo, hi) at byte offset off from rank q's buffer into this rank's. */
+static void copy_from(const shm_win *w, int q, int64_t off, int64_t lo, int64_t hi, size_t es) {
+    if (hi > lo)
+        memcpy(w->base + off + lo * (int64_t)es, w->peer[q] + off + lo * (int64_t)es,
+               (size_t)(hi - lo) * es);
+}
+
+int kiln__shm_allreduce(kiln__shm *s, void *buf, int64_t count, kiln_dtype dt, kiln_reduce_op op,
+                        kiln_status *st) {
+    size_t es = kiln_dtype_size(dt);
+    if (!s || (size_t)count * es < SHM_MIN_BYTES)
+        return 0;
+    int64_t off = -1;
+    shm_win *w = find(s, buf, (size_t)count * es, &off);
+    int go = agree(s, w, off, count, 1);
+    if (go <= 0) {
+        *st = go < 0 ? KILN_ERR_IO : KILN_OK;
+        return go < 0;
+    }
+    shm_runs++;
+    int64_t lo, hi;
+    piece(count, s->size, s->rank, &lo, &hi);
+    reduce_range(s, w, off, w->base + off + lo * (int64_t)es, lo, hi, dt, op);
+    *st = barrier(s, w);
+    for (int q = 0; *st == KILN_OK && q < s->size; q++) {
+        piece(count, s->size, q, &lo, &hi);
+        if (q != s->rank)
+            copy_from(w, q, off, lo, hi, es);
+    }
+    if (*st == KILN_OK)
+        *st = barrier(s, w);
+    return 1;
+}
+
+int kiln__shm_reduce_scatter(kiln__shm *s, const void *send, void *recv, const int64_t *counts,
+                             kiln_dtype dt, kiln_reduce_op op, kiln_status *st) {
+    size_t es = kiln_dtype_size(dt);
+    int64_t total = 0, before = 0;
+    for (int q = 0; s && q < s->size; q++) {
+        if (q < s->rank)
+            before += counts[q];
+        total += counts[q];
+    }
+    if (!s || (size_t)total * es < SHM_MIN_BYTES)
+        return 0;
+    int64_t off = -1, roff = -1;
+    shm_win *w = find(s, send, (size_t)total * es, &off);
+    /* the result lands in this rank's own piece of send (NCCL's layout), or in memory that
+     * no rank reads (outside every window) */
+    int ok = recv == (const char *)send + before * (int64_t)es ||
+             !find(s, recv, (size_t)counts[s->rank] * es, &roff);
+    int go = agree(s, w, off, total, ok);
+    if (go <= 0) {
+        *st = go < 0 ? KILN_ERR_IO : KILN_OK;
+        return go < 0;
+    }
+    shm_runs++;
+    reduce_range(s, w, off, recv, before, before + counts[s->rank], dt, op);
+    *st = barrier(s, w);
+    return 1;
+}
+
+int kiln__shm_allgather(kiln__shm *s, const void *send, void *recv, const int64_t *counts,
+                        kiln_dtype dt, kiln_status *st) {
+    size_t es = kiln_dtype_size(dt);
+    int64_t total = 0, before = 0;
+    for (int q = 0; s && q < s->size; q++) {
+        if (q < s->rank)
+            before += counts[q];
+        total += counts[q];
+    }
+    if (!s || (size_t)total * es < SHM_MIN_BYTES)
+        return 0;
+    int64_t off = -1;
+    shm_win *w = find(s, recv, (size_t)total * es, &off);
+    int go = agree(s, w, off, total, send == (const char *)recv + before * (int64_t)es);
+    if (go <= 0) {
+        *st = go < 0 ? KILN_ERR_IO : KILN_OK;
+        return go < 0;
+    }
+    shm_runs++;
+    for (int64_t q = 0, at = 0; q < s->size; at += counts[q], q++)
+        if (q != s->rank)
+            copy_from(w, (int)q, off, at, at + counts[q], es);
+    *st = barrier(s, w);
+    return 1;
+}
+
+#else
+#include <stdint.h>
+
+uint64_t kiln__comm_shm_runs(void);
+uint64_t kiln__comm_shm_runs(void) {
+    return 0;
+}
+#endif
