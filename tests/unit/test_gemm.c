@@ -317,10 +317,10 @@ static void test_fp32_inputs(void) {
     CHECK_INT_EQ(bad, 0);
 }
 
-/* Both fp32 implementations (OpenBLAS sgemm, oneDNN's sgemm) and the default, on shapes of
- * few and of many rows, in every layout and epilogue, with alpha and beta: each within fp32
- * rounding of the fp64 product. Through the backend's fp32 matmul ops, the tests of
- * test_backend_ops run the default. */
+/* Both fp32 implementations (OpenBLAS sgemm, oneDNN's sgemm) and the default choice between
+ * them by rows, on shapes below and above KILN__GEMM_F32_DNNL_ROWS rows, in every layout and
+ * epilogue, with alpha and beta: each within fp32 rounding of the fp64 product. Through the
+ * backend's fp32 matmul ops, the tests of test_backend_ops run the default. */
 static void test_fp32_impls(void) {
     const kiln__gemm_f32 impls[3] = {KILN__GEMM_F32_SGEMM, KILN__GEMM_F32_DNNL,
                                      KILN__GEMM_F32_AUTO};

@@ -1,5 +1,6 @@
 /* kiln train: train a GPT model on token shards. */
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,14 +52,25 @@ static const char *usage =
     "checkpoint, exit 5. --inject-hang and --inject-slow are test aids.";
 
 /* Preemption: SIGTERM, SIGUSR1 or SIGINT asks the run to stop after the current step, save
- * what it has and exit TOOL_EXIT_PREEMPTED. The handler only records the signal and its time
- * (both async-signal-safe); a second SIGINT or SIGTERM while stopping ends the process at
- * once, 128 + the signal, and the atomic writes leave no half-written file behind. */
+ * what it has and exit TOOL_EXIT_PREEMPTED; a second SIGINT or SIGTERM while stopping ends
+ * the process at once, 128 + the signal, and the atomic writes leave no half-written file
+ * behind.
+ *
+ * No thread that computes ever runs a handler: the three signals are blocked in the main
+ * thread before any other thread exists (MPI's, OpenMP's, kiln's own inherit the mask), and
+ * one thread of their own takes them with sigwait. A handler runs on the stack of whatever
+ * the interrupted thread was doing, and oneDNN's JIT f32 GEMM (Debian's 2.6; fixed in
+ * oneDNN 3.11.2) points the stack register into a heap buffer while it runs: a signal
+ * handled there wrote its frame over the heap (a preempted run aborted with "corrupted
+ * size vs. prev_size" inside dnnl_sgemm). Before the run is armed for it (stop_armed), a
+ * signal ends the process as its default action would. */
 static volatile sig_atomic_t stop_signal;
+static volatile sig_atomic_t stop_armed;
 static struct timespec stop_at; /* CLOCK_MONOTONIC when stop_signal was first set */
+static sigset_t stop_set;
 
 static void on_stop_signal(int sig) {
-    if (stop_signal && sig != SIGUSR1)
+    if (!stop_armed || (stop_signal && sig != SIGUSR1))
         _exit(128 + sig);
     if (!stop_signal) {
         clock_gettime(CLOCK_MONOTONIC, &stop_at);
@@ -66,15 +78,37 @@ static void on_stop_signal(int sig) {
     }
 }
 
+static void *stop_signal_thread(void *arg) {
+    (void)arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&stop_set, &sig) == 0)
+            on_stop_signal(sig);
+    }
+    return NULL;
+}
+
+/* First thing: the signals blocked everywhere but in the thread that waits for them. */
+static void block_stop_signals(void) {
+    static int started;
+    if (started)
+        return;
+    sigemptyset(&stop_set);
+    sigaddset(&stop_set, SIGTERM);
+    sigaddset(&stop_set, SIGINT);
+    sigaddset(&stop_set, SIGUSR1);
+    pthread_t th;
+    if (pthread_sigmask(SIG_BLOCK, &stop_set, NULL) != 0 ||
+        pthread_create(&th, NULL, stop_signal_thread, NULL) != 0) {
+        pthread_sigmask(SIG_UNBLOCK, &stop_set, NULL); /* the default actions, as before */
+        return;
+    }
+    pthread_detach(th);
+    started = 1;
+}
+
 static void catch_stop_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART; /* a step's reads and writes go on */
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
+    stop_armed = 1;
 }
 
 static double ms_since_stop_signal(void) {
@@ -183,8 +217,10 @@ static int check_init_matches(const char *init, int64_t layers, int64_t heads, i
     const struct {
         const char *flag;
         int64_t given, file;
-    } f[] = {{"--layers", layers, fc.n_layer},     {"--heads", heads, fc.n_head},
-             {"--embd", embd, fc.n_embd},          {"--context", context, fc.max_seq_len},
+    } f[] = {{"--layers", layers, fc.n_layer},
+             {"--heads", heads, fc.n_head},
+             {"--embd", embd, fc.n_embd},
+             {"--context", context, fc.max_seq_len},
              {"--vocab", vocab, fc.vocab_size}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].given > 0 && f[i].given != f[i].file) {
@@ -203,10 +239,14 @@ static size_t parse_bytes(const char *s) {
         return 0;
     double mult = 1;
     switch (*end) {
-    case 'k': case 'K': mult = 1024.0; break;
-    case 'm': case 'M': mult = 1024.0 * 1024.0; break;
-    case 'g': case 'G': mult = 1024.0 * 1024.0 * 1024.0; break;
-    case 't': case 'T': mult = 1024.0 * 1024.0 * 1024.0 * 1024.0; break;
+    case 'k':
+    case 'K': mult = 1024.0; break;
+    case 'm':
+    case 'M': mult = 1024.0 * 1024.0; break;
+    case 'g':
+    case 'G': mult = 1024.0 * 1024.0 * 1024.0; break;
+    case 't':
+    case 'T': mult = 1024.0 * 1024.0 * 1024.0 * 1024.0; break;
     case '\0': break;
     default: return 0;
     }
@@ -345,8 +385,9 @@ static int parse_rank_batches(const char *text, int world, int64_t accum, int64_
             break;
         p++;
     }
-    fprintf(stderr, "kiln train: --rank-batches wants %d counts of micro-batches (1..4096), "
-                    "one per rank, separated by commas, e.g. %s; got '%s'\n",
+    fprintf(stderr,
+            "kiln train: --rank-batches wants %d counts of micro-batches (1..4096), "
+            "one per rank, separated by commas, e.g. %s; got '%s'\n",
             world, world == 2 ? "3,1" : "2,2,1,1", text);
     free(v);
     return 2;
@@ -354,6 +395,7 @@ static int parse_rank_batches(const char *text, int world, int64_t accum, int64_
 
 /* replay_step > 0: kiln replay (the run's flags; nothing of the run is written). */
 int tool_train_main(int argc, char **argv, int64_t replay_step) {
+    block_stop_signals();
     kiln_train_config cfg = kiln_train_config_default();
     const char *model = "d4", *init = NULL, *data = "data/brown/train_*.bin", *val = NULL;
     const char *optimizer = "adamw", *schedule = "cosine", *metrics = NULL;
@@ -402,15 +444,15 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         {"heads", TOOL_FLAG_INT, &heads, "override the number of heads (0: keep)"},
         {"embd", TOOL_FLAG_INT, &embd, "override the channels (0: keep)"},
         {"context", TOOL_FLAG_INT, &context, "override the context length (0: keep)"},
-        {"vocab", TOOL_FLAG_INT, &vocab,
-         "vocabulary size (0: the model JSON's, else the data's)"},
+        {"vocab", TOOL_FLAG_INT, &vocab, "vocabulary size (0: the model JSON's, else the data's)"},
         {"init", TOOL_FLAG_STRING, &init, "start from these safetensors weights"},
         {"data", TOOL_FLAG_STRING, &data, "training token shards: file, folder or glob"},
         {"val-data", TOOL_FLAG_STRING, &val,
          "validation token shards, evaluated after the last step"},
         {"eval-every", TOOL_FLAG_INT, &eval_every,
          "also evaluate every N steps (needs --val-data; 0: after the last step only)"},
-        {"eval-batches", TOOL_FLAG_INT, &eval_batches, "validation batches per evaluation (0: all)"},
+        {"eval-batches", TOOL_FLAG_INT, &eval_batches,
+         "validation batches per evaluation (0: all)"},
         {"batch", TOOL_FLAG_INT, &B, "sequences per micro-batch (B)"},
         {"seq", TOOL_FLAG_INT, &T, "tokens per sequence (T)"},
         {"grad-accum", TOOL_FLAG_INT, &accum, "micro-batches per optimizer step"},
@@ -581,10 +623,10 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
                         "--guard-max-bad >= 1 and --guard-max-rollbacks >= 0\n");
         return 2;
     }
-    if ((skip_batches && tool_parse_skips("--skip-batches", skip_batches, skips,
-                                          KILN_TRAIN_MAX_SKIPS, &nskips)) ||
-        (inject_spike && tool_parse_step_count("--inject-spike", inject_spike, &spike_at,
-                                               &spike_count)))
+    if ((skip_batches &&
+         tool_parse_skips("--skip-batches", skip_batches, skips, KILN_TRAIN_MAX_SKIPS, &nskips)) ||
+        (inject_spike &&
+         tool_parse_step_count("--inject-spike", inject_spike, &spike_at, &spike_count)))
         return 2;
     kiln_prune_scope scope = KILN_PRUNE_GLOBAL;
     if (kiln_prune_scope_parse(prune_scope, &scope) || !(prune >= 0.0 && prune < 1.0) ||
@@ -632,8 +674,9 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         return 2;
     }
     if (eval_every > 0 && !(val && val[0])) {
-        fprintf(stderr, "kiln train: --eval-every %lld needs validation data: name it with "
-                        "--val-data\n",
+        fprintf(stderr,
+                "kiln train: --eval-every %lld needs validation data: name it with "
+                "--val-data\n",
                 (long long)eval_every);
         return 2;
     }
@@ -756,8 +799,9 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     if (rank == 0)
         tool_precision_note(cfg.model_opt.dtype);
     /* A --save that could never be written fails now, not after hours of training. */
-    if (!replay_step && rank == 0 && cfg.save_path && ((s = tool_make_parent_dirs(cfg.save_path)) ||
-                                       (s = kiln_file_check_replaceable(cfg.save_path)))) {
+    if (!replay_step && rank == 0 && cfg.save_path &&
+        ((s = tool_make_parent_dirs(cfg.save_path)) ||
+         (s = kiln_file_check_replaceable(cfg.save_path)))) {
         tool_report(what, s);
         if (world > 1)
             kiln_comm_abort(comm, 1, "rank 0 cannot write its --save file");
@@ -779,10 +823,10 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     if (rank_batches && !strncmp(rank_batches, "auto", 4)) { /* auto or auto:N steps */
         char *end = NULL;
         long long n = rank_batches[4] == ':' ? strtoll(rank_batches + 5, &end, 10) : 10;
-        if ((rank_batches[4] && (rank_batches[4] != ':' || !end || *end)) || n < 2 ||
-            n > 100000) {
-            fprintf(stderr, "kiln train: --rank-batches auto or auto:N (2..100000 steps to "
-                            "measure before the split is chosen); got '%s'\n",
+        if ((rank_batches[4] && (rank_batches[4] != ':' || !end || *end)) || n < 2 || n > 100000) {
+            fprintf(stderr,
+                    "kiln train: --rank-batches auto or auto:N (2..100000 steps to "
+                    "measure before the split is chosen); got '%s'\n",
                     rank_batches);
             kiln_comm_free(comm);
             return 2;
@@ -863,4 +907,6 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     return 0;
 }
 
-int cmd_train(int argc, char **argv) { return tool_train_main(argc, argv, 0); }
+int cmd_train(int argc, char **argv) {
+    return tool_train_main(argc, argv, 0);
+}

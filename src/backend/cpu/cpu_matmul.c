@@ -1,5 +1,5 @@
-/* Matrix products. fp32 through kiln__cpu_sgemm (OpenBLAS's sgemm, or oneDNN's when asked
- * for: gemm.h), called from serial code so that it threads itself over the shared OpenMP
+/* Matrix products. fp32 through kiln__cpu_sgemm (oneDNN's sgemm, or OpenBLAS's for products
+ * of few rows: gemm.h), called from serial code so that it threads itself over the shared OpenMP
  * pool. bf16 through kiln__cpu_gemm (gemm.h): bf16
  * products summed in fp32, with the bias and GELU fused into its output pass (kiln's own
  * AVX512-BF16 kernel, or sgemm on widened operands on a CPU without it). fp16 through

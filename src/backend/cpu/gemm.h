@@ -11,8 +11,9 @@
  *   C, pre are (M,N) with leading dimensions ldc, ldpre; bias (N) is fp32, one per column.
  *
  * How the product is computed follows the input dtypes:
- *   - both F32: fp32 throughout, through OpenBLAS sgemm, or oneDNN's sgemm (dnnl_sgemm) when
- *     asked for (kiln__gemm_f32 below);
+ *   - both F32: fp32 throughout, through oneDNN's sgemm (dnnl_sgemm) where kiln was built
+ *     with oneDNN and the product has at least KILN__GEMM_F32_DNNL_ROWS rows, else OpenBLAS
+ *     sgemm (kiln__gemm_f32 below);
  *   - either BF16 (the other F32 or BF16): bf16 x bf16 products summed in fp32, F32 inputs
  *     rounded to bf16 on the way (to nearest even). The implementation is kiln__gemm_impl;
  *   - either F16: both converted to F32 and sgemm. x86 CPUs without AVX512-FP16 (an Intel
@@ -66,16 +67,21 @@ kiln_status kiln__cpu_gemm(void *c, kiln_dtype c_dt, int64_t ldc, const void *a,
 /* ---- which implementation computes the fp32 products ---- */
 
 /* oneDNN 2.6's sgemm measured 3-20% faster than OpenBLAS 0.3.21's at training's shapes
- * (M >= 256) on an AVX-512 AMD EPYC, and d12 trained 4.8% faster at 1 thread, 17% at 2;
- * but with the slabs in MPI shared-memory windows (page-aligned operands) a data-parallel
- * run corrupted the heap inside dnnl_sgemm (its own free), with or without kiln's
- * shared-memory collectives, and never with OpenBLAS. Until that is understood the default
- * is OpenBLAS, and oneDNN is there to be asked for and measured. */
+ * (256 rows and more) on an AVX-512 AMD EPYC, up to 1.5x at 2 threads, and no faster at one
+ * row, where sampling runs; d12 trained 4.8% faster at 1 thread and 17% at 2.
+ *
+ * Signals: oneDNN's JIT f32 GEMM (2.6; fixed in oneDNN 3.11.2) points the stack register into
+ * a heap buffer while it runs, so a signal handler that runs on a thread inside it writes its
+ * frame over the heap. A program that installs handlers blocks those signals in the threads
+ * that compute and takes them in a thread of its own (sigwait), as `kiln train` does, or runs
+ * its handlers on an alternate stack (sigaltstack, SA_ONSTACK) in every thread. Signals
+ * without a handler (the default actions) are safe. */
 typedef enum kiln__gemm_f32 {
-    KILN__GEMM_F32_AUTO = 0, /* the default: OpenBLAS sgemm (above) */
+    KILN__GEMM_F32_AUTO = 0, /* oneDNN from KILN__GEMM_F32_DNNL_ROWS rows on, else sgemm */
     KILN__GEMM_F32_SGEMM,    /* OpenBLAS cblas_sgemm */
     KILN__GEMM_F32_DNNL,     /* oneDNN dnnl_sgemm, where kiln was built with oneDNN */
 } kiln__gemm_f32;
+#define KILN__GEMM_F32_DNNL_ROWS 16
 
 /* Force one (tests and benchmarks); KILN_ERR_UNSUPPORTED without oneDNN. The environment
  * variable KILN_GEMM_F32=auto|sgemm|dnnl sets it at the first call as well. */
@@ -86,7 +92,7 @@ kiln__gemm_f32 kiln__cpu_gemm_get_f32(void);
 void kiln__cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                      int64_t ldc);
-/* "OpenBLAS sgemm", "oneDNN 2.6.3 sgemm" */
+/* "oneDNN 2.6.3 sgemm (OpenBLAS below 16 rows)", "OpenBLAS sgemm", "oneDNN 2.6.3 sgemm" */
 const char *kiln__cpu_gemm_f32_name(kiln__gemm_f32 impl);
 
 /* ---- which implementation computes the bf16 products ---- */

@@ -304,6 +304,11 @@ const char *kiln__cpu_gemm_f32_name(kiln__gemm_f32 impl) {
     static char dnnl[64];
     switch (impl) {
     case KILN__GEMM_F32_AUTO:
+        if (!kiln__cpu_gemm_has_dnnl())
+            return "OpenBLAS sgemm";
+        snprintf(dnnl, sizeof dnnl, "oneDNN %s sgemm (OpenBLAS below %d rows)",
+                 kiln__gemm_dnnl_version(), KILN__GEMM_F32_DNNL_ROWS);
+        return dnnl;
     case KILN__GEMM_F32_SGEMM: return "OpenBLAS sgemm";
     case KILN__GEMM_F32_DNNL:
         snprintf(dnnl, sizeof dnnl, "oneDNN %s sgemm", kiln__gemm_dnnl_version());
@@ -316,8 +321,9 @@ void kiln__cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, 
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                      int64_t ldc) {
     kiln__gemm_f32 impl = kiln__cpu_gemm_get_f32();
-    if (impl == KILN__GEMM_F32_AUTO) /* sgemm: see KILN__GEMM_F32_AUTO in gemm.h */
-        impl = KILN__GEMM_F32_SGEMM;
+    if (impl == KILN__GEMM_F32_AUTO)
+        impl = kiln__cpu_gemm_has_dnnl() && M >= KILN__GEMM_F32_DNNL_ROWS ? KILN__GEMM_F32_DNNL
+                                                                          : KILN__GEMM_F32_SGEMM;
     if (impl == KILN__GEMM_F32_DNNL && kiln__gemm_dnnl_sgemm(trans_a, trans_b, M, N, K, alpha, a,
                                                              lda, b, ldb, beta, c, ldc) == KILN_OK)
         return;
