@@ -10,15 +10,16 @@
  *                                       a bucket whose ranges are all final is handed to a
  *                                       communication thread and reduced at once
  *   kiln_dp_finish(dp)                  after backward: waits for the last buckets
+ *   kiln_dp_add_rows(dp, ...)           the embedding's rows, when kept apart (below)
  *   kiln_dp_allreduce_sums(dp, v, k)    global scalars (the loss, the gradients' sum of squares)
  *   (the optimizer updates its range)
  *   kiln_dp_gather(dp, params, dtype)   zero >= 1: every rank's updated shard to every rank
  *
  * After finish the gradients hold the SUM over ranks (the caller scales the loss by 1/world
  * to average): everywhere for zero 0 and 1, on this rank's shard only for zero 2 and 3
- * (reduced by reduce-scatter; the rest of the slab zero again, its pages given back). Buckets are reduced in the
- * order backward finishes them (the head, then blocks L-1..0, then the embeddings); with
- * bucket_bytes 0 the whole slab is one reduction after backward.
+ * (reduced by reduce-scatter; the rest of the slab zero again, its pages given back). Buckets are
+ * reduced in the order backward finishes them (the head, then blocks L-1..0, then the embeddings);
+ * with bucket_bytes 0 the whole slab is one reduction after backward.
  *
  * MPI calls come from the communication thread while backward runs and from the calling
  * thread between finish and the next begin, never both at once (MPI_THREAD_SERIALIZED). */
@@ -40,9 +41,15 @@ typedef struct kiln_dp_config {
                                 3: parameters too (gathered per part for use, then dropped) */
     int64_t bucket_bytes;    /* about this many bytes of fp32 gradients per bucket (0: one) */
     kiln_dtype reduce_dtype; /* F32, or BF16: gradients travel in bf16, added in fp32 */
+    /* The embedding's rows apart (kiln_gpt_set_embed_rows_apart): wte's gradient reduced as
+     * soon as the classifier's backward has run, every rank's embedding rows gathered and
+     * added after backward. -1: where the rows are few against wte's (every other rank's
+     * rows at most a quarter of wte's vocabulary, (world - 1) B T <= Vp / 4), 0: never,
+     * 1: always. Not with local SGD. */
+    int rows_apart;
 } kiln_dp_config;
 
-/* zero 0, buckets of 25 MiB, fp32 reduction. */
+/* zero 0, buckets of 25 MiB, fp32 reduction, the rows apart where they are few (-1). */
 kiln_dp_config kiln_dp_config_default(void);
 
 typedef struct kiln_dp kiln_dp; /* opaque */
@@ -87,6 +94,18 @@ kiln_status kiln_dp_idle(kiln_dp *dp);
 /* Zero [lo, hi) of buf outside this rank's shard and give its whole pages back
  * (kiln_memory_discard): a gathered part released, or reduced gradients not this rank's. */
 void kiln_dp_discard_range(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo, int64_t hi);
+
+/* The embedding's rows apart (kiln_gpt_set_embed_rows_apart): room for every rank's rows,
+ * up to max_rows of C values of dtype dt each per rank, taken now; kiln_dp_rows_bytes is how
+ * much (the plan's). */
+kiln_status kiln_dp_rows_reserve(kiln_dp *dp, int64_t max_rows, int64_t C, kiln_dtype dt);
+size_t kiln_dp_rows_bytes(int world, int64_t max_rows, int64_t C, kiln_dtype dt);
+/* After kiln_dp_finish: every rank's n rows (row ids[i] of wte, whose gradient starts at
+ * element `at` of grads; rows of C values of the reserved dtype) gathered and added into
+ * grads in rank order, each rank's rows in order, on this rank's shard (zero 2 and 3) or
+ * everywhere; timed as other_s. n may differ across ranks. */
+kiln_status kiln_dp_add_rows(kiln_dp *dp, float *grads, int64_t at, const int32_t *ids,
+                             const void *rows, int64_t n);
 
 typedef struct kiln_dp_stats {
     double comm_s;    /* seconds the gradient reductions took (on the thread) */

@@ -265,7 +265,8 @@ void kiln_gpt_zero_grad(kiln_gpt *m);
 
 /* Called during backward each time a range [lo, hi) of the gradient slab (elements) holds its
  * final value for this backward pass: ln_f, then blocks L-1..0, then the embeddings (wte and
- * wpe together: the classifier's backward adds to wte too). The ranges of one pass cover the
+ * wpe together: the classifier's backward adds to wte too; but see
+ * kiln_gpt_set_embed_rows_apart). The ranges of one pass cover the
  * slab exactly once, in decreasing offset order, in every recompute mode and classifier chunk.
  * "Final" is for this pass: gradients accumulate over passes (kiln_gpt_backward), so with
  * accumulation only the last micro-batch's reports hold the step's sums. The backend has
@@ -310,6 +311,20 @@ void kiln_gpt_part_range(const kiln_gpt *m, int part, int64_t *lo, int64_t *hi);
 /* The ranges themselves, in the order backward reports them: blocks + 2 ranges, of which
  * the first `max` are written to lo[] and hi[]; returns their count. */
 int kiln_gpt_grad_ranges(const kiln_gpt *m, int64_t *lo, int64_t *hi, int max);
+
+/* The embedding's rows apart (data parallelism): the tied wte's gradient is the classifier's
+ * (dense, computed first in backward) plus the embedding's (one row of dout per token, added
+ * last). With on, backward leaves the embedding's rows out of wte's gradient and reports
+ * wte's range right after the classifier, so that its reduction (47% of a d12's gradient)
+ * runs while the blocks compute; the reports are then wte, ln_f, blocks L-1..0, and wpe (the
+ * rest of the embeddings' part) last, the order kiln_gpt_grad_ranges_apart gives. After such
+ * a backward, kiln_gpt_embed_rows gives what the caller adds into wte's gradient: row ids[i]
+ * += rows[i] (C values of the model's dtype), i < n. Host backends. Stays until set again. */
+void kiln_gpt_set_embed_rows_apart(kiln_gpt *m, int on);
+int kiln_gpt_grad_ranges_apart(const kiln_gpt *m, int64_t *lo, int64_t *hi, int max);
+void kiln_gpt_embed_rows(const kiln_gpt *m, const int32_t **ids, const void **rows, int64_t *n);
+/* [lo, hi) of wte's tensor in the slab (its padded rows included). */
+void kiln_gpt_wte_range(const kiln_gpt *m, int64_t *lo, int64_t *hi);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 /* Data parallelism: gradient buckets reduced on a communication thread while backward
  * computes, ZeRO shards, and the gather of updated shards (kiln/dp.h). */
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,13 +14,13 @@
 #define DP_INFLIGHT 2  /* ZeRO 2/3: jobs queued before backward waits (kiln_dp_ready) */
 
 typedef struct bucket {
-    int64_t lo, hi;   /* slab elements */
-    int last_range;   /* the range whose report completes it */
+    int64_t lo, hi; /* slab elements */
+    int last_range; /* the range whose report completes it */
 } bucket;
 
 /* Work for the thread, done in the order posted (the same on every rank). */
 typedef struct job {
-    int kind;         /* JOB_BUCKET: reduce bucket `index`; JOB_GATHER: [lo, hi) of buf */
+    int kind; /* JOB_BUCKET: reduce bucket `index`; JOB_GATHER: [lo, hi) of buf */
     int index;
     int64_t lo, hi;
     void *buf;
@@ -40,7 +41,7 @@ struct kiln_dp {
     int64_t *counts;   /* world entries, scratch of the thread's reduce-scatter */
     uint16_t *staging; /* bf16 reduction: the largest bucket */
     float *grads;
-    int next_range;   /* the range kiln_dp_ready expects next */
+    int next_range;     /* the range kiln_dp_ready expects next */
     int buckets_posted; /* of this step */
     int in_step;
     /* the thread, and what it shares with the caller (under mu) */
@@ -48,7 +49,7 @@ struct kiln_dp {
     int thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    job *jobs;        /* a ring of cap jobs; job k is jobs[k % cap] */
+    job *jobs; /* a ring of cap jobs; job k is jobs[k % cap] */
     int64_t cap;
     uint64_t posted, done; /* jobs posted and done since the start */
     int quit;
@@ -56,12 +57,21 @@ struct kiln_dp {
     char error_msg[512];
     double comm_s, exposed_s, other_s;
     uint64_t bytes_at_take;
+    /* the embedding's rows apart (kiln_dp_rows_reserve): every rank's, gathered */
+    int64_t rows_cap, rows_C;
+    kiln_dtype rows_dt;
+    int32_t *row_ids;
+    void *row_buf;
+    int64_t *row_counts;
 };
 
 static void discard_outside_shard(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo, int64_t hi);
 
 kiln_dp_config kiln_dp_config_default(void) {
-    kiln_dp_config c = {.zero = 0, .bucket_bytes = (int64_t)25 << 20, .reduce_dtype = KILN_DTYPE_F32};
+    kiln_dp_config c = {.zero = 0,
+                        .bucket_bytes = (int64_t)25 << 20,
+                        .reduce_dtype = KILN_DTYPE_F32,
+                        .rows_apart = -1};
     return c;
 }
 
@@ -86,7 +96,9 @@ void kiln_dp_shard(const kiln_dp *dp, int64_t *lo, int64_t *hi) {
     kiln_dp_shard_of(dp, dp->rank, lo, hi);
 }
 
-int kiln_dp_num_buckets(const kiln_dp *dp) { return dp->nbuckets; }
+int kiln_dp_num_buckets(const kiln_dp *dp) {
+    return dp->nbuckets;
+}
 
 static int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
     int64_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
@@ -192,23 +204,39 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
+static int by_lo(const void *a, const void *b) {
+    const int64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* The ranges, in any order, cover [0, n) once: sorted by their start they tile it. */
 static kiln_status check_ranges(int64_t n, const int64_t *lo, const int64_t *hi, int k) {
     if (k < 1)
         return kiln_error_setf(KILN_ERR_ARG, "data parallel: no gradient ranges");
-    int64_t top = n;
-    for (int i = 0; i < k; i++) {
-        if (hi[i] != top || lo[i] > hi[i])
-            return kiln_error_setf(KILN_ERR_ARG,
-                                   "data parallel: gradient range %d [%lld, %lld) does not end "
-                                   "where the one before starts (%lld): the ranges must tile "
-                                   "the slab downwards",
-                                   i, (long long)lo[i], (long long)hi[i], (long long)top);
-        top = lo[i];
+    int64_t *r = malloc((size_t)k * 2 * sizeof *r);
+    if (!r)
+        return kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
+    for (int i = 0; i < k; i++)
+        r[2 * i] = lo[i], r[2 * i + 1] = hi[i];
+    qsort(r, (size_t)k, 2 * sizeof *r, by_lo);
+    int64_t at = 0;
+    kiln_status s = KILN_OK;
+    for (int i = 0; i < k && s == KILN_OK; i++) {
+        if (r[2 * i] != at || r[2 * i + 1] < r[2 * i])
+            s = kiln_error_setf(KILN_ERR_ARG,
+                                "data parallel: gradient range [%lld, %lld) does not start where "
+                                "the one below it ends (%lld): the ranges must cover the slab "
+                                "once",
+                                (long long)r[2 * i], (long long)r[2 * i + 1], (long long)at);
+        at = r[2 * i + 1];
     }
-    if (top != 0)
-        return kiln_error_setf(KILN_ERR_ARG, "data parallel: the gradient ranges stop at %lld, "
-                                             "not at 0", (long long)top);
-    return KILN_OK;
+    if (s == KILN_OK && at != n)
+        s = kiln_error_setf(KILN_ERR_ARG,
+                            "data parallel: the gradient ranges end at %lld, not at "
+                            "the slab's end %lld",
+                            (long long)at, (long long)n);
+    free(r);
+    return s;
 }
 
 static kiln_status build(kiln_dp *dp, const int64_t *lo, const int64_t *hi, int k) {
@@ -230,13 +258,15 @@ static kiln_status build(kiln_dp *dp, const int64_t *lo, const int64_t *hi, int 
     for (int r = 0; r < W; r++)
         kiln_dp_shard_bounds(dp->n, W, r, &dp->shard_lo[r], &dp->shard_hi[r]);
     /* buckets: consecutive ranges in report order until bucket_bytes of fp32 gradients */
-    int64_t cap = dp->cfg.bucket_bytes > 0 ? dp->cfg.bucket_bytes / (int64_t)sizeof(float)
-                                           : dp->n + 1;
+    int64_t cap =
+        dp->cfg.bucket_bytes > 0 ? dp->cfg.bucket_bytes / (int64_t)sizeof(float) : dp->n + 1;
     int64_t largest = 0;
+    /* a bucket: ranges reported one after another, each just below the one before */
     for (int i = 0; i < k;) {
         bucket *b = &dp->buckets[dp->nbuckets++];
         b->hi = hi[i];
-        while (i < k && (b->hi - lo[i] <= cap || b->hi == hi[i]))
+        i++;
+        while (i < k && hi[i] == lo[i - 1] && b->hi - lo[i] <= cap)
             i++;
         b->lo = lo[i - 1];
         b->last_range = i - 1;
@@ -250,7 +280,8 @@ static kiln_status build(kiln_dp *dp, const int64_t *lo, const int64_t *hi, int 
         if (!dp->staging)
             return kiln_error_setf(KILN_ERR_NOMEM,
                                    "data parallel: cannot allocate %lld bf16 elements for the "
-                                   "reduction", (long long)largest);
+                                   "reduction",
+                                   (long long)largest);
     }
     return KILN_OK;
 }
@@ -284,7 +315,8 @@ kiln_status kiln_dp_create(kiln_dp **out, kiln_comm *comm, const kiln_dp_config 
     kiln_status s = build(dp, lo, hi, nranges);
     if (s == KILN_OK) {
         if (pthread_create(&dp->thread, NULL, thread_main, dp) != 0)
-            s = kiln_error_setf(KILN_ERR_IO, "data parallel: cannot start the communication thread");
+            s = kiln_error_setf(KILN_ERR_IO,
+                                "data parallel: cannot start the communication thread");
         else
             dp->thread_started = 1;
     }
@@ -316,6 +348,9 @@ void kiln_dp_free(kiln_dp *dp) {
     free(dp->buckets);
     free(dp->jobs);
     free(dp->staging);
+    free(dp->row_ids);
+    free(dp->row_buf);
+    free(dp->row_counts);
     free(dp);
 }
 
@@ -482,9 +517,10 @@ kiln_status kiln_dp_idle(kiln_dp *dp) {
 kiln_status kiln_dp_gather_range_async(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo,
                                        int64_t hi, uint64_t *ticket) {
     if (lo < 0 || hi > dp->n || lo > hi)
-        return kiln_error_setf(KILN_ERR_ARG, "data parallel: gather of [%lld, %lld) outside the "
-                                             "slab of %lld", (long long)lo, (long long)hi,
-                               (long long)dp->n);
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "data parallel: gather of [%lld, %lld) outside the "
+                               "slab of %lld",
+                               (long long)lo, (long long)hi, (long long)dp->n);
     job j = {.kind = JOB_GATHER, .lo = lo, .hi = hi, .buf = buf, .dt = dt};
     *ticket = post_job(dp, &j);
     return KILN_OK;
@@ -512,4 +548,99 @@ static void discard_outside_shard(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t
 
 void kiln_dp_discard_range(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo, int64_t hi) {
     discard_outside_shard(dp, buf, dt, lo, hi);
+}
+
+/* ---- the embedding's rows apart ---- */
+
+size_t kiln_dp_rows_bytes(int world, int64_t max_rows, int64_t C, kiln_dtype dt) {
+    return (size_t)world * (size_t)max_rows * (sizeof(int32_t) + (size_t)C * kiln_dtype_size(dt)) +
+           (size_t)world * sizeof(int64_t);
+}
+
+kiln_status kiln_dp_rows_reserve(kiln_dp *dp, int64_t max_rows, int64_t C, kiln_dtype dt) {
+    if (max_rows < 1 || C < 1)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: %lld rows of %lld",
+                               (long long)max_rows, (long long)C);
+    size_t W = (size_t)dp->world;
+    dp->row_ids = malloc(W * (size_t)max_rows * sizeof(int32_t));
+    dp->row_buf = malloc(W * (size_t)max_rows * (size_t)C * kiln_dtype_size(dt));
+    dp->row_counts = calloc(W, sizeof(int64_t));
+    if (!dp->row_ids || !dp->row_buf || !dp->row_counts)
+        return kiln_error_setf(KILN_ERR_NOMEM,
+                               "data parallel: cannot allocate %.1f MiB for the embedding's rows",
+                               (double)kiln_dp_rows_bytes(dp->world, max_rows, C, dt) / (1 << 20));
+    dp->rows_cap = max_rows;
+    dp->rows_C = C;
+    dp->rows_dt = dt;
+    return KILN_OK;
+}
+
+/* grads[at + ids[i] C + c] += rows[i][c] for the rows of every rank (rank order, then row
+ * order, as one process adds its positions), columns split over threads, only inside
+ * [glo, ghi). */
+static void add_rows(float *g, int64_t at, int64_t C, const int32_t *ids, const void *rows,
+                     kiln_dtype dt, int64_t n, int64_t glo, int64_t ghi) {
+    size_t es = kiln_dtype_size(dt);
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), th = omp_get_thread_num();
+        int64_t c0 = C * th / nt, c1 = C * (th + 1) / nt;
+        float tmp[256];
+        for (int64_t i = 0; i < n; i++) {
+            int64_t base = at + (int64_t)ids[i] * C;
+            int64_t a = base + c0 > glo ? c0 : glo - base, b = base + c1 < ghi ? c1 : ghi - base;
+            for (int64_t c = a; c < b; c += 256) {
+                int64_t m = b - c < 256 ? b - c : 256;
+                kiln_convert(tmp, KILN_DTYPE_F32,
+                             (const char *)rows + ((size_t)i * (size_t)C + (size_t)c) * es, dt, m);
+                float *d = g + base + c;
+                for (int64_t j = 0; j < m; j++)
+                    d[j] += tmp[j];
+            }
+        }
+    }
+}
+
+kiln_status kiln_dp_add_rows(kiln_dp *dp, float *grads, int64_t at, const int32_t *ids,
+                             const void *rows, int64_t n) {
+    if (!dp->rows_cap)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: no room reserved for rows");
+    if (n < 0 || n > dp->rows_cap)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: %lld rows, room for %lld",
+                               (long long)n, (long long)dp->rows_cap);
+    if (dp->in_step)
+        return kiln_error_setf(KILN_ERR_ARG, "data parallel: rows during backward");
+    KILN_CHECK(kiln_dp_idle(dp));
+    double t0 = kiln_time_ms();
+    int W = dp->world;
+    int64_t C = dp->rows_C, *cnt = dp->row_counts;
+    size_t es = kiln_dtype_size(dp->rows_dt);
+    /* every rank's count (floats hold them exactly: n <= 2^24 here) */
+    float mine = (float)n, *all = (float *)dp->row_ids; /* room for W at least */
+    for (int r = 0; r < W; r++)
+        cnt[r] = 1;
+    KILN_CHECK(kiln_comm_allgather(&mine, all, cnt, KILN_DTYPE_F32, dp->comm));
+    int64_t before = 0, total = 0;
+    for (int r = 0; r < W; r++) {
+        cnt[r] = (int64_t)all[r];
+        if (r < dp->rank)
+            before += cnt[r];
+        total += cnt[r];
+    }
+    /* the ids (as 4-byte elements), then the rows (as bytes of their dtype) */
+    memcpy(dp->row_ids + before, ids, (size_t)n * sizeof(int32_t));
+    KILN_CHECK(
+        kiln_comm_allgather(dp->row_ids + before, dp->row_ids, cnt, KILN_DTYPE_F32, dp->comm));
+    for (int r = 0; r < W; r++)
+        cnt[r] *= C;
+    memcpy((char *)dp->row_buf + (size_t)(before * C) * es, rows, (size_t)(n * C) * es);
+    KILN_CHECK(kiln_comm_allgather((char *)dp->row_buf + (size_t)(before * C) * es, dp->row_buf,
+                                   cnt, dp->rows_dt, dp->comm));
+    int64_t glo, ghi;
+    kiln_dp_shard(dp, &glo, &ghi);
+    if (dp->cfg.zero < 2) /* the whole gradient is every rank's */
+        glo = 0, ghi = dp->n;
+    add_rows(grads, at, C, dp->row_ids, dp->row_buf, dp->rows_dt, total, glo, ghi);
+    dp->other_s += (kiln_time_ms() - t0) / 1e3;
+    return KILN_OK;
 }

@@ -235,10 +235,12 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
     p->activations = model.activations;
     p->workspace = model.workspace;
     if (world > 1) { /* MPI's scratch for a collective of one piece (4M elements) at a time,
-                        in and out, and a bf16 reduction's staging */
+                        in and out, a bf16 reduction's staging, every rank's embedding rows */
         size_t comm = (size_t)2 * (4 << 20) * sizeof(float);
         if (cfg->dp.reduce_dtype == KILN_DTYPE_BF16)
             comm += (size_t)(4 << 20) * 2;
+        if (kiln__trainer_rows_apart(cfg, mc, world))
+            comm += kiln_dp_rows_bytes(world, cfg->B * cfg->T, mc->n_embd, dt);
         p->workspace += comm;
         model.total += comm;
     }
@@ -562,13 +564,16 @@ kiln_status kiln__trainer_forward_backward(kiln_trainer *t, float S, double *los
     double sum = 0.0;
     /* local SGD: each rank's own mean */
     float scale = S / (float)(t->cfg.local_steps > 0 ? t->micro : t->micro_total);
+    kiln_gpt_set_embed_rows_apart(t->model, 0); /* and no rows from an earlier step */
     for (int64_t micro = 0; micro < t->micro; micro++) {
         float l = 0.0f;
         kiln_loader *ld = t->micro_loaders ? t->micro_loaders[micro] : t->train;
         KILN_CHECK(kiln_loader_next(ld, t->inputs, t->targets));
         KILN_CHECK(kiln__trainer_distill_targets(t));
-        if (t->dp && !t->cfg.local_steps && micro == t->micro - 1)
+        int last = t->dp && !t->cfg.local_steps && micro == t->micro - 1;
+        if (last)
             KILN_CHECK(kiln_dp_begin(t->dp, kiln_gpt_grads(t->model)));
+        kiln_gpt_set_embed_rows_apart(t->model, last && t->rows_apart);
         KILN_CHECK(
             kiln_gpt_forward_backward(t->model, t->inputs, t->targets, cfg->B, cfg->T, scale, &l));
         sum += l;

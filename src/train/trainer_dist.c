@@ -223,6 +223,13 @@ kiln_status kiln__trainer_zero3_need_all(kiln_trainer *t) {
     return KILN_OK;
 }
 
+int kiln__trainer_rows_apart(const kiln_train_config *cfg, const kiln_gpt_config *mc, int world) {
+    if (world <= 1 || cfg->local_steps > 0 || cfg->dp.rows_apart == 0)
+        return 0;
+    int64_t vp = mc->padded_vocab_size ? mc->padded_vocab_size : mc->vocab_size;
+    return cfg->dp.rows_apart > 0 || (int64_t)(world - 1) * cfg->B * cfg->T * 4 <= vp;
+}
+
 kiln_status kiln__trainer_dist_start(kiln_trainer *t) {
     int64_t n = kiln_gpt_slab_len(t->model);
     t->shard_lo = 0;
@@ -236,7 +243,9 @@ kiln_status kiln__trainer_dist_start(kiln_trainer *t) {
         s = kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
         goto done;
     }
-    int k = kiln_gpt_grad_ranges(t->model, lo, hi, MAXR);
+    t->rows_apart = kiln__trainer_rows_apart(&t->cfg, kiln_gpt_get_config(t->model), t->world);
+    int k = t->rows_apart ? kiln_gpt_grad_ranges_apart(t->model, lo, hi, MAXR)
+                          : kiln_gpt_grad_ranges(t->model, lo, hi, MAXR);
     if (k > MAXR) {
         s = kiln_error_setf(KILN_ERR_CONFIG, "data parallel: %d gradient ranges (at most %d)", k,
                             MAXR);
@@ -244,10 +253,17 @@ kiln_status kiln__trainer_dist_start(kiln_trainer *t) {
     }
     KILN_CHECK_GOTO(s, kiln_dp_create(&t->dp, t->comm, &t->cfg.dp, n, lo, hi, k), done);
     kiln_gpt_set_grad_ready(t->model, grad_ready, t->dp);
+    if (t->rows_apart)
+        KILN_CHECK_GOTO(s,
+                        kiln_dp_rows_reserve(t->dp, t->cfg.B * t->cfg.T,
+                                             kiln_gpt_get_config(t->model)->n_embd,
+                                             kiln_gpt_dtype(t->model)),
+                        done);
     kiln_dp_shard(t->dp, &t->shard_lo, &t->shard_hi);
     if (t->cfg.dp.zero == 3) {
         t->zero3 = 1;
-        t->nparts = k; /* the embeddings, the blocks, ln_f */
+        t->nparts = kiln_gpt_config_blocks(kiln_gpt_get_config(t->model)) + 2; /* the
+                                                        embeddings, the blocks, ln_f */
         t->part_state = calloc((size_t)k, sizeof *t->part_state);
         t->part_ticket = calloc((size_t)k, sizeof *t->part_ticket);
         t->part_used = calloc((size_t)k, sizeof *t->part_used);
@@ -380,6 +396,7 @@ uint64_t kiln__trainer_split_hash(const kiln_trainer *t) {
                   : -1);
     put_i(&h, c->steps), put_i(&h, t->sched.total_steps);
     put_i(&h, c->dp.zero), put_i(&h, c->dp.bucket_bytes), put_i(&h, c->dp.reduce_dtype);
+    put_i(&h, t->rows_apart);
     return XXH3_64bits(h.v, (size_t)h.n * sizeof h.v[0]);
 }
 
@@ -468,6 +485,14 @@ kiln_status kiln__trainer_dist_sync(kiln_trainer *t, double *loss, double *sumsq
         return KILN_OK;
     }
     KILN_CHECK(kiln_dp_finish(t->dp));
+    if (t->rows_apart) { /* every rank's embedding rows into wte's reduced gradient */
+        const int32_t *ids;
+        const void *rows;
+        int64_t nr, wlo, whi;
+        kiln_gpt_embed_rows(t->model, &ids, &rows, &nr);
+        kiln_gpt_wte_range(t->model, &wlo, &whi);
+        KILN_CHECK(kiln_dp_add_rows(t->dp, g, wlo, ids, rows, nr));
+    }
     /* each rank's shard of the (reduced) gradients: together the whole slab once */
     int64_t lo, hi;
     kiln_dp_shard_of(t->dp, t->rank, &lo, &hi);

@@ -53,6 +53,7 @@ struct kiln_trainer {
     int stopping;         /* the ranks agreed to stop after the last step (cfg.stop_flag) */
     int agreed_failure;   /* an agreement (kiln__trainer_agree) found a rank that failed */
     int shared_slabs;     /* the slabs are in memory the machine's ranks share (comm_shm) */
+    int rows_apart;       /* the embedding's rows apart (kiln_gpt_set_embed_rows_apart) */
     /* stability guards (trainer_guard.c) */
     kiln_guard guard;
     int64_t bad_run, first_bad; /* bad steps in a row now, and the first of them */
@@ -168,6 +169,9 @@ kiln_status kiln__trainer_agree(kiln_trainer *t, kiln_status local, const char *
  * (ZeRO 0 and 1 over a communicator whose ranks share memory), after every rank has agreed
  * it got this far (the slabs' allocation is collective). */
 kiln_status kiln__trainer_shared_slabs(kiln_trainer *t);
+/* Whether a run of cfg with model mc on world ranks keeps the embedding's rows apart
+ * (kiln_dp_config.rows_apart), the same on every rank. */
+int kiln__trainer_rows_apart(const kiln_train_config *cfg, const kiln_gpt_config *mc, int world);
 /* At the end of `step`: whether any rank wants to stop (local: this one), *stop the same on
  * every rank. One process: local; local SGD: 0 except at the steps that average. */
 kiln_status kiln__trainer_agree_stop(kiln_trainer *t, int64_t step, int local, int *stop);

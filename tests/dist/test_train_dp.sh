@@ -73,6 +73,29 @@ case_equal_one_process() {
         bad "the metrics give the communication time"
 }
 
+# The embedding's rows apart (wte's gradient reduced right after the classifier, every
+# rank's rows added after backward) and together: both equal one process, at 2 and 4 ranks,
+# ZeRO 0, 2 and 3; the two differ only in rounding.
+case_embedding_rows() {
+    need_mpi
+    one ref4 4
+    for np in 2 4; do
+        b=$((4 / np))
+        for z in 0 2 3; do
+            for rows in apart together; do
+                n=np${np}_z${z}_$rows
+                mpi "$np" $TRAIN --batch "$b" --zero "$z" --bucket-mb 0.002 --embedding-rows "$rows" \
+                    --save "$n.st" --metrics "$n.jsonl"
+                expect_ok
+                same ref4 "$n" 1e-5
+            done
+        done
+    done
+    mpi 2 $TRAIN --batch 2 --embedding-rows sideways --save bad.st
+    expect_rc 2
+    expect_err_re "--embedding-rows is apart, together or auto"
+}
+
 case_accumulation_and_eval() {
     need_mpi
     one ref 4 --grad-accum 2 --val-data "$VAL" --eval-every 5 --eval-batches 2

@@ -138,12 +138,22 @@ static void test_errors(void) {
     CHECK_OK(kiln_comm_init_single(&c));
     kiln_dp_config cfg = kiln_dp_config_default();
     kiln_dp *dp = NULL;
-    /* ranges that do not tile the slab downwards */
-    int64_t lo[2] = {0, 500}, hi[2] = {500, 1000};
+    /* ranges that overlap, or leave a gap */
+    int64_t lo[2] = {0, 400}, hi[2] = {500, 1000};
     CHECK_STATUS(kiln_dp_create(&dp, c, &cfg, N, lo, hi, 2), KILN_ERR_ARG);
     CHECK_TRUE(dp == NULL);
     int64_t lo2[2] = {500, 10}, hi2[2] = {1000, 500};
     CHECK_STATUS(kiln_dp_create(&dp, c, &cfg, N, lo2, hi2, 2), KILN_ERR_ARG);
+    int64_t lo3[2] = {500, 0}, hi3[2] = {1000, 500};
+    hi3[1] = 499;
+    CHECK_STATUS(kiln_dp_create(&dp, c, &cfg, N, lo3, hi3, 2), KILN_ERR_ARG);
+    /* any order that covers the slab once (the embedding's rows apart report wte, at 0,
+     * first): ranges not just below the one before start a bucket of their own */
+    int64_t lo4[3] = {0, 600, 300}, hi4[3] = {300, 1000, 600};
+    CHECK_OK(kiln_dp_create(&dp, c, &cfg, N, lo4, hi4, 3));
+    CHECK_INT_EQ(dp ? kiln_dp_num_buckets(dp) : 0, 2); /* [0,300); [300,1000) fits 25 MiB */
+    kiln_dp_free(dp);
+    dp = NULL;
     cfg.zero = 4;
     CHECK_STATUS(kiln_dp_create(&dp, c, &cfg, N, LO, HI, K), KILN_ERR_CONFIG);
     cfg.zero = -1;

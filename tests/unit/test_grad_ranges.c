@@ -178,8 +178,86 @@ static void test_reference_backend(void) {
     check_model(o, kiln_backend_ref());
 }
 
+/* The embedding's rows apart: backward announces wte first (right after the classifier),
+ * then ln_f, the blocks and wpe, as kiln_gpt_grad_ranges_apart lists them, and what each
+ * holds when announced is final; wte's gradient lacks the embedding's rows, which
+ * kiln_gpt_embed_rows gives, and those rows added into it (as encoder_backward adds them)
+ * give the same bits as the plain model's. fp32 and bf16, on the CPU and reference
+ * backends; accumulated over a pass without the rows apart first. */
+static void check_apart(kiln_dtype dt, kiln_backend *be) {
+    kiln_gpt_config c = three_blocks();
+    kiln_gpt_options o = kiln_gpt_options_default();
+    o.dtype = dt;
+    kiln_gpt *m = NULL, *plain = NULL;
+    CHECK_OK(kiln_gpt_create(&m, &c, B, T, &o, be));
+    CHECK_OK(kiln_gpt_create(&plain, &c, B, T, &o, be));
+    if (!m || !plain)
+        goto done;
+    int64_t n = kiln_gpt_slab_len(m), L = c.n_layer, C = c.n_embd;
+    seen s = {.be = be, .grads = kiln_gpt_grads(m), .snap = calloc((size_t)n, sizeof(float))};
+    kiln_gpt_init_weights(m, 9);
+    kiln_gpt_init_weights(plain, 9);
+    kiln_gpt_zero_grad(m);
+    kiln_gpt_zero_grad(plain);
+    int32_t in[B * T], tg[B * T];
+    for (int pass = 0; pass < 2; pass++) {
+        fill_ids(in, B * T, c.vocab_size, 300 + (uint64_t)pass);
+        fill_ids(tg, B * T, c.vocab_size, 400 + (uint64_t)pass);
+        kiln_gpt_set_embed_rows_apart(m, pass == 1);
+        kiln_gpt_set_grad_ready(m, pass == 1 ? on_ready : NULL, &s);
+        CHECK_OK(kiln_gpt_forward_backward(m, in, tg, B, T, 0.5f, NULL));
+        CHECK_OK(kiln_gpt_forward_backward(plain, in, tg, B, T, 0.5f, NULL));
+    }
+    int64_t lo[MAX_RANGES], hi[MAX_RANGES], wlo, whi;
+    CHECK_INT_EQ(kiln_gpt_grad_ranges_apart(m, lo, hi, MAX_RANGES), L + 3);
+    CHECK_INT_EQ(s.n, L + 3);
+    kiln_gpt_wte_range(m, &wlo, &whi);
+    CHECK_INT_EQ(lo[0], 0);
+    CHECK_INT_EQ(hi[0], whi);
+    CHECK_INT_EQ(lo[L + 2], whi);
+    CHECK_INT_EQ(hi[1], n);
+    for (int i = 0; i < s.n && i < L + 3; i++) {
+        CHECK_INT_EQ(s.lo[i], lo[i]);
+        CHECK_INT_EQ(s.hi[i], hi[i]);
+    }
+    const int32_t *ids;
+    const void *rows;
+    int64_t nr;
+    kiln_gpt_embed_rows(m, &ids, &rows, &nr);
+    CHECK_INT_EQ(nr, B * T);
+    float *g = kiln_gpt_grads(m), *gp = kiln_gpt_grads(plain);
+    CHECK_INT_EQ(snapshot_differs(m, s.snap, g, "rows apart"), 0);
+    /* wpe and everything else as the plain model's; wte only once the rows are in */
+    CHECK_TRUE(memcmp(g + whi, gp + whi, (size_t)(n - whi) * sizeof(float)) == 0);
+    CHECK_TRUE(memcmp(g, gp, (size_t)whi * sizeof(float)) != 0);
+    float *scratch = calloc((size_t)(T * C), sizeof(float)); /* a wpe nobody reads */
+    be->encoder_backward(be, dt, g + wlo, scratch, rows, ids, B, T, C);
+    CHECK_OK(be->synchronize(be));
+    CHECK_TRUE(memcmp(g, gp, (size_t)n * sizeof(float)) == 0);
+    /* off again: the next backward adds the rows itself, and leaves none apart */
+    kiln_gpt_set_embed_rows_apart(m, 0);
+    kiln_gpt_set_grad_ready(m, NULL, NULL);
+    CHECK_OK(kiln_gpt_forward_backward(m, in, tg, B, T, 0.5f, NULL));
+    CHECK_OK(kiln_gpt_forward_backward(plain, in, tg, B, T, 0.5f, NULL));
+    kiln_gpt_embed_rows(m, &ids, &rows, &nr);
+    CHECK_INT_EQ(nr, 0);
+    CHECK_TRUE(memcmp(g, gp, (size_t)n * sizeof(float)) == 0);
+    free(scratch);
+    free(s.snap);
+done:
+    kiln_gpt_free(plain);
+    kiln_gpt_free(m);
+}
+
+static void test_rows_apart(void) {
+    check_apart(KILN_DTYPE_F32, kiln_backend_cpu());
+    check_apart(KILN_DTYPE_BF16, kiln_backend_cpu());
+    check_apart(KILN_DTYPE_F32, kiln_backend_ref());
+}
+
 int main(void) {
     RUN_TEST(test_every_mode);
     RUN_TEST(test_reference_backend);
+    RUN_TEST(test_rows_apart);
     TEST_MAIN_END();
 }

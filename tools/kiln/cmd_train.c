@@ -421,6 +421,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     int64_t inject = 0, zero = 0, local_steps = 0, plan_ranks = 0;
     double outer_lr = 1.0, outer_momentum = 0.0;
     double bucket_mb = (double)kiln_dp_config_default().bucket_bytes / (1 << 20);
+    const char *embedding_rows = "auto";
     const char *reduce_dtype = "fp32", *rank_batches = NULL;
     int64_t global_batch = 0;
     const char *teacher = NULL;
@@ -566,6 +567,12 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
          "it (0: one reduction after backward)"},
         {"reduce-dtype", TOOL_FLAG_STRING, &reduce_dtype,
          "data parallel: the dtype gradients travel in, fp32 or bf16 (added in fp32)"},
+        {"embedding-rows", TOOL_FLAG_STRING, &embedding_rows,
+         "data parallel: apart reduces wte's gradient as soon as the classifier's backward has "
+         "run and adds every rank's embedding rows to it after backward (so that wte's "
+         "reduction overlaps the blocks' backward); together reduces it last, with the "
+         "embedding's part in it; auto (default) keeps them apart where every other rank's "
+         "rows are at most a quarter of the vocabulary"},
         {"rank-batches", TOOL_FLAG_STRING, &rank_batches,
          "data parallel, uneven ranks: micro-batches per step of each rank, e.g. 3,1 (replaces "
          "--grad-accum; a step equals one process with batch sum x --batch), or auto[:N]: "
@@ -705,6 +712,17 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         s = kiln_recompute_parse(recompute, &cfg.model_opt.recompute);
     if (!s)
         s = kiln_dtype_parse(reduce_dtype, &cfg.dp.reduce_dtype);
+    if (!s) {
+        cfg.dp.rows_apart = !strcmp(embedding_rows, "apart")      ? 1
+                            : !strcmp(embedding_rows, "together") ? 0
+                            : !strcmp(embedding_rows, "auto")     ? -1
+                                                                  : -2;
+        if (cfg.dp.rows_apart == -2)
+            s = kiln_error_setf(KILN_ERR_ARG,
+                                "--embedding-rows is apart, together or auto, not "
+                                "'%s'",
+                                embedding_rows);
+    }
     if (!s && (zero < 0 || zero > 3 || !(bucket_mb >= 0) || bucket_mb > 1e6))
         s = kiln_error_setf(KILN_ERR_ARG, "--zero must be 0, 1, 2 or 3 and --bucket-mb a number "
                                           "of MiB >= 0");

@@ -85,6 +85,14 @@ void kiln__cuda_encoder_backward(kiln_backend *be, kiln_dtype dt, float *dwte, f
         return;
     kcu_state *s = kcu_st(be);
     int64_t N = B * Tn;
+    if (!dwte) { /* wpe alone */
+        KCU_DISPATCH(dt, {
+            kcu_encoder_backward_wpe<T><<<kcu_blocks(Tn * C, 256), 256, 0, s->stream>>>(
+                dwpe, (const T *)dout, B, Tn, C);
+        });
+        KCU_LAUNCHED(be, "encoder_backward");
+        return;
+    }
     const int32_t *ids = kcu_host_ids(be, inp, N);
     if (!ids)
         return;
