@@ -16,8 +16,9 @@
  *   kiln_dp_gather(dp, params, dtype)   zero >= 1: every rank's updated shard to every rank
  *
  * After finish the gradients hold the SUM over ranks (the caller scales the loss by 1/world
- * to average): everywhere for zero 0 and 1, on this rank's shard only for zero 2 and 3
- * (reduced by reduce-scatter; the rest of the slab zero again, its pages given back). Buckets are
+ * to average): everywhere for zero 0 (allreduce), on this rank's shard only for zero 1-3
+ * (reduce-scatter, half the bytes: the rest of the slab is left undefined with zero 1, zero
+ * again with its pages given back with zero 2 and 3). Buckets are
  * reduced in the order backward finishes them (the head, then blocks L-1..0, then the embeddings);
  * with bucket_bytes 0 the whole slab is one reduction after backward.
  *

@@ -487,6 +487,11 @@ static const kiln__comm_backend mpi_backend;
  * or mpirun --mca) wins, as setenv does not overwrite. */
 static void prefer_ring(void) {
 #ifdef OPEN_MPI
+    /* A rank waiting in MPI gives its core up (sched_yield) rather than spin: kiln's
+     * communication thread shares its rank's core with the compute threads, which a spinning
+     * wait starves (d12 on 2 ranks of 1 thread: 727 against 792 ms a step, bench_dist.py's
+     * threads part). */
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "1", 0);
     setenv("OMPI_MCA_coll_tuned_allreduce_algorithm", "4", 0);      /* ring */
     setenv("OMPI_MCA_coll_tuned_reduce_scatter_algorithm", "3", 0); /* ring */

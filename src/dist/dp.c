@@ -110,7 +110,8 @@ static int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
  * holding wte alone would otherwise cost hundreds of MiB of scratch. */
 #define PIECE ((int64_t)4 << 20)
 
-/* [lo, hi) of the gradients summed over ranks: all of it, or (zero >= 2) this rank's part. */
+/* [lo, hi) of the gradients summed over ranks: all of it (zero 0), or this rank's part
+ * (zero >= 1: its optimizer reads no other). */
 static kiln_status reduce_piece(kiln_dp *dp, int64_t lo, int64_t hi) {
     int64_t len = hi - lo;
     float *g = dp->grads + lo;
@@ -119,7 +120,7 @@ static kiln_status reduce_piece(kiln_dp *dp, int64_t lo, int64_t hi) {
     kiln_dtype dt = bf16 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
     if (bf16)
         kiln_convert(dp->staging, KILN_DTYPE_BF16, g, KILN_DTYPE_F32, len);
-    if (dp->cfg.zero < 2) {
+    if (dp->cfg.zero < 1) {
         KILN_CHECK(kiln_comm_allreduce(buf, buf, len, dt, KILN_REDUCE_SUM, dp->comm));
         if (bf16)
             kiln_convert(g, KILN_DTYPE_F32, dp->staging, KILN_DTYPE_BF16, len);
@@ -638,7 +639,7 @@ kiln_status kiln_dp_add_rows(kiln_dp *dp, float *grads, int64_t at, const int32_
                                    cnt, dp->rows_dt, dp->comm));
     int64_t glo, ghi;
     kiln_dp_shard(dp, &glo, &ghi);
-    if (dp->cfg.zero < 2) /* the whole gradient is every rank's */
+    if (dp->cfg.zero < 1) /* the whole gradient is every rank's */
         glo = 0, ghi = dp->n;
     add_rows(grads, at, C, dp->row_ids, dp->row_buf, dp->rows_dt, total, glo, ghi);
     dp->other_s += (kiln_time_ms() - t0) / 1e3;
