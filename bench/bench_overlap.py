@@ -3,7 +3,7 @@
 what the alpha-beta model says can be hidden.
 
     /usr/bin/python3 bench/bench_overlap.py [--build build] [--data SHARDS] [--rate 1gbit]
-        [--ranks 2,4] [--batch 24,12] [--model d12] [--seq 64] [--bucket-mb 8]
+        [--ranks 2,4] [--batch 32,24] [--model d12] [--seq 64] [--bucket-mb 8]
         [--warmup 2] [--steps 3] [--work /tmp/kiln-overlap] [--markdown]
 
 Run as root: bench/netsim.sh gives each rank a host of its own (a network namespace behind a
@@ -12,6 +12,8 @@ of the same position in --batch) it runs
 
   bench_pingpong   one-way times 8 B .. 64 MiB between ranks 0 and 1: alpha (8 B) and beta
                    (the slope over 4 MiB and more), as bench_net.py fits them
+(every mpirun with mpi_yield_when_idle 1 and eager TCP sends up to 32 MiB, so that a 2-rank
+exchange does not serialise: docs/network.md, section 4.1)
   kiln train       --embedding-rows together, then apart (README "Many processes"), the
                    last --steps timed from --metrics (comm_ms, comm_hidden, comm_bytes)
   kiln train       the same per-rank batch on one rank alone with n ranks' worth of cores
@@ -46,6 +48,12 @@ import bench_net as bn  # noqa: E402  (netsim runs, the ping-pong's alpha-beta f
 
 ROOT = bn.ROOT
 MiB = 1 << 20
+# Waits yield the core, and eager TCP sends up to 32 MiB: at 2 ranks Open MPI's rendezvous
+# handshake otherwise waits behind the other direction's bulk data on the one TCP connection
+# the two ranks share (docs/network.md, 4.1) and the reduction takes twice the model's time;
+# at 4 ranks the ring's reduction measured 3.1 s a step with them against 4.0 s without.
+def mpi_flags(n):
+    return bn.YIELD + bn.EAGER
 
 
 def train_cmd(args, n, batch, rows, metrics):
@@ -120,9 +128,9 @@ def measure(args, n, batch):
         csv = os.path.join(args.work, "pp_n%d.csv" % n)
         prog = [os.path.join(args.build, "bench_pingpong"), "--ops", "pingpong", "--max",
                 "64M", "--budget", "0.3", "--csv", csv]
-        rc, out, _ = bn.run(bn.mpi_cmd(args.rate, n, bn.YIELD, prog),
+        rc, out, _ = bn.run(bn.mpi_cmd(args.rate, n, mpi_flags(n), prog),
                             os.path.join(args.work, "pp_n%d.log" % n),
-                            bn.mpi_env(args.rate, bn.YIELD), quiet_s=60)
+                            bn.mpi_env(args.rate, mpi_flags(n)), quiet_s=60)
         if rc != 0:
             sys.exit("bench_overlap: bench_pingpong failed:\n" + out[-2000:])
         alpha, beta, _ = bn.fit_alpha_beta(bn.read_csv(csv))
@@ -131,10 +139,10 @@ def measure(args, n, batch):
             m = os.path.join(args.work, "train_n%d_%s.jsonl" % (n, rows))
             if os.path.exists(m):
                 os.remove(m)
-            env = bn.mpi_env(args.rate, bn.YIELD)
+            env = bn.mpi_env(args.rate, mpi_flags(n))
             env.pop("OPENBLAS_CORETYPE", None)
             env["OMP_NUM_THREADS"] = "1"
-            rc, out, cpu = bn.run(bn.mpi_cmd(args.rate, n, bn.YIELD,
+            rc, out, cpu = bn.run(bn.mpi_cmd(args.rate, n, mpi_flags(n),
                                              train_cmd(args, n, batch, rows, m)),
                                   os.path.join(args.work, "train_n%d_%s.log" % (n, rows)), env,
                                   quiet_s=60)
@@ -180,7 +188,7 @@ def main():
     ap.add_argument("--data", default=os.path.join(ROOT, "data", "brown", "train_*.bin"))
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--ranks", default="2,4")
-    ap.add_argument("--batch", default="24,12", help="per-rank batch for each rank count")
+    ap.add_argument("--batch", default="32,24", help="per-rank batch for each rank count")
     ap.add_argument("--model", default="d12")
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--bucket-mb", type=float, default=8.0)
