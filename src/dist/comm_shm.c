@@ -275,16 +275,24 @@ int kiln__shm_allreduce(kiln__shm *s, void *buf, int64_t count, kiln_dtype dt, k
     return 1;
 }
 
+/* The elements before this rank's piece, and in all; 0 when shared memory is not for a
+ * collective of counts (none, or too small to be worth its barriers). */
+static int pieces(const kiln__shm *s, const int64_t *counts, size_t es, int64_t *before,
+                  int64_t *total) {
+    *before = *total = 0;
+    for (int q = 0; s && q < s->size; q++) {
+        if (q < s->rank)
+            *before += counts[q];
+        *total += counts[q];
+    }
+    return s && (size_t)*total * es >= SHM_MIN_BYTES;
+}
+
 int kiln__shm_reduce_scatter(kiln__shm *s, const void *send, void *recv, const int64_t *counts,
                              kiln_dtype dt, kiln_reduce_op op, kiln_status *st) {
     size_t es = kiln_dtype_size(dt);
-    int64_t total = 0, before = 0;
-    for (int q = 0; s && q < s->size; q++) {
-        if (q < s->rank)
-            before += counts[q];
-        total += counts[q];
-    }
-    if (!s || (size_t)total * es < SHM_MIN_BYTES)
+    int64_t total, before;
+    if (!pieces(s, counts, es, &before, &total))
         return 0;
     int64_t off = -1, roff = -1;
     shm_win *w = find(s, send, (size_t)total * es, &off);
@@ -306,13 +314,8 @@ int kiln__shm_reduce_scatter(kiln__shm *s, const void *send, void *recv, const i
 int kiln__shm_allgather(kiln__shm *s, const void *send, void *recv, const int64_t *counts,
                         kiln_dtype dt, kiln_status *st) {
     size_t es = kiln_dtype_size(dt);
-    int64_t total = 0, before = 0;
-    for (int q = 0; s && q < s->size; q++) {
-        if (q < s->rank)
-            before += counts[q];
-        total += counts[q];
-    }
-    if (!s || (size_t)total * es < SHM_MIN_BYTES)
+    int64_t total, before;
+    if (!pieces(s, counts, es, &before, &total))
         return 0;
     int64_t off = -1;
     shm_win *w = find(s, recv, (size_t)total * es, &off);
