@@ -85,6 +85,8 @@ kiln__comm_launch kiln__comm_launch_detect(void);
 uint64_t kiln__comm_shm_runs(void);
 
 #ifdef KILN_HAVE_MPI
+/* An MPI error code as KILN_ERR_IO naming the call, MPI's string and (c non-NULL) the rank. */
+kiln_status kiln__comm_mpi_fail(int err, const char *call, const kiln_comm *c);
 /* MPI_COMM_WORLD (comm_mpi.c). */
 kiln_status kiln__comm_mpi_init(kiln_comm **out);
 #endif

@@ -53,7 +53,7 @@ static MPI_Comm comm_of(const kiln_comm *c) {
     return ((const mpi_comm *)c->impl)->comm;
 }
 
-static kiln_status mpi_fail(int err, const char *call, const kiln_comm *c) {
+kiln_status kiln__comm_mpi_fail(int err, const char *call, const kiln_comm *c) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS)
@@ -91,7 +91,7 @@ static kiln_status ops_make(void) {
                 continue;
             int e = MPI_Op_create(fns[d][o], 1 /* commutative */, &mpi_state.ops[d][o]);
             if (e != MPI_SUCCESS)
-                return mpi_fail(e, "MPI_Op_create", NULL);
+                return kiln__comm_mpi_fail(e, "MPI_Op_create", NULL);
         }
     mpi_state.ops_made = 1;
     return KILN_OK;
@@ -191,7 +191,7 @@ static kiln_status op_end(mpi_req *q, kiln_status s, void **req) {
 /* The status of one MPI call, with its name (the I-form when the piece was started). */
 static kiln_status call_status(int e, const MPI_Request *slot, const char *blocking,
                                const char *started, const kiln_comm *c) {
-    return e == MPI_SUCCESS ? KILN_OK : mpi_fail(e, slot ? started : blocking, c);
+    return e == MPI_SUCCESS ? KILN_OK : kiln__comm_mpi_fail(e, slot ? started : blocking, c);
 }
 
 static kiln_status mpi_wait(void *req) {
@@ -211,7 +211,7 @@ static kiln_status mpi_test(void *req, int *done) {
     int e = MPI_Testall(q->n, q->reqs, &flag, MPI_STATUSES_IGNORE);
     *done = flag;
     if (e != MPI_SUCCESS) {
-        kiln_status s = mpi_fail(e, "MPI_Testall", q->c);
+        kiln_status s = kiln__comm_mpi_fail(e, "MPI_Testall", q->c);
         req_free(q);
         return s;
     }
@@ -508,7 +508,7 @@ static kiln_status comm_wrap(MPI_Comm comm, kiln_comm **out) {
         (e = MPI_Comm_rank(comm, &rank)) != MPI_SUCCESS ||
         (e = MPI_Comm_size(comm, &size)) != MPI_SUCCESS ||
         (e = MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag)) != MPI_SUCCESS) {
-        s = mpi_fail(e, "MPI communicator setup", NULL);
+        s = kiln__comm_mpi_fail(e, "MPI communicator setup", NULL);
         goto fail;
     }
     if (!(m = malloc(sizeof *m))) {
@@ -544,7 +544,7 @@ kiln_status kiln__comm_mpi_init(kiln_comm **out) {
         prefer_ring();
         e = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
         if (e != MPI_SUCCESS)
-            return mpi_fail(e, "MPI_Init_thread", NULL);
+            return kiln__comm_mpi_fail(e, "MPI_Init_thread", NULL);
         mpi_state.kiln_initialised = 1;
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     }
@@ -562,7 +562,7 @@ kiln_status kiln__comm_mpi_init(kiln_comm **out) {
     kiln_status s = ops_make();
     MPI_Comm comm;
     if (s == KILN_OK && (e = MPI_Comm_dup(MPI_COMM_WORLD, &comm)) != MPI_SUCCESS)
-        s = mpi_fail(e, "MPI_Comm_dup", NULL);
+        s = kiln__comm_mpi_fail(e, "MPI_Comm_dup", NULL);
     if (s == KILN_OK)
         s = comm_wrap(comm, out);
     if (s != KILN_OK && mpi_state.live == 0) {
@@ -578,7 +578,7 @@ static kiln_status mpi_split(kiln_comm *c, int color, int key, kiln_comm **out) 
     MPI_Comm comm;
     int e = MPI_Comm_split(comm_of(c), color, key, &comm);
     if (e != MPI_SUCCESS)
-        return mpi_fail(e, "MPI_Comm_split", c);
+        return kiln__comm_mpi_fail(e, "MPI_Comm_split", c);
     return comm_wrap(comm, out);
 }
 

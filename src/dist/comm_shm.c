@@ -54,11 +54,9 @@ struct kiln__shm {
 };
 
 static kiln_status shm_fail(int err, const char *call) {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS)
-        snprintf(msg, sizeof msg, "MPI error %d", err);
-    return kiln_error_setf(KILN_ERR_IO, "shared memory: %s: %s", call, msg);
+    char what[96];
+    snprintf(what, sizeof what, "shared memory: %s", call);
+    return kiln__comm_mpi_fail(err, what, NULL);
 }
 
 kiln_status kiln__shm_create(MPI_Comm comm, kiln__shm **out) {

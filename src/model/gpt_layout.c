@@ -170,9 +170,7 @@ static void *param_at(const kiln_gpt *m, void *slab, int64_t off) {
     return off < 0 ? NULL : slab_at(slab, off, m->dt);
 }
 
-static float *grad_at(float *slab, int64_t off) {
-    return off < 0 ? NULL : slab + off;
-}
+static float *grad_at(float *slab, int64_t off) { return off < 0 ? NULL : slab + off; }
 
 /* Point views at the slabs, following the tensor table's order. */
 static void bind_params(const kiln_gpt *m, gpt_params *v, void *slab) {
@@ -318,13 +316,14 @@ static kiln_status check_fits(const kiln_gpt_memory *mem) {
     if (mem->total <= avail)
         return KILN_OK;
     double mib = 1024.0 * 1024.0;
-    return kiln_error_setf(
-        KILN_ERR_NOMEM,
-        "the model needs %.1f MiB (parameters %.1f MiB, gradients %.1f MiB, "
-        "activations and workspace %.1f MiB) but %.1f MiB is available (%s): "
-        "use a smaller batch or sequence length, or a smaller model",
-        (double)mem->total / mib, (double)mem->params / mib, (double)mem->grads / mib,
-        (double)(mem->activations + mem->workspace) / mib, (double)avail / mib, what);
+    return kiln_error_setf(KILN_ERR_NOMEM,
+                           "the model needs %.1f MiB (parameters %.1f MiB, gradients %.1f MiB, "
+                           "activations and workspace %.1f MiB) but %.1f MiB is available (%s): "
+                           "use a smaller batch or sequence length, or a smaller model",
+                           (double)mem->total / mib, (double)mem->params / mib,
+                           (double)mem->grads / mib,
+                           (double)(mem->activations + mem->workspace) / mib,
+                           (double)avail / mib, what);
 }
 
 kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64_t B, int64_t T,
@@ -376,15 +375,13 @@ kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64
         goto fail;
     }
     m->slab_len = build_layout(m);
-    KILN_CHECK_GOTO(
-        s,
-        device_alloc(m, &m->params, (size_t)m->slab_len * kiln_dtype_size(m->dt), "parameters", 1),
-        fail);
+    KILN_CHECK_GOTO(s, device_alloc(m, &m->params, (size_t)m->slab_len * kiln_dtype_size(m->dt),
+                                    "parameters", 1),
+                    fail);
     bind_params(m, &m->p, m->params);
     if (!o.inference) {
-        KILN_CHECK_GOTO(s,
-                        device_alloc(m, (void **)&m->grads, (size_t)m->slab_len * sizeof(float),
-                                     "gradients", 1),
+        KILN_CHECK_GOTO(s, device_alloc(m, (void **)&m->grads,
+                                        (size_t)m->slab_len * sizeof(float), "gradients", 1),
                         fail);
         bind_grads(m, &m->g, m->grads);
     }
@@ -419,9 +416,7 @@ kiln_status kiln_gpt_set_linear(kiln_gpt *m, kiln_gpt_linear_fn forward, void *c
     return KILN_OK;
 }
 
-int kiln_gpt_has_linear(const kiln_gpt *m) {
-    return m && m->linear;
-}
+int kiln_gpt_has_linear(const kiln_gpt *m) { return m && m->linear; }
 
 kiln_status kiln_gpt_create_inference(kiln_gpt **out, const kiln_gpt_config *cfg, int64_t B,
                                       int64_t T, kiln_dtype dtype, kiln_backend *be) {
@@ -468,7 +463,8 @@ void kiln_gpt_free(kiln_gpt *m) {
  * put(ctx, offset, values, n); the padded rows and biases are zeros. One generator for the
  * working weights (rounded) and for an fp32 master slab, so both hold the same values. */
 static void init_values(const kiln_gpt *m, uint64_t seed,
-                        void (*put)(void *ctx, int64_t off, const float *x, int64_t n), void *ctx) {
+                        void (*put)(void *ctx, int64_t off, const float *x, int64_t n),
+                        void *ctx) {
     kiln_rng rng;
     kiln_rng_seed(&rng, seed);
     float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
@@ -489,8 +485,7 @@ static void init_values(const kiln_gpt *m, uint64_t seed,
         /* a factor of rank r: U and V alike N(0, s^2) with r s^4 = std^2, so that their
          * product's entries have the dense matrix's variance */
         size_t len = strlen(t->name);
-        if (len > 2 && t->name[len - 2] == '_' &&
-            (t->name[len - 1] == 'u' || t->name[len - 1] == 'v'))
+        if (len > 2 && t->name[len - 2] == '_' && (t->name[len - 1] == 'u' || t->name[len - 1] == 'v'))
             std = sqrtf(std / sqrtf((float)(t->name[len - 1] == 'u' ? t->shape[1] : t->shape[0])));
         for (int64_t k = 0; k < t->numel; k += 256) {
             int64_t n = t->numel - k < 256 ? t->numel - k : 256;
@@ -518,9 +513,7 @@ static void put_work(void *ctx, int64_t off, const float *x, int64_t n) {
                 KILN_COPY_TO_DEVICE);
 }
 
-void kiln_gpt_init_weights(kiln_gpt *m, uint64_t seed) {
-    init_values(m, seed, put_work, m);
-}
+void kiln_gpt_init_weights(kiln_gpt *m, uint64_t seed) { init_values(m, seed, put_work, m); }
 
 void kiln_gpt_init_weights_f32(const kiln_gpt *m, uint64_t seed, float *slab) {
     init_values(m, seed, put_f32, slab);
@@ -545,36 +538,16 @@ void kiln_gpt_init_weights_f32_range(const kiln_gpt *m, uint64_t seed, int64_t l
     init_values(m, seed, put_range, &r);
 }
 
-const kiln_gpt_config *kiln_gpt_get_config(const kiln_gpt *m) {
-    return &m->cfg;
-}
-const kiln_gpt_options *kiln_gpt_get_options(const kiln_gpt *m) {
-    return &m->opt;
-}
-kiln_backend *kiln_gpt_backend(const kiln_gpt *m) {
-    return m->be;
-}
-kiln_dtype kiln_gpt_dtype(const kiln_gpt *m) {
-    return m->dt;
-}
-int64_t kiln_gpt_max_batch(const kiln_gpt *m) {
-    return m->maxB;
-}
-int64_t kiln_gpt_max_seq(const kiln_gpt *m) {
-    return m->maxT;
-}
-void *kiln_gpt_params(kiln_gpt *m) {
-    return m->params;
-}
-float *kiln_gpt_grads(kiln_gpt *m) {
-    return m->grads;
-}
-int64_t kiln_gpt_slab_len(const kiln_gpt *m) {
-    return m->slab_len;
-}
-int kiln_gpt_num_tensors(const kiln_gpt *m) {
-    return m->ntensors;
-}
+const kiln_gpt_config *kiln_gpt_get_config(const kiln_gpt *m) { return &m->cfg; }
+const kiln_gpt_options *kiln_gpt_get_options(const kiln_gpt *m) { return &m->opt; }
+kiln_backend *kiln_gpt_backend(const kiln_gpt *m) { return m->be; }
+kiln_dtype kiln_gpt_dtype(const kiln_gpt *m) { return m->dt; }
+int64_t kiln_gpt_max_batch(const kiln_gpt *m) { return m->maxB; }
+int64_t kiln_gpt_max_seq(const kiln_gpt *m) { return m->maxT; }
+void *kiln_gpt_params(kiln_gpt *m) { return m->params; }
+float *kiln_gpt_grads(kiln_gpt *m) { return m->grads; }
+int64_t kiln_gpt_slab_len(const kiln_gpt *m) { return m->slab_len; }
+int kiln_gpt_num_tensors(const kiln_gpt *m) { return m->ntensors; }
 
 const kiln_tensor_info *kiln_gpt_tensor(const kiln_gpt *m, int i) {
     return i >= 0 && i < m->ntensors ? &m->tensors[i] : NULL;
@@ -600,7 +573,8 @@ kiln_gpt_memory kiln_gpt_memory_plan(const kiln_gpt *m) {
 kiln_status kiln_gpt_check_finite(const kiln_gpt *m) {
     for (int i = 0; i < m->ntensors; i++) {
         const kiln_tensor_info *t = &m->tensors[i];
-        if (!isfinite(m->be->sumsq(m->be, m->dt, slab_at(m->params, t->offset, m->dt), t->numel)))
+        if (!isfinite(m->be->sumsq(m->be, m->dt, slab_at(m->params, t->offset, m->dt),
+                                   t->numel)))
             return kiln_error_setf(KILN_ERR_RANGE, "tensor %s holds NaN or infinite values",
                                    t->name);
     }

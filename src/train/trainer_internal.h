@@ -28,8 +28,8 @@ struct kiln_trainer {
     double peak;           /* GFLOP/s: MFU's denominator */
     kiln_train_memory plan;
     kiln_loss_scaler scaler; /* fp16 only */
-    int save_existed;        /* the --save file existed before this run */
-    int64_t saved_step;      /* the step whose weights were last saved in this run (-1: none) */
+    int save_existed;   /* the --save file existed before this run */
+    int64_t saved_step; /* the step whose weights were last saved in this run (-1: none) */
     /* the run so far, for kiln_trainer_result */
     int64_t steps_done;
     float first_loss, last_loss, last_val_loss;
@@ -56,9 +56,9 @@ struct kiln_trainer {
     int rows_apart;       /* the embedding's rows apart (kiln_gpt_set_embed_rows_apart) */
     /* stability guards (trainer_guard.c) */
     kiln_guard guard;
-    int64_t bad_run, first_bad; /* bad steps in a row now, and the first of them */
+    int64_t bad_run, first_bad;     /* bad steps in a row now, and the first of them */
     int64_t rollbacks, last_rollback_to;
-    int64_t high_water; /* the furthest step done (a rollback goes back from it) */
+    int64_t high_water;             /* the furthest step done (a rollback goes back from it) */
     kiln_batch_skip skips[KILN_TRAIN_MAX_SKIPS]; /* cfg.skip_batches and the rollbacks' */
     int nskips;
     float *probe_seq; /* kiln_train_replay: per-sequence losses wanted (NULL: not) */
@@ -158,6 +158,7 @@ kiln_status kiln__trainer_checkpoint_start(kiln_trainer *t);
  * published: its temporary folder is removed by the next checkpoint). */
 void kiln__trainer_checkpoint_free(kiln_trainer *t);
 
+
 /* ---- trainer_dist.c ---- */
 /* Rank and world from cfg.comm; no communication. */
 void kiln__trainer_dist_setup(kiln_trainer *t);
@@ -182,9 +183,8 @@ kiln_status kiln__trainer_dist_start(kiln_trainer *t);
  * gathered and compared); an error on every rank naming the ranks that differ. */
 kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc);
 /* (b) of a step: the gradient reduction's end, then the loss (this rank's sum over its
- * micro-batches in, the mean over every rank's out) and the gradients' sum of squares. inject: make
- * this rank's first gradient infinite first (fault injection). One process: the sum of squares
- * alone. */
+ * micro-batches in, the mean over every rank's out) and the gradients' sum of squares. inject: make this rank's
+ * first gradient infinite first (fault injection). One process: the sum of squares alone. */
 kiln_status kiln__trainer_dist_sync(kiln_trainer *t, double *loss, double *sumsq, int inject);
 /* (d)'s end: every rank's updated shard to every rank (zero >= 1). */
 kiln_status kiln__trainer_dist_gather(kiln_trainer *t);

@@ -66,9 +66,9 @@ kiln_status kiln__cpu_gemm(void *c, kiln_dtype c_dt, int64_t ldc, const void *a,
 
 /* ---- which implementation computes the fp32 products ---- */
 
-/* oneDNN 2.6's sgemm measured 3-20% faster than OpenBLAS 0.3.21's at training's shapes
- * (256 rows and more) on an AVX-512 AMD EPYC, up to 1.5x at 2 threads, and no faster at one
- * row, where sampling runs; d12 trained 4.8% faster at 1 thread and 17% at 2.
+/* oneDNN 2.6's sgemm measured faster than OpenBLAS 0.3.21's at training's shapes (256 rows
+ * and more) on an AVX-512 AMD EPYC, and no faster at one row, where sampling runs; d12
+ * trained 5% faster with it at 1 and at 2 threads (README "Using kiln").
  *
  * Signals: oneDNN's JIT f32 GEMM (2.6; fixed in oneDNN 3.11.2) points the stack register into
  * a heap buffer while it runs, so a signal handler that runs on a thread inside it writes its
