@@ -166,7 +166,7 @@ static size_t parse_size(const char *s) {
 
 static int parse_args(int argc, char **argv, bench_args *a) {
     *a = (bench_args){4096, (size_t)256 << 20, 8, 0.5, KILN_DTYPE_F32, {1, 1, 1, 1, 1}, NULL, 0};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
             return -1;
@@ -195,7 +195,6 @@ static int parse_args(int argc, char **argv, bench_args *a) {
                 a->ops[o] = strstr(v, op_names[o]) != NULL;
         } else
             return -1;
-        i++;
     }
     /* whole elements: 2-byte ones at least, and a piece for each of up to 64 ranks */
     if (a->min_bytes < 4 * 64 || a->max_bytes < a->min_bytes || a->pp_min_bytes < 4)

@@ -27,7 +27,8 @@ case_good() {
     # The same again: evaluation is deterministic.
     cp "$W/stdout" first
     run eval --weights "$GOOD" --data "$VAL" --batch 2 --seq 16 --batches 3
-    check "the same loss twice" sh -c "sed 's/|[^|]*s\$//' first >a; sed 's/|[^|]*s\$//' '$W/stdout' >b; cmp -s a b"
+    # Only the tokens, loss and perplexity fields: the time and rate fields vary run to run.
+    check "the same loss twice" sh -c "cut -d'|' -f1-3 first >a; cut -d'|' -f1-3 '$W/stdout' >b; test -s a && cmp -s a b"
     # A folder of shards and a glob work as well as a file.
     run eval --weights "$GOOD" --data "$FIX/data/val_*.bin" --batch 2 --seq 16 --batches 3
     expect_ok
