@@ -19,7 +19,8 @@ Four tables, each its own part (--parts):
   threads  kiln at 2 ranks x 1 thread (--batch B each) against 1 rank x 2 threads (--batch
            2B): the same global batch on the same 2 cores; and rows that take the 2-rank
            step apart: one rank's compute alone, one reduction after backward
-           (--bucket-mb 0), no core binding, MPI's waits yielding the core
+           (--bucket-mb 0), no core binding, MPI's waits yielding the core, ZeRO 0,
+           MPI's messages instead of shared memory, a copy of the weights per rank
   memory   per rank at --memory-ranks ranks (4), ZeRO 0 to 3, for each --memory-models:
            the plan kiln makes on every rank, and the peak RSS of each rank where all ranks
            fit the machine's available memory
@@ -475,6 +476,9 @@ def part_threads(args, md, facts):
          (), None, "--zero 0"),
         ("2 x 1, gradients through MPI's messages", "noshm", 2, 1, b, tuple(args.kiln_flags),
          (), {"KILN_COMM_SHM": "0"}, "KILN_COMM_SHM=0 %s" % " ".join(args.kiln_flags)),
+        ("2 x 1, a copy of the weights per rank", "percopy", 2, 1, b, tuple(args.kiln_flags),
+         (), {"KILN_COMMON_WEIGHTS": "0"},
+         "KILN_COMMON_WEIGHTS=0 %s" % " ".join(args.kiln_flags)),
         ("2 x 1, one reduction after backward", "nobucket", 2, 1, b,
          tuple(args.kiln_flags) + ("--bucket-mb", "0"), (), None, "--bucket-mb 0"),
         ("2 x 1, ranks not bound to cores", "nobind", 2, 1, b, tuple(args.kiln_flags),

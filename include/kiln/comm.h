@@ -138,6 +138,17 @@ kiln_status kiln_comm_alloc_shared(kiln_comm *c, size_t bytes, void **out);
  * failure path); the memory goes at the next kiln_comm_alloc_shared or kiln_comm_free,
  * which every rank reaches in step. NULL safe. */
 void kiln_comm_free_shared(kiln_comm *c, void *p);
+/* One buffer of `bytes` for all the ranks of the machine: every rank's *out maps the same
+ * zeroed memory, zeroed before any rank returns (and NULL where kiln_comm_alloc_shared gives
+ * none). Each rank writes only the pieces it owns; the in-place allgather of the buffer then
+ * copies nothing (every rank's pieces are everyone's already) and is a barrier after which
+ * every rank reads them: ZeRO 1's updated weights, one copy per machine. A reduction of it is
+ * refused on every rank (KILN_ERR_ARG): each would add the same memory. Collective, with the
+ * same bytes on every rank; given back as kiln_comm_alloc_shared's memory is. */
+kiln_status kiln_comm_alloc_common(kiln_comm *c, size_t bytes, void **out);
+/* kiln_comm_free_shared, and the memory freed now with whatever else was given back:
+ * collective (every rank gives back its p in the same call). NULL safe. */
+kiln_status kiln_comm_free_shared_now(kiln_comm *c, void *p);
 /* 1 when kiln_comm_alloc_shared gives memory on c (every rank says the same), else 0. */
 int kiln_comm_shares_memory(const kiln_comm *c);
 

@@ -179,6 +179,11 @@ void kiln_gpt_init_weights_f32_range(const kiln_gpt *m, uint64_t seed, int64_t l
 /* Slabs: the working weights (kiln_gpt_dtype elements) and the fp32 gradients, in the same
  * order and length. */
 void *kiln_gpt_params(kiln_gpt *m);
+/* The working weights moved to slab (slab_len elements of the model's dtype, from the
+ * model's kiln_slab_allocator, holding them already): the model's views point there from
+ * now on, and *old is the slab they left, the caller's to give back. Models whose slabs come
+ * from a kiln_slab_allocator only. */
+kiln_status kiln_gpt_swap_params(kiln_gpt *m, void *slab, void **old);
 float *kiln_gpt_grads(kiln_gpt *m);
 int64_t kiln_gpt_slab_len(const kiln_gpt *m); /* elements in each slab, padded rows included */
 int kiln_gpt_num_tensors(const kiln_gpt *m);

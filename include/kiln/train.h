@@ -246,6 +246,9 @@ typedef struct kiln_train_memory {
     size_t peers;       /* the other ranks' slab pages this rank reads where the machine's
                            ranks share their slabs (kiln_comm_alloc_shared): in its resident
                            set (RSS) as well as theirs, though they exist once */
+    int common_weights; /* 1: the parameters are one copy for the machine's ranks, each rank
+                           writing its shard (ZeRO 1 on one machine), after a start that
+                           holds this rank's own copy beside its shard of that one (peers) */
     size_t total;       /* the sum */
     size_t headroom;    /* what the process needs besides (code, BLAS buffers, data pages) */
     size_t available;   /* what the process can still take (SIZE_MAX: unknown) */

@@ -191,18 +191,33 @@ void kiln_comm_free(kiln_comm *c) {
     free(c);
 }
 
-kiln_status kiln_comm_alloc_shared(kiln_comm *c, size_t bytes, void **out) {
+static kiln_status alloc_shared(kiln_comm *c, size_t bytes, int common, void **out,
+                                const char *fn) {
     if (!out)
-        return kiln_error_setf(KILN_ERR_ARG, "kiln_comm_alloc_shared: NULL out");
+        return kiln_error_setf(KILN_ERR_ARG, "%s: NULL out", fn);
     *out = NULL;
     if (!c)
-        return kiln_error_setf(KILN_ERR_ARG, "kiln_comm_alloc_shared: NULL communicator");
-    return c->be->alloc_shared ? c->be->alloc_shared(c, bytes, out) : KILN_OK;
+        return kiln_error_setf(KILN_ERR_ARG, "%s: NULL communicator", fn);
+    return c->be->alloc_shared ? c->be->alloc_shared(c, bytes, common, out) : KILN_OK;
+}
+
+kiln_status kiln_comm_alloc_shared(kiln_comm *c, size_t bytes, void **out) {
+    return alloc_shared(c, bytes, 0, out, "kiln_comm_alloc_shared");
+}
+
+kiln_status kiln_comm_alloc_common(kiln_comm *c, size_t bytes, void **out) {
+    return alloc_shared(c, bytes, 1, out, "kiln_comm_alloc_common");
 }
 
 void kiln_comm_free_shared(kiln_comm *c, void *p) {
     if (c && p && c->be->free_shared)
-        c->be->free_shared(c, p);
+        (void)c->be->free_shared(c, p, 0);
+}
+
+kiln_status kiln_comm_free_shared_now(kiln_comm *c, void *p) {
+    if (!c || !p || !c->be->free_shared)
+        return KILN_OK;
+    return c->be->free_shared(c, p, 1);
 }
 
 int kiln_comm_shares_memory(const kiln_comm *c) {

@@ -34,8 +34,8 @@ typedef struct kiln__comm_backend {
     kiln_status (*test)(void *req, int *done); /* frees req when done or failed */
     void (*progress)(kiln_comm *c);            /* optional (NULL: nothing to advance) */
     /* optional (NULL: *out = NULL, nothing shared): kiln_comm_alloc_shared's memory */
-    kiln_status (*alloc_shared)(kiln_comm *c, size_t bytes, void **out);
-    void (*free_shared)(kiln_comm *c, void *p);
+    kiln_status (*alloc_shared)(kiln_comm *c, size_t bytes, int common, void **out);
+    kiln_status (*free_shared)(kiln_comm *c, void *p, int now);
     int (*shares_memory)(const kiln_comm *c);
     void (*free)(kiln_comm *c);            /* frees c->impl, not c */
     void (*abort)(kiln_comm *c, int code); /* ends every rank; does not return */

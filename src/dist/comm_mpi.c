@@ -582,15 +582,18 @@ static kiln_status mpi_split(kiln_comm *c, int color, int key, kiln_comm **out) 
     return comm_wrap(comm, out);
 }
 
-static kiln_status mpi_alloc_shared(kiln_comm *c, size_t bytes, void **out) {
+static kiln_status mpi_alloc_shared(kiln_comm *c, size_t bytes, int common, void **out) {
     mpi_comm *m = c->impl;
-    return m->shm ? kiln__shm_alloc(m->shm, bytes, out) : KILN_OK;
+    return m->shm ? kiln__shm_alloc(m->shm, bytes, common, out) : KILN_OK;
 }
 
-static void mpi_free_shared(kiln_comm *c, void *p) {
+static kiln_status mpi_free_shared(kiln_comm *c, void *p, int now) {
     mpi_comm *m = c->impl;
+    if (m->shm && now)
+        return kiln__shm_free_now(m->shm, p);
     if (m->shm)
         kiln__shm_release(m->shm, p);
+    return KILN_OK;
 }
 
 static int mpi_shares_memory(const kiln_comm *c) {

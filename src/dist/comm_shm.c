@@ -15,7 +15,12 @@
  * Against a ring over MPI's shared-memory transport (a copy into a staging buffer for each
  * piece received, then the add), each byte is read and written fewer times, and no rank
  * waits on a message in flight. Memory ordering: MPI_Win_sync around each barrier, inside
- * a passive-target epoch (MPI_Win_lock_all) that lasts as long as the window. */
+ * a passive-target epoch (MPI_Win_lock_all) that lasts as long as the window.
+ *
+ * A common window (kiln_comm_alloc_common) is one buffer for the machine, rank 0's part,
+ * that every rank maps: each rank writes the pieces it owns, and the in-place allgather of
+ * it is the entry and exit alone (nothing to copy: every piece is everyone's already).
+ * Reductions of it are refused: every rank would add the same memory. */
 #ifdef KILN_HAVE_MPI
 
 #include <mpi.h>
@@ -31,13 +36,16 @@
 #define SHM_MIN_BYTES ((size_t)64 << 10)
 #define SHM_ALIGN 16   /* elements: piece edges */
 #define SHM_CHUNK 2048 /* elements reduced at a time in a buffer that stays in L1 */
+#define REDUCE_COMMON                                                                          \
+    "a reduction of the buffer every rank shares as one (each would add the same memory)"
 
 typedef struct shm_win {
     MPI_Win win;
-    char *base; /* this rank's part */
+    char *base; /* this rank's part (common: the one buffer, rank 0's part) */
     size_t bytes;
     char **peer;  /* every rank's part, in this process's mapping */
     int released; /* given back: freed at the next collective point (below) */
+    int common;   /* one buffer for every rank (rank 0's part); peer[] unused */
     struct shm_win *next;
 } shm_win;
 
@@ -129,7 +137,7 @@ static void free_released(kiln__shm *s) {
     }
 }
 
-kiln_status kiln__shm_alloc(kiln__shm *s, size_t bytes, void **out) {
+kiln_status kiln__shm_alloc(kiln__shm *s, size_t bytes, int common, void **out) {
     *out = NULL;
     free_released(s);
     shm_win *w = calloc(1, sizeof *w);
@@ -139,13 +147,15 @@ kiln_status kiln__shm_alloc(kiln__shm *s, size_t bytes, void **out) {
         free(peer);
         return kiln_error_setf(KILN_ERR_NOMEM, "shared memory: out of memory");
     }
-    /* each rank's part where its own process faults it in (its NUMA node), not one block */
+    /* each rank's part where its own process faults it in (its NUMA node), not one block;
+     * a common window has rank 0's part alone */
     MPI_Info info;
     MPI_Info_create(&info);
     MPI_Info_set(info, "alloc_shared_noncontig", "true");
     void *base = NULL;
     size_t want = bytes ? bytes : 1;
-    int e = MPI_Win_allocate_shared((MPI_Aint)want, 1, info, s->node, &base, &w->win);
+    MPI_Aint mine = common && s->rank != 0 ? 0 : (MPI_Aint)want;
+    int e = MPI_Win_allocate_shared(mine, 1, info, s->node, &base, &w->win);
     MPI_Info_free(&info);
     if (e != MPI_SUCCESS) {
         free(w);
@@ -158,8 +168,9 @@ kiln_status kiln__shm_alloc(kiln__shm *s, size_t bytes, void **out) {
         void *qbase = NULL;
         e = MPI_Win_shared_query(w->win, q, &qsize, &disp, &qbase);
         peer[q] = qbase;
-        if (e == MPI_SUCCESS && (size_t)qsize < want)
-            e = MPI_ERR_SIZE; /* every rank asks for the same size (MPI may round it up) */
+        /* every rank asks for the same size (MPI may round it up) */
+        if (e == MPI_SUCCESS && (!common || q == 0) && (size_t)qsize < want)
+            e = MPI_ERR_SIZE;
     }
     if (e == MPI_SUCCESS)
         e = MPI_Win_lock_all(MPI_MODE_NOCHECK, w->win);
@@ -169,13 +180,24 @@ kiln_status kiln__shm_alloc(kiln__shm *s, size_t bytes, void **out) {
         free(peer);
         return shm_fail(e, "MPI_Win_shared_query");
     }
-    w->base = base;
+    w->base = common ? peer[0] : base;
     w->bytes = want;
     w->peer = peer;
-    memset(w->base, 0, want); /* the window's memory is not promised zero */
+    w->common = common;
+    if (!common || s->rank == 0)
+        memset(w->base, 0, want); /* the window's memory is not promised zero */
     w->next = s->wins;
     s->wins = w;
-    *out = base;
+    if (common) { /* zeroed before any rank writes its pieces */
+        MPI_Win_sync(w->win);
+        e = MPI_Barrier(s->node);
+        MPI_Win_sync(w->win);
+        if (e != MPI_SUCCESS) {
+            w->released = 1;
+            return shm_fail(e, "MPI_Barrier");
+        }
+    }
+    *out = w->base;
     return KILN_OK;
 }
 
@@ -183,6 +205,12 @@ void kiln__shm_release(kiln__shm *s, void *p) {
     for (shm_win *w = s->wins; w; w = w->next)
         if (w->base == p)
             w->released = 1;
+}
+
+kiln_status kiln__shm_free_now(kiln__shm *s, void *p) {
+    kiln__shm_release(s, p);
+    free_released(s);
+    return KILN_OK;
 }
 
 /* The window holding [p, p + bytes) of this rank's memory, and p's offset in it. */
@@ -197,15 +225,36 @@ static shm_win *find(const kiln__shm *s, const void *p, size_t bytes, int64_t *o
 }
 
 /* The entry: every rank's buffer is final, and all agree to go through shared memory (1),
- * or all fall back to MPI (0); -1 with a message when MPI failed. */
-static int agree(const kiln__shm *s, const shm_win *w, int64_t off, int64_t count, int ok) {
-    int64_t v[5] = {off, -off, count, -count, w && ok ? 0 : 1}, m[5];
-    int e = MPI_Allreduce(v, m, 5, MPI_INT64_T, MPI_MAX, s->node);
+ * or all fall back to MPI (0); -1 with a message when MPI failed, or when a common window's
+ * buffer is on some ranks and not on others (reduce: on any), which MPI cannot mend. */
+static int agree(const kiln__shm *s, const shm_win *w, int64_t off, int64_t count, int ok,
+                 int reduce, kiln_status *st) {
+    int64_t kind = w ? w->common : 0;
+    int64_t v[7] = {off, -off, count, -count, w && ok ? 0 : 1, kind, -kind}, m[7];
+    int e = MPI_Allreduce(v, m, 7, MPI_INT64_T, MPI_MAX, s->node);
     if (e != MPI_SUCCESS) {
-        shm_fail(e, "MPI_Allreduce");
+        *st = shm_fail(e, "MPI_Allreduce");
+        return -1;
+    }
+    if (m[5] && (reduce || m[5] != -m[6])) {
+        *st = kiln_error_setf(KILN_ERR_ARG, "shared memory: %s",
+                              reduce ? REDUCE_COMMON
+                                     : "an allgather into the buffer every rank shares as one "
+                                       "on some ranks only");
         return -1;
     }
     return m[4] == 0 && m[0] == -m[1] && m[2] == -m[3];
+}
+
+/* Reductions too small for the entry's agreement never reach it: one of a common window's
+ * buffer is refused here, on every rank alike (each passes the same kind of memory). */
+static int small_common(const kiln__shm *s, const void *p, size_t bytes, kiln_status *st) {
+    int64_t off;
+    shm_win *w = s ? find(s, p, bytes, &off) : NULL;
+    if (!w || !w->common)
+        return 0;
+    *st = kiln_error_setf(KILN_ERR_ARG, "shared memory: %s", REDUCE_COMMON);
+    return 1;
 }
 
 static kiln_status barrier(const kiln__shm *s, const shm_win *w) {
@@ -250,12 +299,13 @@ int kiln__shm_allreduce(kiln__shm *s, void *buf, int64_t count, kiln_dtype dt, k
                         kiln_status *st) {
     size_t es = kiln_dtype_size(dt);
     if (!s || (size_t)count * es < SHM_MIN_BYTES)
-        return 0;
+        return small_common(s, buf, (size_t)count * es, st);
     int64_t off = -1;
     shm_win *w = find(s, buf, (size_t)count * es, &off);
-    int go = agree(s, w, off, count, 1);
+    int go = agree(s, w, off, count, 1, 1, st);
     if (go <= 0) {
-        *st = go < 0 ? KILN_ERR_IO : KILN_OK;
+        if (go == 0)
+            *st = KILN_OK;
         return go < 0;
     }
     shm_runs++;
@@ -291,16 +341,17 @@ int kiln__shm_reduce_scatter(kiln__shm *s, const void *send, void *recv, const i
     size_t es = kiln_dtype_size(dt);
     int64_t total, before;
     if (!pieces(s, counts, es, &before, &total))
-        return 0;
+        return s && small_common(s, send, (size_t)total * es, st);
     int64_t off = -1, roff = -1;
     shm_win *w = find(s, send, (size_t)total * es, &off);
     /* the result lands in this rank's own piece of send (NCCL's layout), or in memory that
      * no rank reads (outside every window) */
     int ok = recv == (const char *)send + before * (int64_t)es ||
              !find(s, recv, (size_t)counts[s->rank] * es, &roff);
-    int go = agree(s, w, off, total, ok);
+    int go = agree(s, w, off, total, ok, 1, st);
     if (go <= 0) {
-        *st = go < 0 ? KILN_ERR_IO : KILN_OK;
+        if (go == 0)
+            *st = KILN_OK;
         return go < 0;
     }
     shm_runs++;
@@ -317,13 +368,15 @@ int kiln__shm_allgather(kiln__shm *s, const void *send, void *recv, const int64_
         return 0;
     int64_t off = -1;
     shm_win *w = find(s, recv, (size_t)total * es, &off);
-    int go = agree(s, w, off, total, send == (const char *)recv + before * (int64_t)es);
+    int go = agree(s, w, off, total, send == (const char *)recv + before * (int64_t)es, 0,
+                   st);
     if (go <= 0) {
-        *st = go < 0 ? KILN_ERR_IO : KILN_OK;
+        if (go == 0)
+            *st = KILN_OK;
         return go < 0;
     }
     shm_runs++;
-    for (int64_t q = 0, at = 0; q < s->size; at += counts[q], q++)
+    for (int64_t q = 0, at = 0; !w->common && q < s->size; at += counts[q], q++)
         if (q != s->rank)
             copy_from(w, (int)q, off, at, at + counts[q], es);
     *st = barrier(s, w);

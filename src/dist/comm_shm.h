@@ -15,12 +15,15 @@ typedef struct kiln__shm kiln__shm;
  * environment does not say KILN_COMM_SHM=0; else *out = NULL (KILN_OK). Collective. */
 kiln_status kiln__shm_create(MPI_Comm comm, kiln__shm **out);
 void kiln__shm_free(kiln__shm *s); /* NULL safe; collective (frees the windows left) */
-/* bytes of zeroed memory for this rank in a new window every rank maps. Collective, with
- * the same bytes on every rank. */
-kiln_status kiln__shm_alloc(kiln__shm *s, size_t bytes, void **out);
+/* bytes of zeroed memory for this rank in a new window every rank maps (common: one buffer
+ * for all, the same memory behind every rank's pointer). Collective, with the same bytes
+ * and common on every rank. */
+kiln_status kiln__shm_alloc(kiln__shm *s, size_t bytes, int common, void **out);
 /* The window kiln__shm_alloc gave p, given back; local (the window is freed at the next
  * kiln__shm_alloc or kiln__shm_free, which every rank reaches in step). */
 void kiln__shm_release(kiln__shm *s, void *p);
+/* The same, freed now with every window given back: collective. */
+kiln_status kiln__shm_free_now(kiln__shm *s, void *p);
 
 /* Each returns 1 when it ran the collective (its status in *st), 0 when the buffers are
  * not for shared memory and the caller runs MPI's instead; every rank returns the same.

@@ -545,6 +545,19 @@ kiln_dtype kiln_gpt_dtype(const kiln_gpt *m) { return m->dt; }
 int64_t kiln_gpt_max_batch(const kiln_gpt *m) { return m->maxB; }
 int64_t kiln_gpt_max_seq(const kiln_gpt *m) { return m->maxT; }
 void *kiln_gpt_params(kiln_gpt *m) { return m->params; }
+
+kiln_status kiln_gpt_swap_params(kiln_gpt *m, void *slab, void **old) {
+    if (!m || !slab || !old)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_swap_params: NULL argument");
+    *old = NULL;
+    if (!m->opt.slabs.alloc || m->mapped)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_swap_params: the model's slabs are not "
+                                             "from a slab allocator");
+    *old = m->params;
+    m->params = slab;
+    bind_params(m, &m->p, m->params);
+    return KILN_OK;
+}
 float *kiln_gpt_grads(kiln_gpt *m) { return m->grads; }
 int64_t kiln_gpt_slab_len(const kiln_gpt *m) { return m->slab_len; }
 int kiln_gpt_num_tensors(const kiln_gpt *m) { return m->ntensors; }

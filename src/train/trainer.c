@@ -242,10 +242,14 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
     if (world > 1 && cfg->dp.zero <= 1 && cfg->comm && kiln_comm_shares_memory(cfg->comm)) {
         /* gradients: piece r of every other rank's to reduce, and (ZeRO 0) piece q of rank
          * q's to copy; weights: ZeRO 1's gather reads piece q of rank q's, and local SGD's
-         * average of fp32 weights (no master copy) reads them as ZeRO 0 reads gradients */
+         * average of fp32 weights (no master copy) reads them as ZeRO 0 reads gradients;
+         * with one copy of the weights for the machine, that copy is the parameters above,
+         * and this rank's shard of it is written while its own copy still exists (the start) */
         int64_t piece = (slab + world - 1) / world, others = world - 1;
         int64_t g = others * (cfg->dp.zero == 0 ? 2 * piece : piece);
-        int64_t w = cfg->dp.zero == 1                              ? piece * others
+        p->common_weights = kiln__trainer_common_weights_apply(cfg, world);
+        int64_t w = p->common_weights ? piece
+                    : cfg->dp.zero == 1                            ? piece * others
                     : cfg->local_steps > 0 && dt == KILN_DTYPE_F32 ? 2 * piece * others
                                                                    : 0;
         p->peers = (size_t)(g < others * slab ? g : others * slab) * sizeof(float) +
@@ -274,6 +278,8 @@ void kiln_train_memory_print(FILE *log, const kiln_train_memory *p, int64_t B, i
     if (p->peers)
         fprintf(log, " (with %s of the other ranks' slabs read through shared memory)",
                 size_str(p->peers).s);
+    if (p->common_weights)
+        fprintf(log, " (parameters: one copy for the machine's ranks from the first step)");
     if (p->available != SIZE_MAX)
         fprintf(log, " of %s available", size_str(p->available).s);
     fprintf(log, "\n");
@@ -517,6 +523,8 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
         s = kiln__trainer_agree(t, s, "to start");
     if (s == KILN_OK)
         s = kiln__trainer_dist_check(t, kiln_gpt_get_config(t->model));
+    if (s == KILN_OK) /* ZeRO 1 on one machine: one copy of the weights from now on */
+        s = kiln__trainer_common_weights(t);
     if (s == KILN_OK)
         s = kiln__watchdog_ready(t);
     if (s == KILN_OK) /* ZeRO 3: from now on each rank holds its shard of the weights alone */

@@ -90,6 +90,55 @@ kiln_status kiln__trainer_shared_slabs(kiln_trainer *t) {
     return KILN_OK;
 }
 
+/* ---- one copy of the weights for the machine's ranks (ZeRO 1) ---- */
+
+static int common_weights_possible(const kiln_train_config *c, int world) {
+    return world > 1 && c->dp.zero == 1 && c->comm && kiln_comm_shares_memory(c->comm) &&
+           c->local_steps <= 0 && c->prune_sparsity <= 0.0 && c->qat_bits == 0;
+}
+
+static int common_weights_refused(void) {
+    const char *env = getenv("KILN_COMMON_WEIGHTS");
+    return env && !strcmp(env, "0");
+}
+
+int kiln__trainer_common_weights_apply(const kiln_train_config *c, int world) {
+    return common_weights_possible(c, world) && !common_weights_refused();
+}
+
+kiln_status kiln__trainer_common_weights(kiln_trainer *t) {
+    if (!t->shared_slabs || !common_weights_possible(&t->cfg, t->world))
+        return KILN_OK;
+    /* every rank decides alike only if every rank read the same environment: agree on it,
+     * since the allocation below is collective */
+    float off = common_weights_refused() ? 1.0f : 0.0f;
+    KILN_CHECK(kiln_comm_allreduce(&off, &off, 1, KILN_DTYPE_F32, KILN_REDUCE_MAX, t->comm));
+    if (off > 0.0f)
+        return KILN_OK;
+    size_t es = kiln_dtype_size(kiln_gpt_dtype(t->model));
+    void *common = NULL, *old = NULL;
+    kiln_status s = kiln_comm_alloc_common(t->comm, (size_t)kiln_gpt_slab_len(t->model) * es,
+                                           &common);
+    s = kiln__trainer_agree(t, s, "to share the weights");
+    if (s != KILN_OK || !common) { /* every rank alike */
+        kiln_comm_free_shared(t->comm, common);
+        return s;
+    }
+    /* each rank's shard, which its optimizer updates from now on; the gather (a barrier
+     * for memory every rank shares) makes them every rank's */
+    memcpy((char *)common + (size_t)t->shard_lo * es,
+           (const char *)kiln_gpt_params(t->model) + (size_t)t->shard_lo * es,
+           (size_t)(t->shard_hi - t->shard_lo) * es);
+    s = kiln_gpt_swap_params(t->model, common, &old);
+    if (s != KILN_OK) {
+        kiln_comm_free_shared(t->comm, common);
+        return s;
+    }
+    s = kiln__trainer_dist_gather(t);
+    kiln_status f = kiln_comm_free_shared_now(t->comm, old);
+    return s != KILN_OK ? s : f;
+}
+
 /* ---- ZeRO 3: parts of the weights gathered for use, kept while there is room ---- */
 
 enum { PART_ABSENT, PART_COMING, PART_HERE };

@@ -170,6 +170,14 @@ kiln_status kiln__trainer_agree(kiln_trainer *t, kiln_status local, const char *
  * (ZeRO 0 and 1 over a communicator whose ranks share memory), after every rank has agreed
  * it got this far (the slabs' allocation is collective). */
 kiln_status kiln__trainer_shared_slabs(kiln_trainer *t);
+/* Whether a run of cfg on world ranks keeps one copy of the working weights for the machine
+ * (kiln_comm_alloc_common): ZeRO 1 with shared slabs, where nothing but each rank's
+ * optimizer writes the weights after the start (no local SGD, pruning or fake quantization,
+ * whose passes read and write all of them on every rank), unless KILN_COMMON_WEIGHTS=0. */
+int kiln__trainer_common_weights_apply(const kiln_train_config *cfg, int world);
+/* After every rank's start was agreed and checked: the working weights moved into that one
+ * copy, each rank writing its own shard of it; collective. */
+kiln_status kiln__trainer_common_weights(kiln_trainer *t);
 /* Whether a run of cfg with model mc on world ranks keeps the embedding's rows apart
  * (kiln_dp_config.rows_apart), the same on every rank. */
 int kiln__trainer_rows_apart(const kiln_train_config *cfg, const kiln_gpt_config *mc, int world);

@@ -619,6 +619,73 @@ static void test_shared(void) {
     free(pv);
 }
 
+/* One buffer for the machine (kiln_comm_alloc_common): every rank sees every rank's writes
+ * after the in-place allgather, which copies nothing; reductions of it are refused. */
+static void test_common(void) {
+    const char *env = getenv("KILN_COMM_SHM");
+    float *c = (float *)1;
+    const int64_t n = 100003;
+    CHECK_OK(kiln_comm_alloc_common(world, (size_t)n * sizeof(float), (void **)&c));
+    if (env && !strcmp(env, "0")) {
+        CHECK_TRUE(c == NULL);
+        return;
+    }
+    CHECK_TRUE(c != NULL);
+    if (!c)
+        return;
+    int zero = 1;
+    for (int64_t i = 0; i < n; i++)
+        zero &= c[i] == 0.0f;
+    CHECK_TRUE(zero);
+    CHECK_OK(kiln_comm_barrier(world)); /* every rank has looked before any writes */
+    int64_t counts[64], off[64];
+    int64_t total = vcounts(counts, off, 20011, 37);
+    CHECK_TRUE(total <= n);
+    /* each rank writes its piece alone; then every piece is everyone's */
+    for (int64_t i = 0; i < counts[R]; i++)
+        c[off[R] + i] = val(R, i);
+    uint64_t runs0 = kiln__comm_shm_runs();
+    CHECK_OK(kiln_comm_allgather(c + off[R], c, counts, KILN_DTYPE_F32, world));
+    CHECK_INT_EQ((long long)(kiln__comm_shm_runs() - runs0), 1);
+    int same = 1;
+    for (int r = 0; r < N; r++)
+        for (int64_t i = 0; i < counts[r]; i++)
+            same &= c[off[r] + i] == val(r, i);
+    CHECK_TRUE(same);
+    CHECK_TRUE(c[total] == 0.0f);
+    /* the same memory behind every rank's pointer: a write of rank 0's, after a gather */
+    if (R == 0)
+        c[n - 1] = 42.0f;
+    CHECK_OK(kiln_comm_allgather(c + off[R], c, counts, KILN_DTYPE_F32, world));
+    CHECK_TRUE(c[n - 1] == 42.0f);
+    CHECK_TRUE(c[off[N - 1]] == val(N - 1, 0)); /* and the gather left every piece as it was */
+    /* every rank adding the same memory: refused on every rank, large and small */
+    CHECK_STATUS(kiln_comm_allreduce(c, c, n, KILN_DTYPE_F32, KILN_REDUCE_SUM, world),
+                 KILN_ERR_ARG);
+    CHECK_TRUE(strstr(kiln_error_message(), "shares as one") != NULL);
+    CHECK_STATUS(kiln_comm_allreduce(c, c, 8, KILN_DTYPE_F32, KILN_REDUCE_SUM, world),
+                 KILN_ERR_ARG);
+    CHECK_STATUS(kiln_comm_reduce_scatter(c, c + off[R], counts, KILN_DTYPE_F32, KILN_REDUCE_SUM,
+                                          world),
+                 KILN_ERR_ARG);
+    CHECK_TRUE(c[off[R]] == val(R, 0)); /* untouched by the refusals */
+    /* the common buffer on rank 0 alone: an error on every rank, not a wrong gather */
+    float *pv = calloc((size_t)n, sizeof(float));
+    CHECK_TRUE(pv != NULL);
+    if (pv) {
+        float *buf = R == 0 ? c : pv;
+        CHECK_STATUS(kiln_comm_allgather(buf + off[R], buf, counts, KILN_DTYPE_F32, world),
+                     KILN_ERR_ARG);
+        free(pv);
+    }
+    /* given back now, on every rank together, and the memory of a new one is zero again */
+    CHECK_OK(kiln_comm_free_shared_now(world, c));
+    float *again = NULL;
+    CHECK_OK(kiln_comm_alloc_common(world, (size_t)n * sizeof(float), (void **)&again));
+    CHECK_TRUE(again != NULL && again[off[R]] == 0.0f && again[n - 1] == 0.0f);
+    kiln_comm_free_shared(world, again);
+}
+
 int main(int argc, char **argv) {
     if (!kiln_comm_have_mpi()) {
         fprintf(stderr, "SKIP: kiln was built without MPI\n");
@@ -668,6 +735,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_large);
     RUN_TEST(test_chunked);
     RUN_TEST(test_shared);
+    RUN_TEST(test_common);
     kiln_comm_free(world); /* the last communicator: MPI_Finalize */
     TEST_MAIN_END();
 }

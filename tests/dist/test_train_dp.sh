@@ -96,6 +96,26 @@ case_embedding_rows() {
     expect_err_re "--embedding-rows is apart, together or auto"
 }
 
+# ZeRO 1 on one machine keeps one copy of the weights for all its ranks, each rank updating
+# its shard of it in place; a copy per rank (KILN_COMMON_WEIGHTS=0) trains the same bits.
+case_common_weights() {
+    need_mpi
+    for np in 2 4; do
+        b=$((4 / np))
+        mpi "$np" $TRAIN --batch "$b" --zero 1 --save "c$np.st" --metrics "c$np.jsonl"
+        expect_ok
+        expect_out "parameters: one copy for the machine's ranks"
+        export KILN_COMMON_WEIGHTS=0
+        mpi "$np" $TRAIN --batch "$b" --zero 1 --save "p$np.st" --metrics "p$np.jsonl"
+        unset KILN_COMMON_WEIGHTS
+        expect_ok
+        check "$np ranks, KILN_COMMON_WEIGHTS=0: a copy per rank" \
+            sh -c "! grep -q 'one copy for the machine' '$W/stdout'"
+        check "$np ranks: the same weights either way" same_file "c$np.st" "p$np.st"
+        same "p$np" "c$np" 0
+    done
+}
+
 case_accumulation_and_eval() {
     need_mpi
     one ref 4 --grad-accum 2 --val-data "$VAL" --eval-every 5 --eval-batches 2
