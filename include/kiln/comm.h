@@ -120,17 +120,21 @@ kiln_status kiln_comm_test(kiln_comm_request *req, int *done);
 void kiln_comm_progress(kiln_comm *c);
 
 /* ---- memory the ranks of one machine share ----
- * Where every rank of c runs on one machine, kiln_comm_alloc_shared gives this rank `bytes`
+ * Where the ranks of c run on one machine, or on several that each run the same number (2 or
+ * more) of consecutive ranks (KILN_COMM_NODE_RANKS=L: machines of L ranks, whatever the
+ * hardware), kiln_comm_alloc_shared gives this rank `bytes`
  * of zeroed memory in an MPI shared-memory window (MPI_Win_allocate_shared over the ranks of
  * the machine) that every rank maps. The blocking allreduce (in place), reduce-scatter
  * (send in it; recv at the rank's own piece of send, NCCL's layout, or in memory of the
  * rank's own) and allgather (in place) of at least 64 KiB of a buffer at the same offset of
  * such memory on every rank then move nothing through MPI's messages: between barriers,
  * each rank reduces its piece from every rank's buffer, adding the ranks in rank order, and
- * (allreduce, allgather) copies the other pieces from their owners. Every rank gets the
- * same bits. Every other call, and the non-blocking forms, go through MPI as before.
+ * (allreduce, allgather) copies the other pieces from their owners. On several machines
+ * each machine does the same with its ranks' buffers, and MPI moves only what crosses
+ * machines: local rank l's share, over the rail of the ranks with local index l. Every rank
+ * gets the same bits. Every other call, and the non-blocking forms, go through MPI as before.
  * Collective: every rank calls it with the same bytes. *out = NULL (and KILN_OK) where it
- * does not apply: "single", ranks on more than one machine, or KILN_COMM_SHM=0 in the
+ * does not apply: "single", machines of unequal or non-consecutive ranks, or KILN_COMM_SHM=0 in the
  * environment; the caller then allocates as before. Memory of another rank that this rank
  * reads counts in this process's resident set too (RSS), but exists once. */
 kiln_status kiln_comm_alloc_shared(kiln_comm *c, size_t bytes, void **out);
@@ -151,6 +155,9 @@ kiln_status kiln_comm_alloc_common(kiln_comm *c, size_t bytes, void **out);
 kiln_status kiln_comm_free_shared_now(kiln_comm *c, void *p);
 /* 1 when kiln_comm_alloc_shared gives memory on c (every rank says the same), else 0. */
 int kiln_comm_shares_memory(const kiln_comm *c);
+/* The ranks that share memory with this one, itself included (its machine's ranks, where
+ * kiln_comm_shares_memory; else 1). */
+int kiln_comm_local_size(const kiln_comm *c);
 
 /* ---- metrics ---- */
 /* Payload bytes this rank has sent, as the textbook algorithm of each collective counts

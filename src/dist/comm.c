@@ -224,6 +224,10 @@ int kiln_comm_shares_memory(const kiln_comm *c) {
     return c && c->be->shares_memory ? c->be->shares_memory(c) : 0;
 }
 
+int kiln_comm_local_size(const kiln_comm *c) {
+    return c && c->be->local_size ? c->be->local_size(c) : 1;
+}
+
 int kiln_comm_rank(const kiln_comm *c) {
     return c ? c->rank : 0;
 }

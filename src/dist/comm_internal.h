@@ -37,6 +37,7 @@ typedef struct kiln__comm_backend {
     kiln_status (*alloc_shared)(kiln_comm *c, size_t bytes, int common, void **out);
     kiln_status (*free_shared)(kiln_comm *c, void *p, int now);
     int (*shares_memory)(const kiln_comm *c);
+    int (*local_size)(const kiln_comm *c); /* optional (NULL: 1) */
     void (*free)(kiln_comm *c);            /* frees c->impl, not c */
     void (*abort)(kiln_comm *c, int code); /* ends every rank; does not return */
 } kiln__comm_backend;

@@ -115,6 +115,9 @@ static MPI_Op reduce_op(kiln_dtype dt, kiln_reduce_op op) {
     return op == KILN_REDUCE_MAX ? MPI_MAX : op == KILN_REDUCE_MIN ? MPI_MIN : MPI_SUM;
 }
 
+MPI_Datatype kiln__mpi_elem_type(kiln_dtype dt) { return elem_type(dt); }
+MPI_Op kiln__mpi_reduce_op(kiln_dtype dt, kiln_reduce_op op) { return reduce_op(dt, op); }
+
 /* The most elements of dt one MPI call moves. */
 static int64_t chunk_elems(kiln_dtype dt) {
     int64_t n = (int64_t)(kiln__comm_chunk_bytes() / kiln_dtype_size(dt));
@@ -600,6 +603,10 @@ static int mpi_shares_memory(const kiln_comm *c) {
     return shm_of(c) != NULL;
 }
 
+static int mpi_local_size(const kiln_comm *c) {
+    return kiln__shm_local_size(shm_of(c));
+}
+
 static void mpi_free(kiln_comm *c) {
     mpi_comm *m = c->impl;
     kiln__shm_free(m->shm);
@@ -633,6 +640,7 @@ static const kiln__comm_backend mpi_backend = {
     .alloc_shared = mpi_alloc_shared,
     .free_shared = mpi_free_shared,
     .shares_memory = mpi_shares_memory,
+    .local_size = mpi_local_size,
     .free = mpi_free,
     .abort = mpi_abort,
 };

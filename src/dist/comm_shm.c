@@ -17,12 +17,26 @@
  * waits on a message in flight. Memory ordering: MPI_Win_sync around each barrier, inside
  * a passive-target epoch (MPI_Win_lock_all) that lasts as long as the window.
  *
+ * Ranks on N machines of L ranks each (rank n L + l: local rank l of machine n): windows
+ * over each machine's ranks, the entry's agreement over all, and between the machines MPI
+ * over the rail of local index l (the ranks n' L + l, for every n'):
+ *   allreduce       rank l reduces piece l (S/L) over its machine, allreduces it over its
+ *                   rail, then copies the other pieces from its machine's ranks
+ *   reduce-scatter  rank l sums, over its machine, the pieces of its rail's ranks into a
+ *                   scratch buffer, and MPI's reduce-scatter over the rail gives its own
+ *   allgather       machine n's pieces are a block cut in L parts: rank l gathers part l of
+ *                   its own block from the owners, MPI's allgather over the rail brings
+ *                   part l of every other block, and the other parts come from its machine
+ * so what leaves each machine is no more than what one rank of a flat ring sends, and it
+ * leaves through L rails at once, in 2(N-1) steps of the rails' rings instead of 2(NL-1).
+ *
  * A common window (kiln_comm_alloc_common) is one buffer for the machine, rank 0's part,
  * that every rank maps: each rank writes the pieces it owns, and the in-place allgather of
  * it is the entry and exit alone (nothing to copy: every piece is everyone's already).
  * Reductions of it are refused: every rank would add the same memory. */
 #ifdef KILN_HAVE_MPI
 
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,9 +70,16 @@ uint64_t kiln__comm_shm_runs(void) {
 }
 
 struct kiln__shm {
-    MPI_Comm node; /* the same ranks as the communicator, in the same order */
-    int rank, size;
+    MPI_Comm comm; /* the communicator's (not owned): the entry's agreement over machines */
+    MPI_Comm node; /* this machine's ranks, in the communicator's order */
+    MPI_Comm rail; /* machines > 1: the ranks of this one's local index on every machine, in
+                      machine order; else MPI_COMM_NULL */
+    int rank, size;     /* on this machine: local index l and ranks per machine L */
+    int nodes, node_id; /* machines N and this one's index n: global rank n * L + l */
+    int grank, gsize;   /* in the communicator: n * L + l and N * L */
     shm_win *wins;
+    void *scratch; /* machines > 1: a reduce-scatter's sums of this machine's ranks */
+    size_t scratch_bytes;
 };
 
 static kiln_status shm_fail(int err, const char *call) {
@@ -67,39 +88,89 @@ static kiln_status shm_fail(int err, const char *call) {
     return kiln__comm_mpi_fail(err, what, NULL);
 }
 
+/* KILN_COMM_NODE_RANKS=L groups the ranks in machines of L consecutive ranks, whatever
+ * machines they run on (tests, and "hosts" that are namespaces of one machine): 0 when not
+ * set, -1 when not a count. */
+static int node_ranks_env(void) {
+    const char *env = getenv("KILN_COMM_NODE_RANKS");
+    if (!env || !*env)
+        return 0;
+    char *end;
+    long v = strtol(env, &end, 10);
+    return *end || v < 1 || v > 1 << 20 ? -1 : (int)v;
+}
+
 kiln_status kiln__shm_create(MPI_Comm comm, kiln__shm **out) {
     *out = NULL;
     const char *env = getenv("KILN_COMM_SHM");
-    int size = 1, rank = 0, nsize = 0, e;
+    int size = 1, rank = 0, nsize = 0, nrank = 0, e;
     MPI_Comm_size(comm, &size);
     MPI_Comm_rank(comm, &rank);
+    int grouped = node_ranks_env();
+    if (grouped < 0)
+        return kiln_error_setf(KILN_ERR_CONFIG, "KILN_COMM_NODE_RANKS=%s: not a count of ranks "
+                                                "per machine (1 or more)",
+                               getenv("KILN_COMM_NODE_RANKS"));
     /* every rank reads the same environment from mpirun, and the split below is collective
      * on all of them; a rank that opted out alone would still take part in it */
     int off = size < 2 || (env && !strcmp(env, "0"));
     MPI_Comm node;
-    e = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    e = grouped ? MPI_Comm_split(comm, rank / grouped, rank, &node)
+                : MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     if (e != MPI_SUCCESS)
-        return shm_fail(e, "MPI_Comm_split_type");
+        return shm_fail(e, grouped ? "MPI_Comm_split" : "MPI_Comm_split_type");
     MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
     MPI_Comm_size(node, &nsize);
-    /* one machine for all (else each machine's group would differ from the communicator);
-     * the opt-out agreed, so that no rank is left alone in a window call */
-    int mine = off || nsize != size, any = 1;
-    e = MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm);
-    if (e != MPI_SUCCESS || any) {
+    MPI_Comm_rank(node, &nrank); /* key 0 (or the rank): the communicator's order */
+    /* Machines of L ranks each, L >= 2, rank n * L + l being local rank l of machine n (what
+     * mpirun's default mapping gives): else nothing is shared. The opt-out agreed, so that
+     * no rank is left alone in a window call. */
+    int v[4] = {off || nsize < 2 || nrank != rank % nsize, nsize, -nsize, 0}, m[4];
+    e = MPI_Allreduce(v, m, 3, MPI_INT, MPI_MAX, comm);
+    int first = rank - nrank, lo = first, hi = first; /* the machine's ranks: consecutive */
+    if (e == MPI_SUCCESS && !m[0] && m[1] == -m[2]) {
+        e = MPI_Allreduce(&first, &lo, 1, MPI_INT, MPI_MIN, node);
+        if (e == MPI_SUCCESS)
+            e = MPI_Allreduce(&first, &hi, 1, MPI_INT, MPI_MAX, node);
+        v[3] = lo != hi;
+        if (e == MPI_SUCCESS)
+            e = MPI_Allreduce(&v[3], &m[3], 1, MPI_INT, MPI_MAX, comm);
+    }
+    if (e != MPI_SUCCESS || m[0] || m[1] != -m[2] || m[3]) {
         MPI_Comm_free(&node);
         return e != MPI_SUCCESS ? shm_fail(e, "MPI_Allreduce") : KILN_OK;
     }
+    MPI_Comm rail = MPI_COMM_NULL;
+    if (nsize < size) {
+        e = MPI_Comm_split(comm, nrank, rank, &rail);
+        if (e != MPI_SUCCESS) {
+            MPI_Comm_free(&node);
+            return shm_fail(e, "MPI_Comm_split");
+        }
+        MPI_Comm_set_errhandler(rail, MPI_ERRORS_RETURN);
+    }
     kiln__shm *s = calloc(1, sizeof *s);
     if (!s) {
+        if (rail != MPI_COMM_NULL)
+            MPI_Comm_free(&rail);
         MPI_Comm_free(&node);
         return kiln_error_setf(KILN_ERR_NOMEM, "shared memory: out of memory");
     }
+    s->comm = comm;
     s->node = node;
-    s->rank = rank; /* key 0 everywhere: the node's order is the communicator's */
-    s->size = size;
+    s->rail = rail;
+    s->rank = nrank;
+    s->size = nsize;
+    s->nodes = size / nsize;
+    s->node_id = rank / nsize;
+    s->grank = rank;
+    s->gsize = size;
     *out = s;
     return KILN_OK;
+}
+
+int kiln__shm_local_size(const kiln__shm *s) {
+    return s ? s->size : 1;
 }
 
 static void win_free(shm_win *w) {
@@ -117,7 +188,10 @@ void kiln__shm_free(kiln__shm *s) {
         s->wins = w->next;
         win_free(w);
     }
+    if (s->rail != MPI_COMM_NULL)
+        MPI_Comm_free(&s->rail);
     MPI_Comm_free(&s->node);
+    free(s->scratch);
     free(s);
 }
 
@@ -231,7 +305,7 @@ static int agree(const kiln__shm *s, const shm_win *w, int64_t off, int64_t coun
                  int reduce, kiln_status *st) {
     int64_t kind = w ? w->common : 0;
     int64_t v[7] = {off, -off, count, -count, w && ok ? 0 : 1, kind, -kind}, m[7];
-    int e = MPI_Allreduce(v, m, 7, MPI_INT64_T, MPI_MAX, s->node);
+    int e = MPI_Allreduce(v, m, 7, MPI_INT64_T, MPI_MAX, s->nodes > 1 ? s->comm : s->node);
     if (e != MPI_SUCCESS) {
         *st = shm_fail(e, "MPI_Allreduce");
         return -1;
@@ -300,6 +374,8 @@ int kiln__shm_allreduce(kiln__shm *s, void *buf, int64_t count, kiln_dtype dt, k
     size_t es = kiln_dtype_size(dt);
     if (!s || (size_t)count * es < SHM_MIN_BYTES)
         return small_common(s, buf, (size_t)count * es, st);
+    if (s->nodes > 1 && count > INT_MAX) /* MPI's counts are ints */
+        return 0;
     int64_t off = -1;
     shm_win *w = find(s, buf, (size_t)count * es, &off);
     int go = agree(s, w, off, count, 1, 1, st);
@@ -312,6 +388,16 @@ int kiln__shm_allreduce(kiln__shm *s, void *buf, int64_t count, kiln_dtype dt, k
     int64_t lo, hi;
     piece(count, s->size, s->rank, &lo, &hi);
     reduce_range(s, w, off, w->base + off + lo * (int64_t)es, lo, hi, dt, op);
+    /* machines > 1: this machine's sum of piece l with every other machine's, over the rail
+     * of local index l (each machine's ranks send their pieces at once, one rail each) */
+    if (s->rail != MPI_COMM_NULL) {
+        int e = MPI_Allreduce(MPI_IN_PLACE, w->base + off + lo * (int64_t)es, (int)(hi - lo),
+                              kiln__mpi_elem_type(dt), kiln__mpi_reduce_op(dt, op), s->rail);
+        if (e != MPI_SUCCESS) {
+            *st = shm_fail(e, "MPI_Allreduce across machines");
+            return 1;
+        }
+    }
     *st = barrier(s, w);
     for (int q = 0; *st == KILN_OK && q < s->size; q++) {
         piece(count, s->size, q, &lo, &hi);
@@ -328,12 +414,132 @@ int kiln__shm_allreduce(kiln__shm *s, void *buf, int64_t count, kiln_dtype dt, k
 static int pieces(const kiln__shm *s, const int64_t *counts, size_t es, int64_t *before,
                   int64_t *total) {
     *before = *total = 0;
-    for (int q = 0; s && q < s->size; q++) {
-        if (q < s->rank)
+    for (int q = 0; s && q < s->gsize; q++) {
+        if (q < s->grank)
             *before += counts[q];
         *total += counts[q];
     }
-    return s && (size_t)*total * es >= SHM_MIN_BYTES;
+    /* across machines, MPI's counts and displacements are ints */
+    return s && (size_t)*total * es >= SHM_MIN_BYTES && (s->nodes == 1 || *total <= INT_MAX);
+}
+
+/* ---- machines > 1: shared memory on each, MPI between them over the rails ---- */
+
+/* Where each of the communicator's pieces starts (elements), and a rail's ints: for each
+ * machine, the count (and start) of what local index l moves; NULL when out of memory. */
+typedef struct {
+    int64_t *at; /* [gsize + 1] */
+    int *cnt, *disp;  /* [nodes] */
+} layout;
+
+static void layout_free(layout *y) {
+    free(y->at);
+    free(y->cnt);
+    free(y->disp);
+}
+
+static kiln_status layout_make(const kiln__shm *s, const int64_t *counts, layout *y) {
+    y->at = malloc(((size_t)s->gsize + 1) * sizeof *y->at);
+    y->cnt = malloc((size_t)s->nodes * sizeof *y->cnt);
+    y->disp = malloc((size_t)s->nodes * sizeof *y->disp);
+    if (!y->at || !y->cnt || !y->disp) {
+        layout_free(y);
+        return kiln_error_setf(KILN_ERR_NOMEM, "shared memory: out of memory");
+    }
+    y->at[0] = 0;
+    for (int g = 0; g < s->gsize; g++)
+        y->at[g + 1] = y->at[g] + counts[g];
+    return KILN_OK;
+}
+
+/* Reduce-scatter: for every machine n', this machine's sum of the piece of rank n' L + l
+ * (this rank's rail), in local rank order, into the scratch one after another; then MPI's
+ * reduce-scatter of those over the rail gives this rank's piece, summed over machines. */
+static kiln_status reduce_scatter_machines(kiln__shm *s, const shm_win *w, int64_t off,
+                                           void *recv, const int64_t *counts, kiln_dtype dt,
+                                           kiln_reduce_op op) {
+    size_t es = kiln_dtype_size(dt);
+    layout y;
+    KILN_CHECK(layout_make(s, counts, &y));
+    int64_t mine = 0;
+    for (int n = 0; n < s->nodes; n++) {
+        int64_t c = counts[n * s->size + s->rank];
+        y.cnt[n] = (int)c;
+        mine += c;
+    }
+    if ((size_t)mine * es > s->scratch_bytes) {
+        void *p = realloc(s->scratch, (size_t)mine * es);
+        if (!p) {
+            layout_free(&y);
+            return kiln_error_setf(KILN_ERR_NOMEM, "shared memory: out of memory");
+        }
+        s->scratch = p;
+        s->scratch_bytes = (size_t)mine * es;
+    }
+    char *sc = s->scratch;
+    for (int n = 0; n < s->nodes; n++) {
+        int g = n * s->size + s->rank;
+        reduce_range(s, w, off, sc, y.at[g], y.at[g + 1], dt, op);
+        sc += (size_t)counts[g] * es;
+    }
+    int e = MPI_Reduce_scatter(s->scratch, recv, y.cnt, kiln__mpi_elem_type(dt),
+                               kiln__mpi_reduce_op(dt, op), s->rail);
+    layout_free(&y);
+    return e == MPI_SUCCESS ? KILN_OK : shm_fail(e, "MPI_Reduce_scatter across machines");
+}
+
+/* Rank q's elements [lo, hi) at byte offset off into this rank's, leaving out [skip_lo,
+ * skip_hi) (this rank's own piece). */
+static void copy_except(const shm_win *w, int q, int64_t off, int64_t lo, int64_t hi,
+                        int64_t skip_lo, int64_t skip_hi, size_t es) {
+    copy_from(w, q, off, lo, hi < skip_lo ? hi : skip_lo, es);
+    copy_from(w, q, off, lo > skip_hi ? lo : skip_hi, hi, es);
+}
+
+/* Allgather: machine n's pieces (ranks n L .. n L + L - 1) are one block, cut in L parts;
+ * rank l gathers part l of its own machine's block from the ranks that own it, MPI's
+ * allgather over the rail brings part l of every other machine's block, and the other
+ * parts come from the machine's other ranks. A common window holds every machine's block
+ * in one buffer already: only the rail's part moves. */
+static kiln_status allgather_machines(kiln__shm *s, const shm_win *w, int64_t off,
+                                      const int64_t *counts, kiln_dtype dt) {
+    size_t es = kiln_dtype_size(dt);
+    int L = s->size, l = s->rank;
+    layout y;
+    KILN_CHECK(layout_make(s, counts, &y));
+    int64_t my_lo = y.at[s->grank], my_hi = y.at[s->grank + 1];
+    MPI_Win_sync(w->win); /* the other ranks' pieces, written before the entry */
+    for (int n = 0; n < s->nodes; n++) {
+        int64_t b0 = y.at[n * L], size = y.at[n * L + L] - b0, a, b;
+        piece(size, L, l, &a, &b);
+        y.cnt[n] = (int)(b - a);
+        y.disp[n] = (int)(b0 + a);
+    }
+    if (!w->common) /* part l of this machine's block, from its owners */
+        for (int q = 0; q < L; q++) {
+            int g = s->node_id * L + q;
+            int64_t lo = y.at[g], hi = y.at[g + 1];
+            int64_t plo = y.disp[s->node_id], phi = plo + y.cnt[s->node_id];
+            if (q != l && hi > plo && lo < phi)
+                copy_from(w, q, off, lo > plo ? lo : plo, hi < phi ? hi : phi, es);
+        }
+    int e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w->base + off, y.cnt, y.disp,
+                           kiln__mpi_elem_type(dt), s->rail);
+    kiln_status st = e == MPI_SUCCESS ? barrier(s, w)
+                                      : shm_fail(e, "MPI_Allgatherv across machines");
+    for (int n = 0; st == KILN_OK && !w->common && n < s->nodes; n++) {
+        int64_t b0 = y.at[n * L], size = y.at[n * L + L] - b0;
+        for (int q = 0; q < L; q++) {
+            int64_t a, b;
+            piece(size, L, q, &a, &b);
+            if (q != l)
+                copy_except(w, q, off, b0 + a, b0 + b, my_lo, my_hi, es);
+        }
+    }
+    if (st == KILN_OK && !w->common)
+        st = barrier(s, w);
+    layout_free(&y);
+    return st;
 }
 
 int kiln__shm_reduce_scatter(kiln__shm *s, const void *send, void *recv, const int64_t *counts,
@@ -347,7 +553,7 @@ int kiln__shm_reduce_scatter(kiln__shm *s, const void *send, void *recv, const i
     /* the result lands in this rank's own piece of send (NCCL's layout), or in memory that
      * no rank reads (outside every window) */
     int ok = recv == (const char *)send + before * (int64_t)es ||
-             !find(s, recv, (size_t)counts[s->rank] * es, &roff);
+             !find(s, recv, (size_t)counts[s->grank] * es, &roff);
     int go = agree(s, w, off, total, ok, 1, st);
     if (go <= 0) {
         if (go == 0)
@@ -355,8 +561,13 @@ int kiln__shm_reduce_scatter(kiln__shm *s, const void *send, void *recv, const i
         return go < 0;
     }
     shm_runs++;
-    reduce_range(s, w, off, recv, before, before + counts[s->rank], dt, op);
-    *st = barrier(s, w);
+    *st = KILN_OK;
+    if (s->nodes > 1)
+        *st = reduce_scatter_machines(s, w, off, recv, counts, dt, op);
+    else
+        reduce_range(s, w, off, recv, before, before + counts[s->grank], dt, op);
+    if (*st == KILN_OK)
+        *st = barrier(s, w);
     return 1;
 }
 
@@ -376,6 +587,10 @@ int kiln__shm_allgather(kiln__shm *s, const void *send, void *recv, const int64_
         return go < 0;
     }
     shm_runs++;
+    if (s->nodes > 1) {
+        *st = allgather_machines(s, w, off, counts, dt);
+        return 1;
+    }
     for (int64_t q = 0, at = 0; !w->common && q < s->size; at += counts[q], q++)
         if (q != s->rank)
             copy_from(w, (int)q, off, at, at + counts[q], es);

@@ -1,5 +1,6 @@
 /* Collectives through memory the ranks of one machine share (comm_shm.c): the MPI
- * backend's fast path for buffers from kiln_comm_alloc_shared. */
+ * backend's fast path for buffers from kiln_comm_alloc_shared; with ranks on several
+ * machines, shared memory on each and MPI between them. */
 #ifndef KILN_DIST_COMM_SHM_H
 #define KILN_DIST_COMM_SHM_H
 
@@ -11,9 +12,16 @@
 
 typedef struct kiln__shm kiln__shm;
 
-/* The node's group for comm, where every rank of comm runs on this machine and the
- * environment does not say KILN_COMM_SHM=0; else *out = NULL (KILN_OK). Collective. */
+/* The machines' groups for comm, where every machine runs the same number (2 or more) of
+ * consecutive ranks of comm (KILN_COMM_NODE_RANKS=L: machines of L ranks, whatever the
+ * hardware) and the environment does not say KILN_COMM_SHM=0; else *out = NULL (KILN_OK).
+ * Collective. */
 kiln_status kiln__shm_create(MPI_Comm comm, kiln__shm **out);
+/* Ranks per machine (1 for NULL). */
+int kiln__shm_local_size(const kiln__shm *s);
+/* comm_mpi.c's element type and reduction operator for dt (bf16 and fp16: kiln's own ops). */
+MPI_Datatype kiln__mpi_elem_type(kiln_dtype dt);
+MPI_Op kiln__mpi_reduce_op(kiln_dtype dt, kiln_reduce_op op);
 void kiln__shm_free(kiln__shm *s); /* NULL safe; collective (frees the windows left) */
 /* bytes of zeroed memory for this rank in a new window every rank maps (common: one buffer
  * for all, the same memory behind every rank's pointer). Collective, with the same bytes

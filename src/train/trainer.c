@@ -245,10 +245,13 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
          * average of fp32 weights (no master copy) reads them as ZeRO 0 reads gradients;
          * with one copy of the weights for the machine, that copy is the parameters above,
          * and this rank's shard of it is written while its own copy still exists (the start) */
-        int64_t piece = (slab + world - 1) / world, others = world - 1;
+        /* (ranks on several machines: those of this machine, each reading a local share of
+         * every other one's slab) */
+        int local = kiln_comm_local_size(cfg->comm);
+        int64_t piece = (slab + local - 1) / local, others = local - 1;
         int64_t g = others * (cfg->dp.zero == 0 ? 2 * piece : piece);
         p->common_weights = kiln__trainer_common_weights_apply(cfg, world);
-        int64_t w = p->common_weights ? piece
+        int64_t w = p->common_weights ? (slab + world - 1) / world
                     : cfg->dp.zero == 1                            ? piece * others
                     : cfg->local_steps > 0 && dt == KILN_DTYPE_F32 ? 2 * piece * others
                                                                    : 0;

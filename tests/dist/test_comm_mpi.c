@@ -517,6 +517,8 @@ static void test_shared(void) {
         return;
     }
     CHECK_INT_EQ(kiln_comm_shares_memory(world), 1);
+    const char *per = getenv("KILN_COMM_NODE_RANKS"); /* machines of that many ranks */
+    CHECK_INT_EQ(kiln_comm_local_size(world), per ? atoi(per) : N);
     uint64_t runs0 = kiln__comm_shm_runs();
     const int64_t n = 300007, lo = 5, cnt = n - 11; /* pieces not on 16-element edges */
     float *sh = NULL, *pv = malloc((size_t)n * sizeof(float));
@@ -624,7 +626,7 @@ static void test_shared(void) {
 static void test_common(void) {
     const char *env = getenv("KILN_COMM_SHM");
     float *c = (float *)1;
-    const int64_t n = 100003;
+    const int64_t n = 400009;
     CHECK_OK(kiln_comm_alloc_common(world, (size_t)n * sizeof(float), (void **)&c));
     if (env && !strcmp(env, "0")) {
         CHECK_TRUE(c == NULL);
@@ -653,11 +655,14 @@ static void test_common(void) {
             same &= c[off[r] + i] == val(r, i);
     CHECK_TRUE(same);
     CHECK_TRUE(c[total] == 0.0f);
-    /* the same memory behind every rank's pointer: a write of rank 0's, after a gather */
-    if (R == 0)
-        c[n - 1] = 42.0f;
+    /* the same memory behind every pointer of a machine's ranks: a write of its first
+     * rank's, after a gather */
+    int L = kiln_comm_local_size(world);
+    CHECK_TRUE(L >= 2 && N % L == 0);
+    if (R % L == 0)
+        c[n - 1] = 42.0f + (float)(R / L);
     CHECK_OK(kiln_comm_allgather(c + off[R], c, counts, KILN_DTYPE_F32, world));
-    CHECK_TRUE(c[n - 1] == 42.0f);
+    CHECK_TRUE(c[n - 1] == 42.0f + (float)(R / L));
     CHECK_TRUE(c[off[N - 1]] == val(N - 1, 0)); /* and the gather left every piece as it was */
     /* every rank adding the same memory: refused on every rank, large and small */
     CHECK_STATUS(kiln_comm_allreduce(c, c, n, KILN_DTYPE_F32, KILN_REDUCE_SUM, world),

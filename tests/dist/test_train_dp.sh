@@ -116,6 +116,29 @@ case_common_weights() {
     done
 }
 
+# Ranks on several machines, simulated (KILN_COMM_NODE_RANKS=2: machines of 2 ranks): shared
+# memory on each machine and MPI between them. ZeRO 0, 1 (one copy of the weights on each
+# machine) and 2, one reduction or buckets, equal one process.
+case_machines() {
+    need_mpi
+    one ref4 4
+    export KILN_COMM_NODE_RANKS=2
+    for z in 0 1 2; do
+        for mb in 0 0.08; do
+            n=m_z${z}_b$mb
+            mpi 4 $TRAIN --batch 1 --zero "$z" --bucket-mb "$mb" --save "$n.st" \
+                --metrics "$n.jsonl"
+            expect_ok
+            same ref4 "$n" 1e-5
+            if [ "$z" = 1 ]; then
+                expect_out "parameters: one copy for the machine's ranks"
+                expect_out "of the other ranks' slabs read through shared memory"
+            fi
+        done
+    done
+    unset KILN_COMM_NODE_RANKS
+}
+
 case_accumulation_and_eval() {
     need_mpi
     one ref 4 --grad-accum 2 --val-data "$VAL" --eval-every 5 --eval-batches 2

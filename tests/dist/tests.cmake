@@ -16,6 +16,14 @@ set(KILN_DIST_RUN sh ${CMAKE_SOURCE_DIR}/tests/dist/run_mpi.sh)
 foreach(np 2 3 4)
   add_test(NAME dist.comm_np${np} COMMAND ${KILN_DIST_RUN} ${np} ok $<TARGET_FILE:test_comm_mpi>)
 endforeach()
+# Ranks on several machines, simulated (KILN_COMM_NODE_RANKS: machines of that many ranks):
+# shared memory on each machine and MPI between them give what one machine gives.
+add_test(NAME dist.comm_np4_machines2 COMMAND ${KILN_DIST_RUN} 4 ok $<TARGET_FILE:test_comm_mpi>)
+add_test(NAME dist.comm_np6_machines3 COMMAND ${KILN_DIST_RUN} 6 ok $<TARGET_FILE:test_comm_mpi>)
+set_tests_properties(dist.comm_np4_machines2 PROPERTIES LABELS dist TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${KILN_DIST_ENV};KILN_COMM_NODE_RANKS=2")
+set_tests_properties(dist.comm_np6_machines3 PROPERTIES LABELS dist TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${KILN_DIST_ENV};KILN_COMM_NODE_RANKS=3")
 add_test(NAME dist.comm_dead_exit COMMAND ${KILN_DIST_RUN} 4 dead:3 $<TARGET_FILE:test_comm_mpi> dead-exit)
 add_test(NAME dist.comm_dead_kill COMMAND ${KILN_DIST_RUN} 4 dead:137 $<TARGET_FILE:test_comm_mpi> dead-kill)
 add_test(NAME dist.comm_abort COMMAND ${KILN_DIST_RUN} 4 dead:6 $<TARGET_FILE:test_comm_mpi> abort)
