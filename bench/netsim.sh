@@ -14,6 +14,10 @@
 #
 # $NETSIM_MPIRUN_EXTRA: more mpirun flags for `run` and `with` (split on spaces), e.g.
 # "--mca mpi_yield_when_idle 1" (bench/bench_net.py passes its own this way).
+# $NETSIM_RANKS_PER_HOST=K (default 1): K consecutive ranks in each host, N x K in all; they
+# share the host's one shaped link, and kiln groups them as one machine
+# (KILN_COMM_NODE_RANKS=K: its collectives through their shared memory inside the host, MPI
+# between hosts) unless KILN_COMM_SHM=0 is set.
 #
 # Topology: a bridge "kilnbr" in the root namespace holds 10.77.0.254/24; host r is the
 # namespace "kiln<r>" whose interface "kv0" (10.77.0.<r+1>/24) is one end of a veth pair,
@@ -52,7 +56,7 @@ die() {
 }
 
 usage() {
-    sed -n '4,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,20p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -183,13 +187,17 @@ do_run() {
     [ -f "$STATE/up" ] || die "the network is down: netsim.sh up N RATE first"
     read -r up_n _ <"$STATE/up"
     [ "$n" -le "$up_n" ] || die "$n ranks but only $up_n hosts are up"
-    # Build: mpirun FLAGS -np 1 ip netns exec kiln0 CMD : -np 1 ip netns exec kiln1 CMD ...
+    per=${NETSIM_RANKS_PER_HOST:-1}
+    case $per in
+    '' | *[!0-9]* | 0) die "NETSIM_RANKS_PER_HOST=$per: not a count of ranks (1 or more)" ;;
+    esac
+    # Build: mpirun FLAGS -np K ip netns exec kiln0 CMD : -np K ip netns exec kiln1 CMD ...
     # as positional parameters (CMD's words stay intact, however they are quoted).
     cmd_n=$#
     r=0
     while [ "$r" -lt "$n" ]; do
         [ "$r" -eq 0 ] || set -- "$@" :
-        set -- "$@" -np 1 ip netns exec "$PREFIX$r"
+        set -- "$@" -np "$per" ip netns exec "$PREFIX$r"
         i=0
         while [ "$i" -lt "$cmd_n" ]; do
             eval "set -- \"\$@\" \"\${$((i + 1))}\""
@@ -205,8 +213,13 @@ do_run() {
     # namespace cannot reach: make it listen on the bridge
     export PMIX_MCA_ptl_tcp_if_include="$SUBNET.0/24"
     # the "hosts" are namespaces of one machine: kiln's collectives through shared memory
-    # (kiln_comm_alloc_shared) would pass the simulated links by, so they are off
-    export KILN_COMM_SHM=0
+    # (kiln_comm_alloc_shared) would pass the simulated links by, so they are off, except
+    # between the ranks of one host
+    if [ "$per" -gt 1 ]; then
+        export KILN_COMM_NODE_RANKS="$per"
+    else
+        export KILN_COMM_SHM=0
+    fi
     # shellcheck disable=SC2086  # the extra flags are meant to split on spaces
     if [ "${NETSIM_EXEC:-0}" = 1 ]; then
         exec mpirun ${NETSIM_MPIRUN_EXTRA:-} "$@"
