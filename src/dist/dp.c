@@ -1,10 +1,14 @@
 /* Data parallelism: gradient buckets reduced on a communication thread while backward
  * computes, ZeRO shards, and the gather of updated shards (kiln/dp.h). */
+#include <errno.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "kiln/core.h"
@@ -174,8 +178,28 @@ static kiln_status run_job(kiln_dp *dp, const job *j) {
     return gather_range(dp, j->buf, j->dt, j->lo, j->hi);
 }
 
+/* The communication thread ahead of the compute when both want a core (more ranks than
+ * cores, or a rank's reduction beside its own compute): a bucket's reduction starts, and
+ * the network is kept busy, as soon as the bucket is final. KILN_COMM_NICE (default -10) is
+ * its nice value relative to the process's; 0 leaves it; where the process may not lower a
+ * nice value (no CAP_SYS_NICE, RLIMIT_NICE) it stays as it was. */
+static void comm_thread_priority(void) {
+    const char *env = getenv("KILN_COMM_NICE");
+    char *end = NULL;
+    long d = env && *env ? strtol(env, &end, 10) : -10;
+    if ((end && *end) || d == 0 || d < -40 || d > 40)
+        return;
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, 0);
+    if (now == -1 && errno)
+        return;
+    long want = now + d < -20 ? -20 : now + d > 19 ? 19 : now + d;
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), (int)want);
+}
+
 static void *thread_main(void *arg) {
     kiln_dp *dp = arg;
+    comm_thread_priority();
     pthread_mutex_lock(&dp->mu);
     for (;;) {
         while (!dp->quit && dp->done == dp->posted)
