@@ -78,16 +78,16 @@ typedef void kiln_op_layernorm_forward(kiln_backend *be, kiln_dtype dt, void *ou
                                        const void *bias, int64_t N, int64_t C);
 /* dweight, dbias (C) +=. dinp (N,C) += as well: layernorm's input is the residual stream,
  * whose gradient is the sum of its branches, so this op adds its part in place. */
-typedef void kiln_op_layernorm_backward(kiln_backend *be, kiln_dtype dt, void *dinp,
-                                        float *dweight, float *dbias, const void *dout,
-                                        const void *inp, const void *weight, const float *mean,
-                                        const float *rstd, int64_t N, int64_t C);
+typedef void kiln_op_layernorm_backward(kiln_backend *be, kiln_dtype dt, void *dinp, float *dweight,
+                                        float *dbias, const void *dout, const void *inp,
+                                        const void *weight, const float *mean, const float *rstd,
+                                        int64_t N, int64_t C);
 /* Fused residual add and the LayerNorm after it: res (N,C) = a + b, then out, mean, rstd as
  * layernorm_forward of res. res may be the same pointer as a or b. */
 typedef void kiln_op_residual_layernorm_forward(kiln_backend *be, kiln_dtype dt, void *res,
-                                                void *out, float *mean, float *rstd,
-                                                const void *a, const void *b, const void *weight,
-                                                const void *bias, int64_t N, int64_t C);
+                                                void *out, float *mean, float *rstd, const void *a,
+                                                const void *b, const void *weight, const void *bias,
+                                                int64_t N, int64_t C);
 
 /* out (N,OC) = inp (N,C) x W + bias (OC, may be NULL).
  * W is (C,OC) when trans_w == 0 (Hugging Face GPT-2's Conv1D layout) and (OC,C) when
@@ -99,10 +99,10 @@ typedef void kiln_op_matmul_forward(kiln_backend *be, kiln_dtype dt, void *out, 
                                     int64_t OC, int trans_w, void *gelu_out);
 /* dinp (N,C) = dout x W^T (written; skipped when dinp is NULL),
  * dweight (layout as W) += inp^T x dout, dbias (OC) += column sums of dout (NULL: none). */
-typedef void kiln_op_matmul_backward(kiln_backend *be, kiln_dtype dt, void *dinp,
-                                     float *dweight, float *dbias, const void *dout,
-                                     const void *inp, const void *weight, int64_t N, int64_t C,
-                                     int64_t OC, int trans_w);
+typedef void kiln_op_matmul_backward(kiln_backend *be, kiln_dtype dt, void *dinp, float *dweight,
+                                     float *dbias, const void *dout, const void *inp,
+                                     const void *weight, int64_t N, int64_t C, int64_t OC,
+                                     int trans_w);
 
 /* Causal self-attention. qkv (B,T,3C) holds q, k, v for each position, each (NH heads x
  * hs = C/NH channels); out (B,T,C) receives the heads' outputs, heads side by side. What
@@ -110,18 +110,17 @@ typedef void kiln_op_matmul_backward(kiln_backend *be, kiln_dtype dt, void *dinp
  * choice: the probabilities, or only their row statistics for a kernel that recomputes
  * them); both directions work in `scratch`, of attention_scratch_bytes, whose contents do
  * not outlive the call. */
-typedef size_t kiln_op_attention_saved_bytes(kiln_backend *be, kiln_dtype dt, int64_t B,
-                                             int64_t T, int64_t C, int64_t NH);
+typedef size_t kiln_op_attention_saved_bytes(kiln_backend *be, kiln_dtype dt, int64_t B, int64_t T,
+                                             int64_t C, int64_t NH);
 typedef size_t kiln_op_attention_scratch_bytes(kiln_backend *be, kiln_dtype dt, int64_t B,
                                                int64_t T, int64_t C, int64_t NH);
 typedef void kiln_op_attention_forward(kiln_backend *be, kiln_dtype dt, void *out, void *saved,
                                        void *scratch, const void *qkv, int64_t B, int64_t T,
                                        int64_t C, int64_t NH);
 /* dqkv (B,T,3C) written. */
-typedef void kiln_op_attention_backward(kiln_backend *be, kiln_dtype dt, void *dqkv,
-                                        void *scratch, const void *dout, const void *qkv,
-                                        const void *saved, int64_t B, int64_t T, int64_t C,
-                                        int64_t NH);
+typedef void kiln_op_attention_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, void *scratch,
+                                        const void *dout, const void *qkv, const void *saved,
+                                        int64_t B, int64_t T, int64_t C, int64_t NH);
 
 /* GELU, tanh approximation (GPT-2's). */
 typedef void kiln_op_gelu_forward(kiln_backend *be, kiln_dtype dt, void *out, const void *inp,
@@ -137,11 +136,10 @@ typedef void kiln_op_residual_forward(kiln_backend *be, kiln_dtype dt, void *out
  * losses (N) written with -log p[target]. When dlogits is not NULL it is written with
  * (softmax - onehot(target)) * dloss for the first V columns and 0 for the padded ones;
  * dlogits may be the same pointer as logits. Targets are already checked < V. */
-typedef void kiln_op_crossentropy_forward_backward(kiln_backend *be, kiln_dtype dt,
-                                                   float *losses, void *dlogits,
-                                                   const void *logits, const int32_t *targets,
-                                                   float dloss, int64_t N, int64_t V,
-                                                   int64_t Vp);
+typedef void kiln_op_crossentropy_forward_backward(kiln_backend *be, kiln_dtype dt, float *losses,
+                                                   void *dlogits, const void *logits,
+                                                   const int32_t *targets, float dloss, int64_t N,
+                                                   int64_t V, int64_t Vp);
 
 /* -- reductions and slabs -- */
 /* Sum of x (fp32, n) in double, in an order fixed by n alone (the same bits whatever the
@@ -168,7 +166,7 @@ typedef void kiln_op_convert(kiln_backend *be, void *dst, kiln_dtype dt, const v
  * element i with 16 random bits that depend only on (round_seed, w->index0 + i), so the
  * result does not depend on threads or how the slab is split into ranges. */
 typedef struct kiln_work_out {
-    void *p;             /* n elements of dtype */
+    void *p; /* n elements of dtype */
     kiln_dtype dtype;
     uint64_t round_seed; /* 0: nearest even */
     int64_t index0;      /* index of element 0 in the whole slab */
@@ -177,22 +175,22 @@ typedef struct kiln_work_out {
  *   p -= lr * (m / bc1) / (sqrt(v / bc2) + eps) + lr * decoupled_wd * p
  *   where g' = g + l2_wd * p, bc1 = 1 - b1^t, bc2 = 1 - b2^t (PyTorch's order of terms:
  *   decoupled decay is applied to p first, p *= 1 - lr * decoupled_wd). */
-typedef void kiln_op_adam_update(kiln_backend *be, float *p, const kiln_work_out *w,
-                                 const float *g, float gscale, float *m, float *v, int64_t n, float lr,
-                                 float b1, float b2, float bc1, float bc2, float eps,
-                                 float decoupled_wd, float l2_wd);
+typedef void kiln_op_adam_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
+                                 float gscale, float *m, float *v, int64_t n, float lr, float b1,
+                                 float b2, float bc1, float bc2, float eps, float decoupled_wd,
+                                 float l2_wd);
 /* SGD, PyTorch's semantics: g' = g + wd p; buf = momentum buf + (1-dampening) g'
  * (buf = g' on the first step, first != 0); step = nesterov ? g' + momentum buf : buf;
  * p -= lr step. momentum == 0: plain SGD and buf is unused (may be NULL). */
-typedef void kiln_op_sgd_update(kiln_backend *be, float *p, const kiln_work_out *w,
-                                const float *g, float gscale, float *buf, int64_t n, float lr, float momentum,
+typedef void kiln_op_sgd_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
+                                float gscale, float *buf, int64_t n, float lr, float momentum,
                                 float dampening, int nesterov, float wd, int first);
 /* RMSprop, PyTorch's semantics (centered = 0): g' = g + wd p;
  * sq = alpha sq + (1-alpha) g'^2; if momentum > 0: buf = momentum buf + g'/(sqrt(sq)+eps),
  * p -= lr buf; else p -= lr g'/(sqrt(sq)+eps). */
 typedef void kiln_op_rmsprop_update(kiln_backend *be, float *p, const kiln_work_out *w,
-                                    const float *g, float gscale, float *sq, float *buf, int64_t n, float lr,
-                                    float alpha, float eps, float wd, float momentum);
+                                    const float *g, float gscale, float *sq, float *buf, int64_t n,
+                                    float lr, float alpha, float eps, float wd, float momentum);
 
 /* Optional: called when a model is built on a backend, to check that the process can give
  * the backend what it takes for itself (OpenBLAS's work buffers, say) before any kernel
@@ -204,9 +202,9 @@ typedef kiln_status kiln_op_prepare(kiln_backend *be);
  * 0..Tk-1 are filled; out (B,T,C) receives the outputs of the last T of them, positions
  * Tk-T..Tk-1, each attending to the positions up to its own (the causal mask). What
  * attention_forward computes for those rows, without the rows before them. */
-typedef void kiln_op_attention_decode(kiln_backend *be, kiln_dtype dt, void *out,
-                                      const void *qkv, int64_t B, int64_t ldT, int64_t Tk,
-                                      int64_t T, int64_t C, int64_t NH);
+typedef void kiln_op_attention_decode(kiln_backend *be, kiln_dtype dt, void *out, const void *qkv,
+                                      int64_t B, int64_t ldT, int64_t Tk, int64_t T, int64_t C,
+                                      int64_t NH);
 
 /* The required ops, in table order: X(arg, name) for each kiln_op_<name>. */
 #define KILN_BACKEND_OPS(X, arg)                                                                   \

@@ -86,14 +86,14 @@ double kiln_gpt_flops_per_token(const kiln_gpt_config *cfg, int64_t T);
 /* One named parameter tensor: a contiguous range of the slabs. */
 #define KILN_MAX_DIMS 4
 typedef struct kiln_tensor_info {
-    char name[64];          /* Hugging Face GPT-2 name, e.g. "h.3.mlp.c_fc.weight" */
-    int64_t offset;         /* first element in the slab */
+    char name[64];  /* Hugging Face GPT-2 name, e.g. "h.3.mlp.c_fc.weight" */
+    int64_t offset; /* first element in the slab */
     int64_t numel;
     int ndim;
     int64_t shape[KILN_MAX_DIMS];
-    int decay;              /* 1: a matrix (2-D: wte, wpe, weights) that weight decay applies to;
-                               0: biases and LayerNorm parameters */
-    int layer;              /* block index, or -1 for embedding and head tensors */
+    int decay; /* 1: a matrix (2-D: wte, wpe, weights) that weight decay applies to;
+                  0: biases and LayerNorm parameters */
+    int layer; /* block index, or -1 for embedding and head tensors */
 } kiln_tensor_info;
 
 typedef struct kiln_gpt kiln_gpt; /* opaque */
@@ -216,8 +216,8 @@ kiln_status kiln_gpt_check_finite(const kiln_gpt *m);
 /* Forward over inputs (B,T). With targets (B,T) it computes the mean loss into *loss
  * (NULL targets: logits only, *loss untouched and may be NULL). Ids are checked:
  * an id >= V fails with KILN_ERR_RANGE and a message naming its position. */
-kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
-                             int64_t B, int64_t T, float *loss);
+kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets, int64_t B,
+                             int64_t T, float *loss);
 /* Forward over inputs (B,T) that computes the logits of each sequence's last position
  * only, for generation: kiln_gpt_logits then holds (B,Vp). The blocks run in full; the
  * head, which dominates small models, runs on B rows instead of B*T. */
@@ -251,8 +251,7 @@ kiln_status kiln_gpt_logits_f32(const kiln_gpt *m, int64_t rows, float *out);
  * the B*T positions of the coming batch, the teacher's softmax(logits / T) over the V tokens
  * (rows of V floats, the caller's, alive until the call). An fp32 model on the CPU
  * backend; the reported loss is the mixed one. */
-kiln_status kiln_gpt_set_soft_targets(kiln_gpt *m, const float *p, float alpha,
-                                      float temperature);
+kiln_status kiln_gpt_set_soft_targets(kiln_gpt *m, const float *p, float alpha, float temperature);
 
 /* Per-position losses (B,T) of the last forward with targets. */
 const float *kiln_gpt_losses(const kiln_gpt *m);

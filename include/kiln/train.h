@@ -43,21 +43,21 @@ enum { KILN_TRAIN_MAX_SKIPS = 64 };
  * window (so at least 2 windows of steps), is a straggler: rank 0 warns on stderr and writes
  * an event ({"event": "straggler", ...}) in the metrics file. */
 typedef struct kiln_watchdog_config {
-    int enabled;               /* 0: no thread, no heartbeat, no exchange */
-    double warn_factor;        /* a warning at this many times the median step */
-    double hang_factor;        /* the end at this many times the median step, */
-    double hang_min_s;         /* and never before this many seconds without progress */
-    int window;                /* steps in the median (3..1024) */
+    int enabled;        /* 0: no thread, no heartbeat, no exchange */
+    double warn_factor; /* a warning at this many times the median step */
+    double hang_factor; /* the end at this many times the median step, */
+    double hang_min_s;  /* and never before this many seconds without progress */
+    int window;         /* steps in the median (3..1024) */
     /* heartbeat: a JSON file rewritten (under a temporary name, then renamed) every
      * heartbeat_s seconds and when the health changes: pid, rank, world, step, steps, time of
      * the last progress, last and median step ms, health (ok, slow, hung, straggler) and the
      * time. NULL: none. With world > 1 each rank writes PATH.rank<R>. */
     const char *heartbeat_path;
     double heartbeat_s;
-    double straggler_factor;   /* 0: no straggler detection */
-    int straggler_window;      /* exchanges in a rank's median (3..1024) */
-    int straggler_exit;        /* a straggler for another whole window after the warning ends
-                                  the run: kiln_trainer_watchdog_exit says KILN_EXIT_STRAGGLER */
+    double straggler_factor; /* 0: no straggler detection */
+    int straggler_window;    /* exchanges in a rank's median (3..1024) */
+    int straggler_exit;      /* a straggler for another whole window after the warning ends
+                                the run: kiln_trainer_watchdog_exit says KILN_EXIT_STRAGGLER */
     /* Fault injection (tests), in a run that was not resumed (a restart goes past it): rank
      * inject_hang_rank sleeps for good inside step inject_hang_step (0: never); rank
      * inject_slow_rank sleeps inject_slow_ms in every step. */
@@ -81,9 +81,9 @@ typedef struct kiln_train_config {
                              evaluated after the last step (0: only then) */
     int64_t eval_batches; /* batches of validation per evaluation (0: the whole val set) */
     kiln_optim_config optim;
-    kiln_lr_schedule lr;  /* total_steps 0 means `steps` (resumed: a checkpoint's fixed
-                             total, if it had one) */
-    float grad_clip;      /* 0: no clipping */
+    kiln_lr_schedule lr; /* total_steps 0 means `steps` (resumed: a checkpoint's fixed
+                            total, if it had one) */
+    float grad_clip;     /* 0: no clipping */
     uint64_t seed;
     const char *metrics_path; /* JSON Lines, one object per step (NULL: none) */
     const char *save_path;    /* final weights (NULL: not saved); weights that are not
@@ -112,14 +112,14 @@ typedef struct kiln_train_config {
      * process too writes a second copy of its files; -1: none. */
     int checkpoint_sync, checkpoint_replicas;
     const char *resume_path;
-    double peak_gflops;       /* MFU denominator; <= 0 measures it at start */
+    double peak_gflops; /* MFU denominator; <= 0 measures it at start */
     /* Precision and memory: the model's working dtype, recomputation, fusions and classifier
      * chunk (kiln_gpt_options; inference is ignored). With bf16 or fp16 the optimizer keeps
      * fp32 master weights; fp16 scales the loss (loss_scaler). */
     kiln_gpt_options model_opt;
-    int stochastic_rounding;   /* bf16: round the working weights stochastically */
+    int stochastic_rounding; /* bf16: round the working weights stochastically */
     kiln_loss_scaler loss_scaler;
-    kiln_dtype save_dtype;     /* the dtype weights are saved in (fp32) */
+    kiln_dtype save_dtype;         /* the dtype weights are saved in (fp32) */
     int64_t inject_nonfinite_step; /* tests: make one gradient infinite at this step (0: never) */
     /* Stability guards. A step whose loss or gradient norm is not finite, or spikes (more
      * than guard_z standard deviations above the mean of the last guard_window good steps;
@@ -205,7 +205,7 @@ typedef struct kiln_train_config {
      * end at 20x and at least 300 s; heartbeat every 5 s when a path is set; stragglers at
      * 1.3x over 20 steps). */
     kiln_watchdog_config watchdog;
-    FILE *log;                /* console lines (NULL: silent) */
+    FILE *log; /* console lines (NULL: silent) */
 } kiln_train_config;
 
 /* Defaults: B 4, T 64, grad_accum 1, steps 100, eval_every 0, eval_batches 20,
@@ -215,9 +215,9 @@ kiln_train_config kiln_train_config_default(void);
 typedef struct kiln_train_result {
     int64_t steps;
     float first_loss, last_loss, last_val_loss; /* last_val_loss NaN when never evaluated */
-    double mean_ms;          /* per step, over steps after the first */
-    double tokens_per_s;     /* over steps after the first */
-    double mfu;              /* fraction of peak_gflops, over steps after the first */
+    double mean_ms;                             /* per step, over steps after the first */
+    double tokens_per_s;                        /* over steps after the first */
+    double mfu; /* fraction of peak_gflops, over steps after the first */
     double peak_gflops;
     size_t peak_rss;
     size_t planned_peak;   /* the process before the plan's memory, plus the plan */
@@ -267,25 +267,25 @@ typedef struct kiln_trainer kiln_trainer; /* opaque */
 
 /* The figures of one step: what the console line and the metrics line show. */
 typedef struct kiln_step_info {
-    int64_t step, steps;    /* this step, from 1, of the run's cfg.steps */
-    float loss;             /* mean training loss over the step's micro-batches */
-    float val_loss;         /* NaN when this step did not evaluate */
-    float lr;               /* the learning rate the step used */
-    float grad_norm;        /* the gradients' global norm before clipping (unscaled) */
-    double ms;              /* the step (forward, backward, optimizer), not evaluation or saving */
-    double tokens_per_s;    /* world x B x T x grad_accum over ms: every rank's tokens */
-    double mfu;             /* model FLOPs per second over peak_gflops */
-    size_t rss;             /* peak resident bytes so far */
-    float loss_scale;       /* fp16: the loss scale after the step (0: no loss scaling) */
-    int skipped;            /* this step's update was skipped: an fp16 overflow, or a guard */
-    const char *guard;      /* the guard that skipped it ("loss_spike", ...; NULL: none) */
-    double guard_z;         /* the step's largest z-score (loss or gradient norm) */
-    int64_t skipped_total;  /* fp16: steps skipped so far */
-    int world;              /* data-parallel ranks (1: one process) */
-    double comm_ms;         /* time in communication (gradient buckets on the thread, the
-                               global sums and the gather of shards) */
-    double comm_hidden;     /* the fraction of comm_ms that overlapped compute */
-    uint64_t comm_bytes;    /* payload bytes this rank sent */
+    int64_t step, steps;   /* this step, from 1, of the run's cfg.steps */
+    float loss;            /* mean training loss over the step's micro-batches */
+    float val_loss;        /* NaN when this step did not evaluate */
+    float lr;              /* the learning rate the step used */
+    float grad_norm;       /* the gradients' global norm before clipping (unscaled) */
+    double ms;             /* the step (forward, backward, optimizer), not evaluation or saving */
+    double tokens_per_s;   /* world x B x T x grad_accum over ms: every rank's tokens */
+    double mfu;            /* model FLOPs per second over peak_gflops */
+    size_t rss;            /* peak resident bytes so far */
+    float loss_scale;      /* fp16: the loss scale after the step (0: no loss scaling) */
+    int skipped;           /* this step's update was skipped: an fp16 overflow, or a guard */
+    const char *guard;     /* the guard that skipped it ("loss_spike", ...; NULL: none) */
+    double guard_z;        /* the step's largest z-score (loss or gradient norm) */
+    int64_t skipped_total; /* fp16: steps skipped so far */
+    int world;             /* data-parallel ranks (1: one process) */
+    double comm_ms;        /* time in communication (gradient buckets on the thread, the
+                              global sums and the gather of shards) */
+    double comm_hidden;    /* the fraction of comm_ms that overlapped compute */
+    uint64_t comm_bytes;   /* payload bytes this rank sent */
 } kiln_step_info;
 
 /* Everything kiln_train checks and builds before its first step: the configuration, the
@@ -325,10 +325,10 @@ typedef struct kiln_replay_report {
     float loss, grad_norm;   /* the step's batches with its weights */
     float *seq_loss;         /* each sequence's loss (this rank's, micro-batch by micro-batch) */
     int64_t nseq;
-    int nothers;             /* the batches of the steps after it, with the same weights */
+    int nothers; /* the batches of the steps after it, with the same weights */
     float other_loss[KILN_REPLAY_OTHERS], other_norm[KILN_REPLAY_OTHERS];
-    const char *verdict;     /* "bad_batch", "numeric" or "not_reproduced" */
-    char why[512];           /* the verdict in words, with what to do */
+    const char *verdict; /* "bad_batch", "numeric" or "not_reproduced" */
+    char why[512];       /* the verdict in words, with what to do */
 } kiln_replay_report;
 
 /* Re-run step `step` of the run cfg describes from its newest checkpoint before it
@@ -345,12 +345,11 @@ struct kiln_loader;
 /* Mean loss of a model over the windows of an evaluation loader (opened with shuffle 0),
  * from its first batch, in file order; batches 0: every whole batch. The loader's
  * vocabulary must be the model's, and its B and T fit the model's plan. */
-kiln_status kiln_evaluate(kiln_gpt *m, struct kiln_loader *l, int64_t B, int64_t T,
-                          int64_t batches, double *mean_loss, int64_t *tokens);
+kiln_status kiln_evaluate(kiln_gpt *m, struct kiln_loader *l, int64_t B, int64_t T, int64_t batches,
+                          double *mean_loss, int64_t *tokens);
 
 /* Open `path` for evaluation: file order, one rank. */
-kiln_status kiln_eval_loader_open(struct kiln_loader **out, const char *path, int64_t B,
-                                  int64_t T);
+kiln_status kiln_eval_loader_open(struct kiln_loader **out, const char *path, int64_t B, int64_t T);
 
 #ifdef __cplusplus
 }

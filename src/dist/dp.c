@@ -18,13 +18,13 @@
 #define DP_INFLIGHT 2  /* ZeRO 2/3: jobs queued before backward waits (kiln_dp_ready) */
 
 typedef struct bucket {
-    int64_t lo, hi;   /* slab elements */
-    int last_range;   /* the range whose report completes it */
+    int64_t lo, hi; /* slab elements */
+    int last_range; /* the range whose report completes it */
 } bucket;
 
 /* Work for the thread, done in the order posted (the same on every rank). */
 typedef struct job {
-    int kind;         /* JOB_BUCKET: reduce bucket `index`; JOB_GATHER: [lo, hi) of buf */
+    int kind; /* JOB_BUCKET: reduce bucket `index`; JOB_GATHER: [lo, hi) of buf */
     int index;
     int64_t lo, hi;
     void *buf;
@@ -45,7 +45,7 @@ struct kiln_dp {
     int64_t *counts;   /* world entries, scratch of the thread's reduce-scatter */
     uint16_t *staging; /* bf16 reduction: the largest bucket */
     float *grads;
-    int next_range;   /* the range kiln_dp_ready expects next */
+    int next_range;     /* the range kiln_dp_ready expects next */
     int buckets_posted; /* of this step */
     int in_step;
     /* the thread, and what it shares with the caller (under mu) */
@@ -53,7 +53,7 @@ struct kiln_dp {
     int thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    job *jobs;        /* a ring of cap jobs; job k is jobs[k % cap] */
+    job *jobs; /* a ring of cap jobs; job k is jobs[k % cap] */
     int64_t cap;
     uint64_t posted, done; /* jobs posted and done since the start */
     int quit;
@@ -100,7 +100,9 @@ void kiln_dp_shard(const kiln_dp *dp, int64_t *lo, int64_t *hi) {
     kiln_dp_shard_of(dp, dp->rank, lo, hi);
 }
 
-int kiln_dp_num_buckets(const kiln_dp *dp) { return dp->nbuckets; }
+int kiln_dp_num_buckets(const kiln_dp *dp) {
+    return dp->nbuckets;
+}
 
 static int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
     int64_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
@@ -281,8 +283,8 @@ static kiln_status build(kiln_dp *dp, const int64_t *lo, const int64_t *hi, int 
     for (int r = 0; r < W; r++)
         kiln_dp_shard_bounds(dp->n, W, r, &dp->shard_lo[r], &dp->shard_hi[r]);
     /* buckets: consecutive ranges in report order until bucket_bytes of fp32 gradients */
-    int64_t cap = dp->cfg.bucket_bytes > 0 ? dp->cfg.bucket_bytes / (int64_t)sizeof(float)
-                                           : dp->n + 1;
+    int64_t cap =
+        dp->cfg.bucket_bytes > 0 ? dp->cfg.bucket_bytes / (int64_t)sizeof(float) : dp->n + 1;
     int64_t largest = 0;
     /* a bucket: ranges reported one after another, each just below the one before */
     for (int i = 0; i < k;) {
@@ -303,7 +305,8 @@ static kiln_status build(kiln_dp *dp, const int64_t *lo, const int64_t *hi, int 
         if (!dp->staging)
             return kiln_error_setf(KILN_ERR_NOMEM,
                                    "data parallel: cannot allocate %lld bf16 elements for the "
-                                   "reduction", (long long)largest);
+                                   "reduction",
+                                   (long long)largest);
     }
     return KILN_OK;
 }
@@ -337,7 +340,8 @@ kiln_status kiln_dp_create(kiln_dp **out, kiln_comm *comm, const kiln_dp_config 
     kiln_status s = build(dp, lo, hi, nranges);
     if (s == KILN_OK) {
         if (pthread_create(&dp->thread, NULL, thread_main, dp) != 0)
-            s = kiln_error_setf(KILN_ERR_IO, "data parallel: cannot start the communication thread");
+            s = kiln_error_setf(KILN_ERR_IO,
+                                "data parallel: cannot start the communication thread");
         else
             dp->thread_started = 1;
     }
@@ -538,9 +542,10 @@ kiln_status kiln_dp_idle(kiln_dp *dp) {
 kiln_status kiln_dp_gather_range_async(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo,
                                        int64_t hi, uint64_t *ticket) {
     if (lo < 0 || hi > dp->n || lo > hi)
-        return kiln_error_setf(KILN_ERR_ARG, "data parallel: gather of [%lld, %lld) outside the "
-                                             "slab of %lld", (long long)lo, (long long)hi,
-                               (long long)dp->n);
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "data parallel: gather of [%lld, %lld) outside the "
+                               "slab of %lld",
+                               (long long)lo, (long long)hi, (long long)dp->n);
     job j = {.kind = JOB_GATHER, .lo = lo, .hi = hi, .buf = buf, .dt = dt};
     *ticket = post_job(dp, &j);
     return KILN_OK;

@@ -34,8 +34,8 @@ static int64_t rank_of(const kiln_gpt *m, kiln_gpt_matrix which) {
  * (kiln_gpt_set_linear) for matrix `which` of layer `layer` (-1: the head). A factored
  * matrix runs as mid (N,r) = inp x U, kept for backward, then out = mid x V + bias. */
 static void linear(kiln_gpt *m, int64_t layer, kiln_gpt_matrix which, void *out, const void *inp,
-                   const void *w, const void *bias, int64_t N, int64_t C, int64_t OC,
-                   int trans_w, void *gelu_out) {
+                   const void *w, const void *bias, int64_t N, int64_t C, int64_t OC, int trans_w,
+                   void *gelu_out) {
     int64_t r = layer >= 0 ? rank_of(m, which) : 0;
     if (r) {
         const gpt_block_params *p = &m->p.block[layer];
@@ -68,8 +68,8 @@ static void linear_backward(kiln_gpt *m, int64_t layer, kiln_gpt_matrix which, v
     const gpt_block_params *p = &m->p.block[layer];
     gpt_block_grads *g = &m->g.block[layer];
     const void *mid = m->blocks[layer].mid[which];
-    be->matmul_backward(be, m->dt, m->d.dmid, g->v[which], dbias, dout, mid, p->v[which], N, r,
-                        OC, 0);
+    be->matmul_backward(be, m->dt, m->d.dmid, g->v[which], dbias, dout, mid, p->v[which], N, r, OC,
+                        0);
     be->matmul_backward(be, m->dt, dinp, g->u[which], NULL, m->d.dmid, inp, p->u[which], N, C, r,
                         0);
 }
@@ -134,25 +134,23 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
     int fused = m->opt.fuse_residual_ln;
 
     if (l == 0 || !fused || (how & BLOCK_RECOMPUTE))
-        be->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, BT,
-                              C);
+        be->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, BT, C);
     linear(m, l, KILN_GPT_MATRIX_QKV, a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * A, 0, NULL);
     attend(m, l, a, B, T);
     if (fused) {
         linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->tmp, a->atty, w->attprojw, w->attprojb, BT, A, C,
                0, NULL);
-        be->residual_layernorm_forward(be, dt, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->tmp,
-                                       x, w->ln2w, w->ln2b, BT, C);
+        be->residual_layernorm_forward(be, dt, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->tmp, x,
+                                       w->ln2w, w->ln2b, BT, C);
     } else {
-        linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->res2, a->atty, w->attprojw, w->attprojb, BT, A,
-               C, 0, NULL);
+        linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->res2, a->atty, w->attprojw, w->attprojb, BT, A, C,
+               0, NULL);
         be->residual_forward(be, dt, a->res2, a->res2, x, BT * C);
-        be->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w,
-                              w->ln2b, BT, C);
+        be->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b,
+                              BT, C);
     }
     if (m->opt.fuse_gelu) {
-        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, H, 0,
-               a->fch_gelu);
+        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, H, 0, a->fch_gelu);
     } else {
         linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, H, 0, NULL);
         be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * H);
@@ -168,16 +166,16 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
     if (fused && (how & BLOCK_TAIL)) {
         int last = l + 1 == L;
         gpt_block_acts *next = last ? NULL : &m->blocks[l + 1];
-        linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->tmp, a->fch_gelu, w->fcprojw, w->fcprojb, BT, H,
-               C, 0, NULL);
-        be->residual_layernorm_forward(
-            be, dt, a->res3, last ? m->lnf : next->ln1, last ? m->lnf_mean : next->ln1_mean,
-            last ? m->lnf_rstd : next->ln1_rstd, a->tmp, a->res2,
-            last ? m->p.lnfw : m->p.block[l + 1].ln1w, last ? m->p.lnfb : m->p.block[l + 1].ln1b,
-            BT, C);
+        linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->tmp, a->fch_gelu, w->fcprojw, w->fcprojb, BT, H, C,
+               0, NULL);
+        be->residual_layernorm_forward(be, dt, a->res3, last ? m->lnf : next->ln1,
+                                       last ? m->lnf_mean : next->ln1_mean,
+                                       last ? m->lnf_rstd : next->ln1_rstd, a->tmp, a->res2,
+                                       last ? m->p.lnfw : m->p.block[l + 1].ln1w,
+                                       last ? m->p.lnfb : m->p.block[l + 1].ln1b, BT, C);
     } else {
-        linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT,
-               H, C, 0, NULL);
+        linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT, H, C,
+               0, NULL);
         be->residual_forward(be, dt, a->res3, a->res3, a->res2, BT * C);
     }
 }
@@ -209,13 +207,12 @@ static void block_backward(kiln_gpt *m, int64_t l, int64_t B, int64_t T) {
     be->gelu_backward(be, dt, d->dfch, a->fch, d->dfch_gelu, BT * H);
     linear_backward(m, l, KILN_GPT_MATRIX_FC, d->dln, g->fcw, g->fcb, d->dfch, a->ln2, w->fcw, BT,
                     C, H);
-    be->layernorm_backward(be, dt, d->dres, g->ln2w, g->ln2b, d->dln, a->res2, w->ln2w,
-                           a->ln2_mean, a->ln2_rstd, BT, C);
+    be->layernorm_backward(be, dt, d->dres, g->ln2w, g->ln2b, d->dln, a->res2, w->ln2w, a->ln2_mean,
+                           a->ln2_rstd, BT, C);
 
     linear_backward(m, l, KILN_GPT_MATRIX_ATTPROJ, d->datty, g->attprojw, g->attprojb, d->dres,
                     a->atty, w->attprojw, BT, A, C);
-    be->attention_backward(be, dt, d->dqkv, m->att_scratch, d->datty, a->qkv, a->att, B, T, A,
-                           NH);
+    be->attention_backward(be, dt, d->dqkv, m->att_scratch, d->datty, a->qkv, a->att, B, T, A, NH);
     linear_backward(m, l, KILN_GPT_MATRIX_QKV, d->dln, g->qkvw, g->qkvb, d->dqkv, a->ln1, w->qkvw,
                     BT, C, 3 * A);
     be->layernorm_backward(be, dt, d->dres, g->ln1w, g->ln1b, d->dln, x, w->ln1w, a->ln1_mean,
@@ -294,8 +291,8 @@ static void head_layernorm_backward(kiln_gpt *m, int64_t BT) {
     int64_t C = m->cfg.n_embd;
     be->zero(be, m->d.dres, (size_t)(BT * C) * kiln_dtype_size(m->dt));
     be->layernorm_backward(be, m->dt, m->d.dres, m->g.lnfw, m->g.lnfb, m->d.dln,
-                           block_input(m, m->cfg.n_layer), m->p.lnfw, m->lnf_mean, m->lnf_rstd,
-                           BT, C);
+                           block_input(m, m->cfg.n_layer), m->p.lnfw, m->lnf_mean, m->lnf_rstd, BT,
+                           C);
 }
 
 /* Part `part` of the model (kiln__gpt_part_range) has its final gradient for this backward:
@@ -363,8 +360,7 @@ static float mean_loss(kiln_gpt *m, int64_t BT) {
     return (float)(m->soft.alpha * ce + (1.0 - m->soft.alpha) * T * T * kl);
 }
 
-kiln_status kiln_gpt_set_soft_targets(kiln_gpt *m, const float *p, float alpha,
-                                      float temperature) {
+kiln_status kiln_gpt_set_soft_targets(kiln_gpt *m, const float *p, float alpha, float temperature) {
     if (!p) {
         m->soft.p = NULL;
         return KILN_OK;
@@ -379,8 +375,8 @@ kiln_status kiln_gpt_set_soft_targets(kiln_gpt *m, const float *p, float alpha,
                                alpha, temperature);
     if (!m->soft.kl) {
         m->soft.kl = calloc((size_t)(m->maxB * m->maxT), sizeof *m->soft.kl);
-        m->soft.scratch = calloc((size_t)(m->logit_rows * m->cfg.padded_vocab_size),
-                                 sizeof *m->soft.scratch);
+        m->soft.scratch =
+            calloc((size_t)(m->logit_rows * m->cfg.padded_vocab_size), sizeof *m->soft.scratch);
         if (!m->soft.kl || !m->soft.scratch)
             return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate distillation's buffers");
     }
@@ -429,9 +425,8 @@ static kiln_status last_logits(kiln_gpt *m, int64_t B, int64_t T) {
     int64_t C = m->cfg.n_embd;
     const void *x = block_input(m, m->cfg.n_layer);
     for (int64_t b = 0; b < B; b++)
-        be->layernorm_forward(be, m->dt, row(m->lnf, b, C, m->dt), m->lnf_mean + b,
-                              m->lnf_rstd + b, row((void *)x, b * T + T - 1, C, m->dt),
-                              m->p.lnfw, m->p.lnfb, 1, C);
+        be->layernorm_forward(be, m->dt, row(m->lnf, b, C, m->dt), m->lnf_mean + b, m->lnf_rstd + b,
+                              row((void *)x, b * T + T - 1, C, m->dt), m->p.lnfw, m->p.lnfb, 1, C);
     linear(m, -1, KILN_GPT_MATRIX_HEAD, m->logits, m->lnf, m->p.wte, NULL, B, C,
            m->cfg.padded_vocab_size, 1, NULL);
     KILN_CHECK(be->synchronize(be));
@@ -487,8 +482,8 @@ kiln_status kiln_gpt_forward_cached(kiln_gpt *m, const int32_t *inputs, int64_t 
     return last_logits(m, B, T);
 }
 
-kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
-                             int64_t B, int64_t T, float *loss) {
+kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets, int64_t B,
+                             int64_t T, float *loss) {
     KILN_CHECK(body_forward(m, inputs, targets, B, T, 1));
     KILN_CHECK(need_head(m));
     int64_t BT = B * T, C = m->cfg.n_embd, Vp = m->cfg.padded_vocab_size;
@@ -561,8 +556,8 @@ kiln_status kiln_gpt_backward(kiln_gpt *m, float grad_scale) {
         int64_t C = m->cfg.n_embd, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
         be->crossentropy_forward_backward(be, m->dt, m->losses, m->logits, m->logits, m->targets,
                                           dloss, BT, V, Vp);
-        be->matmul_backward(be, m->dt, m->d.dln, m->g.wte, NULL, m->logits, m->lnf, m->p.wte, BT,
-                            C, Vp, 1);
+        be->matmul_backward(be, m->dt, m->d.dln, m->g.wte, NULL, m->logits, m->lnf, m->p.wte, BT, C,
+                            Vp, 1);
     } else {
         for (int64_t r0 = 0; r0 < BT; r0 += m->logit_rows) /* the chunks again */
             head_rows(m, r0, BT - r0 < m->logit_rows ? BT - r0 : m->logit_rows, dloss, 1);
@@ -613,7 +608,9 @@ void kiln_gpt_zero_grad(kiln_gpt *m) {
         m->be->zero(m->be, m->grads, (size_t)m->slab_len * sizeof(float));
 }
 
-const void *kiln_gpt_logits(const kiln_gpt *m) { return m->logits_valid ? m->logits : NULL; }
+const void *kiln_gpt_logits(const kiln_gpt *m) {
+    return m->logits_valid ? m->logits : NULL;
+}
 
 kiln_status kiln_gpt_logits_f32(const kiln_gpt *m, int64_t rows, float *out) {
     if (!m->logits_valid)
@@ -635,7 +632,9 @@ kiln_status kiln_gpt_logits_f32(const kiln_gpt *m, int64_t rows, float *out) {
     return m->be->synchronize(m->be);
 }
 
-const float *kiln_gpt_losses(const kiln_gpt *m) { return m->losses; }
+const float *kiln_gpt_losses(const kiln_gpt *m) {
+    return m->losses;
+}
 
 static const char *const recompute_names[] = {"none", "gelu", "attention", "block"};
 

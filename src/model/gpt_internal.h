@@ -43,18 +43,18 @@ typedef struct gpt_grads {
  * block owns and which are shared with other blocks is the plan's business (gpt_plan.c):
  * what recomputation drops, and everything in inference, is shared by lifetime. */
 typedef struct gpt_block_acts {
-    void *ln1;                     /* (B,T,C) */
-    float *ln1_mean, *ln1_rstd;    /* (B,T), (B,T) fp32 */
-    void *qkv;                     /* (B,T,3A) */
-    void *att;                     /* the backend's attention state (attention_saved_bytes) */
-    void *atty;                    /* (B,T,A) heads' outputs */
-    void *res2;                    /* (B,T,C) residual after attention */
-    void *ln2;                     /* (B,T,C) */
-    float *ln2_mean, *ln2_rstd;    /* (B,T), (B,T) fp32 */
-    void *fch;                     /* (B,T,H) before GELU */
-    void *fch_gelu;                /* (B,T,H) */
-    void *res3;                    /* (B,T,C) block output: the next block's input */
-    void *tmp;                     /* (B,T,C) a product's output before a fused residual add */
+    void *ln1;                  /* (B,T,C) */
+    float *ln1_mean, *ln1_rstd; /* (B,T), (B,T) fp32 */
+    void *qkv;                  /* (B,T,3A) */
+    void *att;                  /* the backend's attention state (attention_saved_bytes) */
+    void *atty;                 /* (B,T,A) heads' outputs */
+    void *res2;                 /* (B,T,C) residual after attention */
+    void *ln2;                  /* (B,T,C) */
+    float *ln2_mean, *ln2_rstd; /* (B,T), (B,T) fp32 */
+    void *fch;                  /* (B,T,H) before GELU */
+    void *fch_gelu;             /* (B,T,H) */
+    void *res3;                 /* (B,T,C) block output: the next block's input */
+    void *tmp;                  /* (B,T,C) a product's output before a fused residual add */
     void *mid[4]; /* (B,T,r) x U of a factored matrix, by kiln_gpt_matrix (NULL: dense) */
 } gpt_block_acts;
 
@@ -101,13 +101,13 @@ struct kiln_gpt {
         float *kl;      /* (maxB*maxT) */
         float *scratch; /* (logit_rows, Vp) */
     } soft;
-    void *att_scratch;          /* the backend's attention workspace */
+    void *att_scratch; /* the backend's attention workspace */
     gpt_grad_scratch d;
     int32_t *inputs, *targets; /* the last forward's batch (B,T), host memory */
 
-    int64_t B, T;      /* sizes of the last forward */
-    int have_targets;  /* the last forward had targets and backward may run */
-    int logits_valid;  /* kiln_gpt_logits holds the last forward's logits */
+    int64_t B, T;     /* sizes of the last forward */
+    int have_targets; /* the last forward had targets and backward may run */
+    int logits_valid; /* kiln_gpt_logits holds the last forward's logits */
 
     int rows_apart;                /* kiln_gpt_set_embed_rows_apart */
     int64_t rows_n;                /* rows the last backward left apart (0: none) */

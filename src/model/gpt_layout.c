@@ -170,7 +170,9 @@ static void *param_at(const kiln_gpt *m, void *slab, int64_t off) {
     return off < 0 ? NULL : slab_at(slab, off, m->dt);
 }
 
-static float *grad_at(float *slab, int64_t off) { return off < 0 ? NULL : slab + off; }
+static float *grad_at(float *slab, int64_t off) {
+    return off < 0 ? NULL : slab + off;
+}
 
 /* Point views at the slabs, following the tensor table's order. */
 static void bind_params(const kiln_gpt *m, gpt_params *v, void *slab) {
@@ -380,8 +382,9 @@ kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64
                     fail);
     bind_params(m, &m->p, m->params);
     if (!o.inference) {
-        KILN_CHECK_GOTO(s, device_alloc(m, (void **)&m->grads,
-                                        (size_t)m->slab_len * sizeof(float), "gradients", 1),
+        KILN_CHECK_GOTO(s,
+                        device_alloc(m, (void **)&m->grads, (size_t)m->slab_len * sizeof(float),
+                                     "gradients", 1),
                         fail);
         bind_grads(m, &m->g, m->grads);
     }
@@ -416,7 +419,9 @@ kiln_status kiln_gpt_set_linear(kiln_gpt *m, kiln_gpt_linear_fn forward, void *c
     return KILN_OK;
 }
 
-int kiln_gpt_has_linear(const kiln_gpt *m) { return m && m->linear; }
+int kiln_gpt_has_linear(const kiln_gpt *m) {
+    return m && m->linear;
+}
 
 kiln_status kiln_gpt_create_inference(kiln_gpt **out, const kiln_gpt_config *cfg, int64_t B,
                                       int64_t T, kiln_dtype dtype, kiln_backend *be) {
@@ -463,8 +468,7 @@ void kiln_gpt_free(kiln_gpt *m) {
  * put(ctx, offset, values, n); the padded rows and biases are zeros. One generator for the
  * working weights (rounded) and for an fp32 master slab, so both hold the same values. */
 static void init_values(const kiln_gpt *m, uint64_t seed,
-                        void (*put)(void *ctx, int64_t off, const float *x, int64_t n),
-                        void *ctx) {
+                        void (*put)(void *ctx, int64_t off, const float *x, int64_t n), void *ctx) {
     kiln_rng rng;
     kiln_rng_seed(&rng, seed);
     float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
@@ -485,7 +489,8 @@ static void init_values(const kiln_gpt *m, uint64_t seed,
         /* a factor of rank r: U and V alike N(0, s^2) with r s^4 = std^2, so that their
          * product's entries have the dense matrix's variance */
         size_t len = strlen(t->name);
-        if (len > 2 && t->name[len - 2] == '_' && (t->name[len - 1] == 'u' || t->name[len - 1] == 'v'))
+        if (len > 2 && t->name[len - 2] == '_' &&
+            (t->name[len - 1] == 'u' || t->name[len - 1] == 'v'))
             std = sqrtf(std / sqrtf((float)(t->name[len - 1] == 'u' ? t->shape[1] : t->shape[0])));
         for (int64_t k = 0; k < t->numel; k += 256) {
             int64_t n = t->numel - k < 256 ? t->numel - k : 256;
@@ -513,7 +518,9 @@ static void put_work(void *ctx, int64_t off, const float *x, int64_t n) {
                 KILN_COPY_TO_DEVICE);
 }
 
-void kiln_gpt_init_weights(kiln_gpt *m, uint64_t seed) { init_values(m, seed, put_work, m); }
+void kiln_gpt_init_weights(kiln_gpt *m, uint64_t seed) {
+    init_values(m, seed, put_work, m);
+}
 
 void kiln_gpt_init_weights_f32(const kiln_gpt *m, uint64_t seed, float *slab) {
     init_values(m, seed, put_f32, slab);
@@ -586,8 +593,7 @@ kiln_gpt_memory kiln_gpt_memory_plan(const kiln_gpt *m) {
 kiln_status kiln_gpt_check_finite(const kiln_gpt *m) {
     for (int i = 0; i < m->ntensors; i++) {
         const kiln_tensor_info *t = &m->tensors[i];
-        if (!isfinite(m->be->sumsq(m->be, m->dt, slab_at(m->params, t->offset, m->dt),
-                                   t->numel)))
+        if (!isfinite(m->be->sumsq(m->be, m->dt, slab_at(m->params, t->offset, m->dt), t->numel)))
             return kiln_error_setf(KILN_ERR_RANGE, "tensor %s holds NaN or infinite values",
                                    t->name);
     }

@@ -43,9 +43,14 @@ kiln_train_config kiln_train_config_default(void) {
     c.guard_max_rollbacks = 3;
     c.distill_alpha = 0.5f;
     c.distill_temperature = 2.0f;
-    c.watchdog = (kiln_watchdog_config){.enabled = 1, .warn_factor = 5, .hang_factor = 20,
-                                        .hang_min_s = 300, .window = 20, .heartbeat_s = 5,
-                                        .straggler_factor = 1.3, .straggler_window = 20};
+    c.watchdog = (kiln_watchdog_config){.enabled = 1,
+                                        .warn_factor = 5,
+                                        .hang_factor = 20,
+                                        .hang_min_s = 300,
+                                        .window = 20,
+                                        .heartbeat_s = 5,
+                                        .straggler_factor = 1.3,
+                                        .straggler_window = 20};
     return c;
 }
 
@@ -139,8 +144,8 @@ static kiln_status build_optimizer(kiln_trainer *t) {
                             .work = kiln_gpt_dtype(t->model),
                             .stochastic_seed = cfg->stochastic_rounding ? cfg->seed * 2 + 1 : 0,
                             .master = cfg->qat_bits > 0};
-    kiln_status s = kiln_optim_create(&t->opt, &cfg->optim, &slab, r, n,
-                                      kiln_gpt_backend(t->model));
+    kiln_status s =
+        kiln_optim_create(&t->opt, &cfg->optim, &slab, r, n, kiln_gpt_backend(t->model));
     free(r);
     return s;
 }
@@ -198,7 +203,7 @@ static size_t checkpoint_staging(const kiln_train_config *cfg, int world, int64_
 }
 
 kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_config *mc,
-                                  kiln_train_memory *p) {
+                                   kiln_train_memory *p) {
     memset(p, 0, sizeof *p);
     kiln_gpt_memory model;
     KILN_CHECK(kiln_gpt_memory_plan_for(mc, cfg->B, cfg->T, &cfg->model_opt, NULL, &model));
@@ -359,8 +364,13 @@ static kiln_status init_weights(kiln_trainer *t) {
  * slices of B (offset: the micro-batches of the ranks before it), one loader each. */
 static kiln_status open_train_data(kiln_trainer *t) {
     const kiln_train_config *cfg = &t->cfg;
-    kiln_loader_config lc = {.path = cfg->train_path, .B = cfg->B, .T = cfg->T, .rank = t->rank,
-                             .world = t->world, .seed = cfg->seed, .shuffle = 1};
+    kiln_loader_config lc = {.path = cfg->train_path,
+                             .B = cfg->B,
+                             .T = cfg->T,
+                             .rank = t->rank,
+                             .world = t->world,
+                             .seed = cfg->seed,
+                             .shuffle = 1};
     t->micro = cfg->grad_accum;
     t->micro_total = cfg->grad_accum * t->world;
     /* the split in force is the trainer's own copy: chosen again from step times (auto), or
@@ -410,7 +420,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
     const kiln_train_config *cfg = &t->cfg;
     kiln__trainer_dist_setup(t);
     KILN_CHECK(kiln__watchdog_start(t)); /* heartbeats from here; hangs from the first step */
-    if (t->rank != 0) { /* one console and one metrics file: rank 0's */
+    if (t->rank != 0) {                  /* one console and one metrics file: rank 0's */
         t->cfg.log = NULL;
         t->cfg.metrics_path = NULL;
     }
@@ -431,8 +441,12 @@ static kiln_status trainer_init(kiln_trainer *t) {
     KILN_CHECK(open_train_data(t));
     /* Validation data is opened (and checked) now, not at the first evaluation. */
     if (cfg->val_path) {
-        kiln_loader_config vc = {.path = cfg->val_path, .B = cfg->B, .T = cfg->T,
-                                 .rank = t->rank, .world = t->world, .shuffle = 0};
+        kiln_loader_config vc = {.path = cfg->val_path,
+                                 .B = cfg->B,
+                                 .T = cfg->T,
+                                 .rank = t->rank,
+                                 .world = t->world,
+                                 .shuffle = 0};
         KILN_CHECK(kiln_loader_open(&t->val, &vc));
         if (kiln_loader_vocab_size(t->val) != kiln_loader_vocab_size(t->train))
             return kiln_error_setf(KILN_ERR_CONFIG,
@@ -508,8 +522,8 @@ static kiln_status trainer_init(kiln_trainer *t) {
     if (cfg->metrics_path && !(t->resumed_step > 0 && t->steps_done >= cfg->steps))
         KILN_CHECK(kiln__metrics_open(&t->metrics, cfg->metrics_path, t->resumed_step > 0));
     KILN_CHECK(kiln__trainer_checkpoint_start(t));
-    t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) *
-                        (double)t->micro;
+    t->flops_per_step =
+        kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) * (double)t->micro;
     print_plan(t);
     return KILN_OK;
 }
@@ -640,8 +654,8 @@ static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
                    : KILN_OK;
     /* (d) the scale's division and the clipping in the optimizer's own pass, over this
      * rank's range; then every rank's updated range to every rank */
-    KILN_CHECK(kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model),
-                                      kiln_gpt_grads(t->model), mt->lr, (float)coef));
+    KILN_CHECK(kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model), kiln_gpt_grads(t->model),
+                                      mt->lr, (float)coef));
     KILN_CHECK(kiln__trainer_prune_step(t, mt->step));
     KILN_CHECK(kiln__trainer_qat_apply(t));
     if (t->cfg.local_steps > 0)
@@ -717,7 +731,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
     if (rolled) /* back at an older step: its checkpoint is the one just loaded */
         return KILN_OK;
     if (t->bad_run > 0 && mt.step < cfg->steps) /* the weights of the last good step are */
-        return KILN_OK;                          /* saved already (or due after the streak) */
+        return KILN_OK;                         /* saved already (or due after the streak) */
     KILN_CHECK(kiln__trainer_maybe_save(t, mt.step, 0));
     return kiln__trainer_checkpoint(t, mt.step);
 }
@@ -744,11 +758,21 @@ kiln_status kiln_trainer_save_now(kiln_trainer *t, const char **where) {
     return KILN_OK;
 }
 
-int kiln_trainer_stopping(const kiln_trainer *t) { return t->stopping; }
-int kiln_trainer_watchdog_exit(const kiln_trainer *t) { return kiln__watchdog_exit_code(t->wd); }
-int64_t kiln_trainer_steps_done(const kiln_trainer *t) { return t->steps_done; }
-kiln_gpt *kiln_trainer_model(kiln_trainer *t) { return t->model; }
-kiln_optim *kiln_trainer_optim(kiln_trainer *t) { return t->opt; }
+int kiln_trainer_stopping(const kiln_trainer *t) {
+    return t->stopping;
+}
+int kiln_trainer_watchdog_exit(const kiln_trainer *t) {
+    return kiln__watchdog_exit_code(t->wd);
+}
+int64_t kiln_trainer_steps_done(const kiln_trainer *t) {
+    return t->steps_done;
+}
+kiln_gpt *kiln_trainer_model(kiln_trainer *t) {
+    return t->model;
+}
+kiln_optim *kiln_trainer_optim(kiln_trainer *t) {
+    return t->opt;
+}
 
 void kiln_trainer_result(const kiln_trainer *t, kiln_train_result *res) {
     const kiln_train_config *cfg = &t->cfg;
@@ -761,8 +785,7 @@ void kiln_trainer_result(const kiln_trainer *t, kiln_train_result *res) {
     int64_t timed = t->steps_done - t->resumed_step - 1; /* steps in later_ms */
     if (timed > 0) { /* the first step (warming caches and pages) is left out */
         res->mean_ms = t->later_ms / (double)timed;
-        res->tokens_per_s =
-            (double)(cfg->B * cfg->T * t->micro_total) / (res->mean_ms / 1e3);
+        res->tokens_per_s = (double)(cfg->B * cfg->T * t->micro_total) / (res->mean_ms / 1e3);
         res->mfu = t->flops_per_step / (res->mean_ms / 1e3) / (t->peak * 1e9);
     }
     res->peak_rss = kiln_peak_rss();

@@ -54,7 +54,9 @@ kiln_status kiln__trainer_agree_stop(kiln_trainer *t, int64_t step, int local, i
     return KILN_OK;
 }
 
-static void grad_ready(void *ctx, int64_t lo, int64_t hi) { kiln_dp_ready(ctx, lo, hi); }
+static void grad_ready(void *ctx, int64_t lo, int64_t hi) {
+    kiln_dp_ready(ctx, lo, hi);
+}
 
 /* ---- slabs the ranks of one machine share ---- */
 
@@ -215,12 +217,13 @@ void kiln__zero3_resident(const kiln_train_config *cfg, const kiln_gpt_config *m
     kiln_dp_shard_bounds(slab, world, rank, &lo, &hi);
     /* the parts in slab order: the embeddings, the blocks, ln_f (the rest of the slab) */
     /* a block's weights: what is neither embedding nor ln_f */
-    int64_t block = (kiln_gpt_config_num_params(mc) - (mc->vocab_size + mc->max_seq_len) * C -
-                     2 * C) / L;
+    int64_t block =
+        (kiln_gpt_config_num_params(mc) - (mc->vocab_size + mc->max_seq_len) * C - 2 * C) / L;
     int64_t kept[PARTS_KEPT] = {0}, emb_extra = 0, at = 0;
     for (int64_t i = -1; i <= L; i++) {
-        int64_t size = i < 0 ? (mc->padded_vocab_size + mc->max_seq_len) * C
-                             : i < L ? block : slab - at;
+        int64_t size = i < 0   ? (mc->padded_vocab_size + mc->max_seq_len) * C
+                       : i < L ? block
+                               : slab - at;
         int64_t extra = size - overlap(at, at + size, lo, hi);
         at += size;
         if (i < 0)
@@ -239,8 +242,8 @@ void kiln__zero3_resident(const kiln_train_config *cfg, const kiln_gpt_config *m
     /* Gradients beyond the shard: wte's, which the head writes first and the embeddings'
      * bucket reduces last, and the buckets backward may run ahead by (kiln_dp_ready lets two
      * wait behind the one reducing while it fills the next; a bucket holds a block at least) */
-    int64_t bucket = cfg->dp.bucket_bytes > 0 ? cfg->dp.bucket_bytes / (int64_t)sizeof(float)
-                                              : slab;
+    int64_t bucket =
+        cfg->dp.bucket_bytes > 0 ? cfg->dp.bucket_bytes / (int64_t)sizeof(float) : slab;
     int64_t inflight = emb_extra + 4 * (bucket > block ? bucket : block);
     *params = (hi - lo) + (gathered < slab - (hi - lo) ? gathered : slab - (hi - lo));
     *grads = (hi - lo) + (inflight < slab - (hi - lo) ? inflight : slab - (hi - lo));
@@ -335,19 +338,31 @@ typedef struct hasher {
     int n;
 } hasher;
 
-static void put_i(hasher *h, int64_t x) { h->v[h->n++] = (uint64_t)x; }
+static void put_i(hasher *h, int64_t x) {
+    h->v[h->n++] = (uint64_t)x;
+}
 static void put_f(hasher *h, double x) {
     uint64_t u;
     memcpy(&u, &x, sizeof u);
     h->v[h->n++] = u;
 }
 
-static const char *optim_label(int v) { return kiln_optim_kind_name((kiln_optim_kind)v); }
-static const char *lr_label(int v) { return kiln_lr_kind_name((kiln_lr_kind)v); }
-static const char *dtype_label(int v) { return kiln_dtype_name((kiln_dtype)v); }
-static const char *recompute_label(int v) { return kiln_recompute_name((kiln_recompute)v); }
+static const char *optim_label(int v) {
+    return kiln_optim_kind_name((kiln_optim_kind)v);
+}
+static const char *lr_label(int v) {
+    return kiln_lr_kind_name((kiln_lr_kind)v);
+}
+static const char *dtype_label(int v) {
+    return kiln_dtype_name((kiln_dtype)v);
+}
+static const char *recompute_label(int v) {
+    return kiln_recompute_name((kiln_recompute)v);
+}
 
-int64_t kiln__trainer_global_batch(const kiln_trainer *t) { return t->cfg.B * t->micro_total; }
+int64_t kiln__trainer_global_batch(const kiln_trainer *t) {
+    return t->cfg.B * t->micro_total;
+}
 
 int kiln__trainer_config_items(const kiln_trainer *t, const kiln_gpt_config *mc,
                                kiln__config_item *out) {
@@ -420,9 +435,9 @@ uint64_t kiln__trainer_split_hash(const kiln_trainer *t) {
     const kiln_train_config *c = &t->cfg;
     hasher h = {.n = 0};
     put_i(&h, t->world), put_i(&h, c->B), put_i(&h, c->grad_accum);
-    put_i(&h, c->rank_batches ? (int64_t)XXH3_64bits(c->rank_batches, (size_t)t->world *
-                                                                       sizeof(int64_t))
-                              : -1);
+    put_i(&h, c->rank_batches
+                  ? (int64_t)XXH3_64bits(c->rank_batches, (size_t)t->world * sizeof(int64_t))
+                  : -1);
     put_i(&h, c->steps), put_i(&h, t->sched.total_steps);
     put_i(&h, c->dp.zero), put_i(&h, c->dp.bucket_bytes), put_i(&h, c->dp.reduce_dtype);
     put_i(&h, t->rows_apart);
@@ -605,7 +620,8 @@ kiln_status kiln__trainer_local_start(kiln_trainer *t) {
     if (c->dp.zero != 0)
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "local SGD keeps a whole optimizer on every rank: it needs ZeRO 0, "
-                               "not %d", c->dp.zero);
+                               "not %d",
+                               c->dp.zero);
     if (!(c->outer_lr > 0.0f && c->outer_lr <= 2.0f) ||
         !(c->outer_momentum >= 0.0f && c->outer_momentum < 1.0f))
         return kiln_error_setf(KILN_ERR_CONFIG,
@@ -618,8 +634,10 @@ kiln_status kiln__trainer_local_start(kiln_trainer *t) {
     t->outer_weights = malloc((size_t)n * sizeof(float));
     t->outer_velocity = calloc((size_t)n, sizeof(float));
     if (!t->outer_weights || !t->outer_velocity)
-        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate DiLoCo's outer state (2 x %lld "
-                                               "floats)", (long long)n);
+        return kiln_error_setf(KILN_ERR_NOMEM,
+                               "cannot allocate DiLoCo's outer state (2 x %lld "
+                               "floats)",
+                               (long long)n);
     float *master = kiln_optim_master(t->opt);
     if (master)
         memcpy(t->outer_weights, master, (size_t)n * sizeof(float));

@@ -28,8 +28,8 @@ struct kiln_trainer {
     double peak;           /* GFLOP/s: MFU's denominator */
     kiln_train_memory plan;
     kiln_loss_scaler scaler; /* fp16 only */
-    int save_existed;   /* the --save file existed before this run */
-    int64_t saved_step; /* the step whose weights were last saved in this run (-1: none) */
+    int save_existed;        /* the --save file existed before this run */
+    int64_t saved_step;      /* the step whose weights were last saved in this run (-1: none) */
     /* the run so far, for kiln_trainer_result */
     int64_t steps_done;
     float first_loss, last_loss, last_val_loss;
@@ -56,9 +56,9 @@ struct kiln_trainer {
     int rows_apart;       /* the embedding's rows apart (kiln_gpt_set_embed_rows_apart) */
     /* stability guards (trainer_guard.c) */
     kiln_guard guard;
-    int64_t bad_run, first_bad;     /* bad steps in a row now, and the first of them */
+    int64_t bad_run, first_bad; /* bad steps in a row now, and the first of them */
     int64_t rollbacks, last_rollback_to;
-    int64_t high_water;             /* the furthest step done (a rollback goes back from it) */
+    int64_t high_water; /* the furthest step done (a rollback goes back from it) */
     kiln_batch_skip skips[KILN_TRAIN_MAX_SKIPS]; /* cfg.skip_batches and the rollbacks' */
     int nskips;
     float *probe_seq; /* kiln_train_replay: per-sequence losses wanted (NULL: not) */

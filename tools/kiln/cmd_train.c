@@ -217,8 +217,10 @@ static int check_init_matches(const char *init, int64_t layers, int64_t heads, i
     const struct {
         const char *flag;
         int64_t given, file;
-    } f[] = {{"--layers", layers, fc.n_layer},     {"--heads", heads, fc.n_head},
-             {"--embd", embd, fc.n_embd},          {"--context", context, fc.max_seq_len},
+    } f[] = {{"--layers", layers, fc.n_layer},
+             {"--heads", heads, fc.n_head},
+             {"--embd", embd, fc.n_embd},
+             {"--context", context, fc.max_seq_len},
              {"--vocab", vocab, fc.vocab_size}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].given > 0 && f[i].given != f[i].file) {
@@ -237,10 +239,14 @@ static size_t parse_bytes(const char *s) {
         return 0;
     double mult = 1;
     switch (*end) {
-    case 'k': case 'K': mult = 1024.0; break;
-    case 'm': case 'M': mult = 1024.0 * 1024.0; break;
-    case 'g': case 'G': mult = 1024.0 * 1024.0 * 1024.0; break;
-    case 't': case 'T': mult = 1024.0 * 1024.0 * 1024.0 * 1024.0; break;
+    case 'k':
+    case 'K': mult = 1024.0; break;
+    case 'm':
+    case 'M': mult = 1024.0 * 1024.0; break;
+    case 'g':
+    case 'G': mult = 1024.0 * 1024.0 * 1024.0; break;
+    case 't':
+    case 'T': mult = 1024.0 * 1024.0 * 1024.0 * 1024.0; break;
     case '\0': break;
     default: return 0;
     }
@@ -379,8 +385,9 @@ static int parse_rank_batches(const char *text, int world, int64_t accum, int64_
             break;
         p++;
     }
-    fprintf(stderr, "kiln train: --rank-batches wants %d counts of micro-batches (1..4096), "
-                    "one per rank, separated by commas, e.g. %s; got '%s'\n",
+    fprintf(stderr,
+            "kiln train: --rank-batches wants %d counts of micro-batches (1..4096), "
+            "one per rank, separated by commas, e.g. %s; got '%s'\n",
             world, world == 2 ? "3,1" : "2,2,1,1", text);
     free(v);
     return 2;
@@ -438,15 +445,15 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         {"heads", TOOL_FLAG_INT, &heads, "override the number of heads (0: keep)"},
         {"embd", TOOL_FLAG_INT, &embd, "override the channels (0: keep)"},
         {"context", TOOL_FLAG_INT, &context, "override the context length (0: keep)"},
-        {"vocab", TOOL_FLAG_INT, &vocab,
-         "vocabulary size (0: the model JSON's, else the data's)"},
+        {"vocab", TOOL_FLAG_INT, &vocab, "vocabulary size (0: the model JSON's, else the data's)"},
         {"init", TOOL_FLAG_STRING, &init, "start from these safetensors weights"},
         {"data", TOOL_FLAG_STRING, &data, "training token shards: file, folder or glob"},
         {"val-data", TOOL_FLAG_STRING, &val,
          "validation token shards, evaluated after the last step"},
         {"eval-every", TOOL_FLAG_INT, &eval_every,
          "also evaluate every N steps (needs --val-data; 0: after the last step only)"},
-        {"eval-batches", TOOL_FLAG_INT, &eval_batches, "validation batches per evaluation (0: all)"},
+        {"eval-batches", TOOL_FLAG_INT, &eval_batches,
+         "validation batches per evaluation (0: all)"},
         {"batch", TOOL_FLAG_INT, &B, "sequences per micro-batch (B)"},
         {"seq", TOOL_FLAG_INT, &T, "tokens per sequence (T)"},
         {"grad-accum", TOOL_FLAG_INT, &accum, "micro-batches per optimizer step"},
@@ -623,10 +630,10 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
                         "--guard-max-bad >= 1 and --guard-max-rollbacks >= 0\n");
         return 2;
     }
-    if ((skip_batches && tool_parse_skips("--skip-batches", skip_batches, skips,
-                                          KILN_TRAIN_MAX_SKIPS, &nskips)) ||
-        (inject_spike && tool_parse_step_count("--inject-spike", inject_spike, &spike_at,
-                                               &spike_count)))
+    if ((skip_batches &&
+         tool_parse_skips("--skip-batches", skip_batches, skips, KILN_TRAIN_MAX_SKIPS, &nskips)) ||
+        (inject_spike &&
+         tool_parse_step_count("--inject-spike", inject_spike, &spike_at, &spike_count)))
         return 2;
     kiln_prune_scope scope = KILN_PRUNE_GLOBAL;
     if (kiln_prune_scope_parse(prune_scope, &scope) || !(prune >= 0.0 && prune < 1.0) ||
@@ -674,8 +681,9 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         return 2;
     }
     if (eval_every > 0 && !(val && val[0])) {
-        fprintf(stderr, "kiln train: --eval-every %lld needs validation data: name it with "
-                        "--val-data\n",
+        fprintf(stderr,
+                "kiln train: --eval-every %lld needs validation data: name it with "
+                "--val-data\n",
                 (long long)eval_every);
         return 2;
     }
@@ -809,8 +817,9 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     if (rank == 0)
         tool_precision_note(cfg.model_opt.dtype);
     /* A --save that could never be written fails now, not after hours of training. */
-    if (!replay_step && rank == 0 && cfg.save_path && ((s = tool_make_parent_dirs(cfg.save_path)) ||
-                                       (s = kiln_file_check_replaceable(cfg.save_path)))) {
+    if (!replay_step && rank == 0 && cfg.save_path &&
+        ((s = tool_make_parent_dirs(cfg.save_path)) ||
+         (s = kiln_file_check_replaceable(cfg.save_path)))) {
         tool_report(what, s);
         if (world > 1)
             kiln_comm_abort(comm, 1, "rank 0 cannot write its --save file");
@@ -832,10 +841,10 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     if (rank_batches && !strncmp(rank_batches, "auto", 4)) { /* auto or auto:N steps */
         char *end = NULL;
         long long n = rank_batches[4] == ':' ? strtoll(rank_batches + 5, &end, 10) : 10;
-        if ((rank_batches[4] && (rank_batches[4] != ':' || !end || *end)) || n < 2 ||
-            n > 100000) {
-            fprintf(stderr, "kiln train: --rank-batches auto or auto:N (2..100000 steps to "
-                            "measure before the split is chosen); got '%s'\n",
+        if ((rank_batches[4] && (rank_batches[4] != ':' || !end || *end)) || n < 2 || n > 100000) {
+            fprintf(stderr,
+                    "kiln train: --rank-batches auto or auto:N (2..100000 steps to "
+                    "measure before the split is chosen); got '%s'\n",
                     rank_batches);
             kiln_comm_free(comm);
             return 2;
@@ -916,4 +925,6 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     return 0;
 }
 
-int cmd_train(int argc, char **argv) { return tool_train_main(argc, argv, 0); }
+int cmd_train(int argc, char **argv) {
+    return tool_train_main(argc, argv, 0);
+}

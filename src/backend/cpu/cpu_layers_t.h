@@ -39,8 +39,8 @@ static inline void T(encoder_backward)(float *dwte, float *dwpe, const void *dou
 }
 
 static inline void T(layernorm_row)(void *out, float *mean, float *rstd, void *res, const void *a,
-                               const void *b, const void *weight, const void *bias, int64_t n,
-                               int64_t C) {
+                                    const void *b, const void *weight, const void *bias, int64_t n,
+                                    int64_t C) {
     int64_t r = n * C;
     const void *x = a;
     float sum = 0.0f;
@@ -81,10 +81,9 @@ static inline void T(layernorm_forward)(void *out, float *mean, float *rstd, voi
         T(layernorm_row)(out, mean, rstd, res, a, b, weight, bias, n, C);
 }
 
-static inline void T(layernorm_backward)(void *dinp, float *dweight, float *dbias,
-                                         const void *dout, const void *inp, const void *weight,
-                                         const float *mean, const float *rstd, int64_t N,
-                                         int64_t C) {
+static inline void T(layernorm_backward)(void *dinp, float *dweight, float *dbias, const void *dout,
+                                         const void *inp, const void *weight, const float *mean,
+                                         const float *rstd, int64_t N, int64_t C) {
 #pragma omp parallel
     {
 #pragma omp for schedule(static)
@@ -122,13 +121,11 @@ static inline void T(layernorm_backward)(void *dinp, float *dweight, float *dbia
     }
 }
 
-
 static inline void T(gelu_forward)(void *out, const void *inp, int64_t n) {
 #pragma omp parallel for simd schedule(simd : static)
     for (int64_t i = 0; i < n; i++)
         kiln__st(out, i, gelu(kiln__ld(inp, i, DT)), DT);
 }
-
 
 static inline void T(gelu_backward)(void *dinp, const void *inp, const void *dout, int64_t n) {
 #pragma omp parallel for simd schedule(simd : static)
@@ -148,7 +145,7 @@ static inline void T(residual)(void *out, const void *a, const void *b, int64_t 
 }
 
 static inline float T(crossentropy_row)(void *d, const void *x, int64_t r, int32_t y, float dloss,
-                                   int64_t V, int64_t Vp) {
+                                        int64_t V, int64_t Vp) {
     float xy = kiln__ld(x, r + y, DT); /* read before d overwrites it */
     float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)

@@ -68,8 +68,7 @@ static void fill_bias(float *out, const float *bias, int64_t N, int64_t OC) {
 }
 
 /* acc (N,OC, fp32) += bias (OC, of dt) */
-KILN_INLINE void add_bias_body(float *acc, const void *bias, int64_t N, int64_t OC,
-                               kiln_dtype dt) {
+KILN_INLINE void add_bias_body(float *acc, const void *bias, int64_t N, int64_t OC, kiln_dtype dt) {
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
 #pragma omp simd
@@ -105,8 +104,8 @@ void kiln__cpu_matmul_forward(kiln_backend *be, kiln_dtype dt, void *out, const 
             return;
         if (gelu_out)
             ep.pre = out;
-        gemm(be, gelu_out ? gelu_out : out, dt, OC, inp, C, 0, weight, ldw, trans_w, N, OC, C,
-             0.0f, &ep);
+        gemm(be, gelu_out ? gelu_out : out, dt, OC, inp, C, 0, weight, ldw, trans_w, N, OC, C, 0.0f,
+             &ep);
         return;
     }
     /* the fp32 product in scratch after the widened operands, then bias, GELU and the
@@ -152,9 +151,8 @@ static void bias_backward(float *dbias, const void *dout, int64_t N, int64_t OC,
 }
 
 void kiln__cpu_matmul_backward(kiln_backend *be, kiln_dtype dt, void *dinp, float *dweight,
-                               float *dbias, const void *dout, const void *inp,
-                               const void *weight, int64_t N, int64_t C, int64_t OC,
-                               int trans_w) {
+                               float *dbias, const void *dout, const void *inp, const void *weight,
+                               int64_t N, int64_t C, int64_t OC, int trans_w) {
     int64_t ldw = trans_w ? C : OC;
     if (dt == KILN_DTYPE_BF16) {
         if (dinp)

@@ -16,7 +16,7 @@
 
 /* out (B,T,C) = wte[inp[b,t]] + wpe[t] */
 static void encoder_forward_f32(float *out, const int32_t *inp, const float *wte, const float *wpe,
-                               int64_t B, int64_t T, int64_t C) {
+                                int64_t B, int64_t T, int64_t C) {
     for (int64_t b = 0; b < B; b++) {
         for (int64_t t = 0; t < T; t++) {
             float *o = out + (b * T + t) * C;
@@ -29,7 +29,7 @@ static void encoder_forward_f32(float *out, const int32_t *inp, const float *wte
 }
 
 static void encoder_backward_f32(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
-                                int64_t B, int64_t T, int64_t C) {
+                                 int64_t B, int64_t T, int64_t C) {
     for (int64_t b = 0; b < B; b++) {
         for (int64_t t = 0; t < T; t++) {
             const float *d = dout + (b * T + t) * C;
@@ -46,7 +46,7 @@ static void encoder_backward_f32(float *dwte, float *dwpe, const float *dout, co
 
 /* inp, out (N,C); mean, rstd (N); weight, bias (C) */
 static void layernorm_forward_f32(float *out, float *mean, float *rstd, const float *inp,
-                                 const float *weight, const float *bias, int64_t N, int64_t C) {
+                                  const float *weight, const float *bias, int64_t N, int64_t C) {
     for (int64_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
         double m = 0.0;
@@ -69,8 +69,8 @@ static void layernorm_forward_f32(float *out, float *mean, float *rstd, const fl
 /* With xhat = (x - mean) * rstd and g = weight * dout:
  * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). */
 static void layernorm_backward_f32(float *dinp, float *dweight, float *dbias, const float *dout,
-                                  const float *inp, const float *weight, const float *mean,
-                                  const float *rstd, int64_t N, int64_t C) {
+                                   const float *inp, const float *weight, const float *mean,
+                                   const float *rstd, int64_t N, int64_t C) {
     for (int64_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
         const float *d = dout + n * C;
@@ -102,7 +102,7 @@ static inline float w_at(const float *weight, int64_t c, int64_t o, int64_t C, i
 }
 
 static void matmul_forward_f32(float *out, const float *inp, const float *weight, const float *bias,
-                              int64_t N, int64_t C, int64_t OC, int trans_w) {
+                               int64_t N, int64_t C, int64_t OC, int trans_w) {
     for (int64_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
         for (int64_t o = 0; o < OC; o++) {
@@ -115,8 +115,8 @@ static void matmul_forward_f32(float *out, const float *inp, const float *weight
 }
 
 static void matmul_backward_f32(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, int64_t N, int64_t C,
-                               int64_t OC, int trans_w) {
+                                const float *inp, const float *weight, int64_t N, int64_t C,
+                                int64_t OC, int trans_w) {
     if (dinp) {
         for (int64_t n = 0; n < N; n++) {
             for (int64_t c = 0; c < C; c++) {
@@ -149,7 +149,7 @@ static void matmul_backward_f32(float *dinp, float *dweight, float *dbias, const
 /* qkv (B,T,3C): for position (b,t), q at [0,C), k at [C,2C), v at [2C,3C), head h at
  * channels [h*hs, (h+1)*hs) of each. att (B,NH,T,T), out (B,T,C). */
 static void attention_forward_f32(float *out, float *att, const float *qkv, int64_t B, int64_t T,
-                                 int64_t C, int64_t NH) {
+                                  int64_t C, int64_t NH) {
     int64_t hs = C / NH;
     double scale = 1.0 / sqrt((double)hs);
     for (int64_t b = 0; b < B; b++) {
@@ -194,7 +194,7 @@ static void attention_forward_f32(float *out, float *att, const float *qkv, int6
  * dq = scale * sum dscore k; dk[t2] += scale * dscore q; dv[t2] += p dout.
  * scratch holds dscore for each (b, h, t, t2). */
 static void attention_backward_f32(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                  const float *att, int64_t B, int64_t T, int64_t C, int64_t NH) {
+                                   const float *att, int64_t B, int64_t T, int64_t C, int64_t NH) {
     int64_t hs = C / NH;
     double scale = 1.0 / sqrt((double)hs);
     memset(dqkv, 0, (size_t)(B * T * 3 * C) * sizeof(float));
@@ -267,8 +267,8 @@ static void residual_forward_f32(float *out, const float *a, const float *b, int
 /* logits, dlogits (N,Vp); losses, targets (N). Each row is read completely before it is
  * written, so dlogits may alias logits. */
 static void crossentropy_forward_backward_f32(float *losses, float *dlogits, const float *logits,
-                                             const int32_t *targets, float dloss, int64_t N,
-                                             int64_t V, int64_t Vp) {
+                                              const int32_t *targets, float dloss, int64_t N,
+                                              int64_t V, int64_t Vp) {
     for (int64_t n = 0; n < N; n++) {
         const float *x = logits + n * Vp;
         double maxv = -INFINITY;
@@ -296,8 +296,7 @@ static void crossentropy_forward_backward_f32(float *losses, float *dlogits, con
 /* ---- the ops: any dtype through the fp32 kernels above (ref_dtype.h) ---- */
 
 void kiln__ref_encoder_forward(kiln_backend *be, kiln_dtype dt, void *out, const int32_t *inp,
-                               const void *wte, const void *wpe, int64_t B, int64_t T,
-                               int64_t C) {
+                               const void *wte, const void *wpe, int64_t B, int64_t T, int64_t C) {
     /* wte's rows are only those that inp names; it is read as a whole here, which the
      * reference can afford */
     int64_t maxid = 0;
@@ -320,8 +319,8 @@ void kiln__ref_encoder_backward(kiln_backend *be, kiln_dtype dt, float *dwte, fl
 }
 
 void kiln__ref_layernorm_forward(kiln_backend *be, kiln_dtype dt, void *out, float *mean,
-                                 float *rstd, const void *inp, const void *weight,
-                                 const void *bias, int64_t N, int64_t C) {
+                                 float *rstd, const void *inp, const void *weight, const void *bias,
+                                 int64_t N, int64_t C) {
     ref_buf o = ref_out(be, out, dt, N * C, 0), x = ref_in(be, inp, dt, N * C),
             w = ref_in(be, weight, dt, C), b = ref_in(be, bias, dt, C);
     if (ref_ok(be))
@@ -363,9 +362,8 @@ void kiln__ref_matmul_forward(kiln_backend *be, kiln_dtype dt, void *out, const 
 }
 
 void kiln__ref_matmul_backward(kiln_backend *be, kiln_dtype dt, void *dinp, float *dweight,
-                               float *dbias, const void *dout, const void *inp,
-                               const void *weight, int64_t N, int64_t C, int64_t OC,
-                               int trans_w) {
+                               float *dbias, const void *dout, const void *inp, const void *weight,
+                               int64_t N, int64_t C, int64_t OC, int trans_w) {
     ref_buf dx = ref_out(be, dinp, dt, N * C, 0), d = ref_in(be, dout, dt, N * OC),
             x = ref_in(be, inp, dt, N * C), w = ref_in(be, weight, dt, C * OC);
     if (ref_ok(be))
@@ -482,14 +480,20 @@ void kiln__ref_crossentropy_forward_backward(kiln_backend *be, kiln_dtype dt, fl
 }
 
 /* Memory: host memory (backend/host.c). */
-void *kiln__ref_alloc(kiln_backend *be, size_t bytes) { return kiln__host_alloc(be, bytes); }
-void kiln__ref_free(kiln_backend *be, void *p) { kiln__host_free(be, p); }
+void *kiln__ref_alloc(kiln_backend *be, size_t bytes) {
+    return kiln__host_alloc(be, bytes);
+}
+void kiln__ref_free(kiln_backend *be, void *p) {
+    kiln__host_free(be, p);
+}
 void kiln__ref_copy(kiln_backend *be, void *dst, const void *src, size_t bytes,
                     kiln_copy_kind kind) {
     kiln__host_copy(be, dst, src, bytes, kind);
 }
-kiln_status kiln__ref_synchronize(kiln_backend *be) { return kiln__host_synchronize(be); }
-void kiln__ref_convert(kiln_backend *be, void *dst, kiln_dtype dt, const void *src,
-                       kiln_dtype st, int64_t n) {
+kiln_status kiln__ref_synchronize(kiln_backend *be) {
+    return kiln__host_synchronize(be);
+}
+void kiln__ref_convert(kiln_backend *be, void *dst, kiln_dtype dt, const void *src, kiln_dtype st,
+                       int64_t n) {
     kiln__host_convert(be, dst, dt, src, st, n);
 }
