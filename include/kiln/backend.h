@@ -160,11 +160,11 @@ typedef void kiln_op_convert(kiln_backend *be, void *dst, kiln_dtype dt, const v
 /* -- optimizer kernels, over n contiguous elements of the slabs --
  * The gradient is read as gscale * g (one fp32 multiply, as a separate scale pass would
  * round it): gradient clipping and a loss scale's division fold into the update instead of
- * costing a pass over the gradients. p is the fp32 parameter: the working weights themselves in fp32 training, else the
- * optimizer's fp32 master copy. After the update, when w is not NULL, w->p receives p in
- * w->dtype: rounded to nearest even, or for BF16 with w->round_seed != 0 stochastically,
- * element i with 16 random bits that depend only on (round_seed, w->index0 + i), so the
- * result does not depend on threads or how the slab is split into ranges. */
+ * costing a pass over the gradients. p is the fp32 parameter: the working weights themselves in
+ * fp32 training, else the optimizer's fp32 master copy. After the update, when w is not NULL, w->p
+ * receives p in w->dtype: rounded to nearest even, or for BF16 with w->round_seed != 0
+ * stochastically, element i with 16 random bits that depend only on (round_seed, w->index0 + i), so
+ * the result does not depend on threads or how the slab is split into ranges. */
 typedef struct kiln_work_out {
     void *p; /* n elements of dtype */
     kiln_dtype dtype;

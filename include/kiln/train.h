@@ -35,13 +35,14 @@ enum { KILN_TRAIN_MAX_SKIPS = 64 };
  * how long; at hang_factor x the median, and never before hang_min_s (the only limit until
  * three steps are timed), it writes the heartbeat with health "hung" and ends the process
  * with KILN_EXIT_HUNG. It watches from the first step to the last: the time between two
- * kiln_trainer_step calls counts, and an evaluation is allowed its batches' worth of steps. With several ranks, each rank's compute time per step (the
- * step less what it waited in communication) goes to every rank each step (an allgather of one
- * float, counted in the step's communication; with local SGD at the averages only). In each
- * exchange a rank's time is divided by the median of the other ranks'; a rank whose median
- * ratio over straggler_window exchanges is above straggler_factor, in every verdict of a whole
- * window (so at least 2 windows of steps), is a straggler: rank 0 warns on stderr and writes
- * an event ({"event": "straggler", ...}) in the metrics file. */
+ * kiln_trainer_step calls counts, and an evaluation is allowed its batches' worth of steps. With
+ * several ranks, each rank's compute time per step (the step less what it waited in communication)
+ * goes to every rank each step (an allgather of one float, counted in the step's communication;
+ * with local SGD at the averages only). In each exchange a rank's time is divided by the median of
+ * the other ranks'; a rank whose median ratio over straggler_window exchanges is above
+ * straggler_factor, in every verdict of a whole window (so at least 2 windows of steps), is a
+ * straggler: rank 0 warns on stderr and writes an event ({"event": "straggler", ...}) in the
+ * metrics file. */
 typedef struct kiln_watchdog_config {
     int enabled;        /* 0: no thread, no heartbeat, no exchange */
     double warn_factor; /* a warning at this many times the median step */

@@ -318,14 +318,13 @@ static kiln_status check_fits(const kiln_gpt_memory *mem) {
     if (mem->total <= avail)
         return KILN_OK;
     double mib = 1024.0 * 1024.0;
-    return kiln_error_setf(KILN_ERR_NOMEM,
-                           "the model needs %.1f MiB (parameters %.1f MiB, gradients %.1f MiB, "
-                           "activations and workspace %.1f MiB) but %.1f MiB is available (%s): "
-                           "use a smaller batch or sequence length, or a smaller model",
-                           (double)mem->total / mib, (double)mem->params / mib,
-                           (double)mem->grads / mib,
-                           (double)(mem->activations + mem->workspace) / mib,
-                           (double)avail / mib, what);
+    return kiln_error_setf(
+        KILN_ERR_NOMEM,
+        "the model needs %.1f MiB (parameters %.1f MiB, gradients %.1f MiB, "
+        "activations and workspace %.1f MiB) but %.1f MiB is available (%s): "
+        "use a smaller batch or sequence length, or a smaller model",
+        (double)mem->total / mib, (double)mem->params / mib, (double)mem->grads / mib,
+        (double)(mem->activations + mem->workspace) / mib, (double)avail / mib, what);
 }
 
 kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64_t B, int64_t T,
@@ -377,9 +376,10 @@ kiln_status kiln_gpt_create(kiln_gpt **out, const kiln_gpt_config *cfg_in, int64
         goto fail;
     }
     m->slab_len = build_layout(m);
-    KILN_CHECK_GOTO(s, device_alloc(m, &m->params, (size_t)m->slab_len * kiln_dtype_size(m->dt),
-                                    "parameters", 1),
-                    fail);
+    KILN_CHECK_GOTO(
+        s,
+        device_alloc(m, &m->params, (size_t)m->slab_len * kiln_dtype_size(m->dt), "parameters", 1),
+        fail);
     bind_params(m, &m->p, m->params);
     if (!o.inference) {
         KILN_CHECK_GOTO(s,
@@ -545,13 +545,27 @@ void kiln_gpt_init_weights_f32_range(const kiln_gpt *m, uint64_t seed, int64_t l
     init_values(m, seed, put_range, &r);
 }
 
-const kiln_gpt_config *kiln_gpt_get_config(const kiln_gpt *m) { return &m->cfg; }
-const kiln_gpt_options *kiln_gpt_get_options(const kiln_gpt *m) { return &m->opt; }
-kiln_backend *kiln_gpt_backend(const kiln_gpt *m) { return m->be; }
-kiln_dtype kiln_gpt_dtype(const kiln_gpt *m) { return m->dt; }
-int64_t kiln_gpt_max_batch(const kiln_gpt *m) { return m->maxB; }
-int64_t kiln_gpt_max_seq(const kiln_gpt *m) { return m->maxT; }
-void *kiln_gpt_params(kiln_gpt *m) { return m->params; }
+const kiln_gpt_config *kiln_gpt_get_config(const kiln_gpt *m) {
+    return &m->cfg;
+}
+const kiln_gpt_options *kiln_gpt_get_options(const kiln_gpt *m) {
+    return &m->opt;
+}
+kiln_backend *kiln_gpt_backend(const kiln_gpt *m) {
+    return m->be;
+}
+kiln_dtype kiln_gpt_dtype(const kiln_gpt *m) {
+    return m->dt;
+}
+int64_t kiln_gpt_max_batch(const kiln_gpt *m) {
+    return m->maxB;
+}
+int64_t kiln_gpt_max_seq(const kiln_gpt *m) {
+    return m->maxT;
+}
+void *kiln_gpt_params(kiln_gpt *m) {
+    return m->params;
+}
 
 kiln_status kiln_gpt_swap_params(kiln_gpt *m, void *slab, void **old) {
     if (!m || !slab || !old)
@@ -565,9 +579,16 @@ kiln_status kiln_gpt_swap_params(kiln_gpt *m, void *slab, void **old) {
     bind_params(m, &m->p, m->params);
     return KILN_OK;
 }
-float *kiln_gpt_grads(kiln_gpt *m) { return m->grads; }
-int64_t kiln_gpt_slab_len(const kiln_gpt *m) { return m->slab_len; }
-int kiln_gpt_num_tensors(const kiln_gpt *m) { return m->ntensors; }
+
+float *kiln_gpt_grads(kiln_gpt *m) {
+    return m->grads;
+}
+int64_t kiln_gpt_slab_len(const kiln_gpt *m) {
+    return m->slab_len;
+}
+int kiln_gpt_num_tensors(const kiln_gpt *m) {
+    return m->ntensors;
+}
 
 const kiln_tensor_info *kiln_gpt_tensor(const kiln_gpt *m, int i) {
     return i >= 0 && i < m->ntensors ? &m->tensors[i] : NULL;

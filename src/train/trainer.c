@@ -249,9 +249,9 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
          * q's to copy; weights: ZeRO 1's gather reads piece q of rank q's, and local SGD's
          * average of fp32 weights (no master copy) reads them as ZeRO 0 reads gradients;
          * with one copy of the weights for the machine, that copy is the parameters above,
-         * and this rank's shard of it is written while its own copy still exists (the start) */
-        /* (ranks on several machines: those of this machine, each reading a local share of
-         * every other one's slab) */
+         * and this rank's shard of it is written while its own copy still exists (the start).
+         * Ranks on several machines: those of this machine, each reading a local share of
+         * every other one's slab. */
         int local = kiln_comm_local_size(cfg->comm);
         int64_t piece = (slab + local - 1) / local, others = local - 1;
         int64_t g = others * (cfg->dp.zero == 0 ? 2 * piece : piece);
@@ -669,8 +669,8 @@ kiln_status kiln_trainer_evaluate(kiln_trainer *t, double *val_loss) {
     if (!t->val)
         return kiln_error_setf(KILN_ERR_CONFIG, "no validation data to evaluate (a val_path)");
     kiln__watchdog_evaluating(t);
-    KILN_CHECK(kiln_evaluate(t->model, t->val, t->cfg.B, t->cfg.T, t->cfg.eval_batches, val_loss,
-                             NULL));
+    KILN_CHECK(
+        kiln_evaluate(t->model, t->val, t->cfg.B, t->cfg.T, t->cfg.eval_batches, val_loss, NULL));
     /* each rank evaluated its slice of every batch: the mean of the means is one process's
      * mean over batches of world x B */
     KILN_CHECK(kiln__trainer_dist_mean(t, val_loss));

@@ -370,7 +370,9 @@ int kiln__trainer_config_items(const kiln_trainer *t, const kiln_gpt_config *mc,
     int n = 0;
 #define ITEM_I(nm, v) out[n++] = (kiln__config_item){.name = (nm), .kind = KILN__ITEM_INT, .i = (v)}
 #define ITEM_E(nm, v, lb)                                                                          \
-    out[n++] = (kiln__config_item){.name = (nm), .kind = KILN__ITEM_INT, .label = (lb), .i = (v)}
+    out[n++] = (kiln__config_item) {                                                               \
+        .name = (nm), .kind = KILN__ITEM_INT, .label = (lb), .i = (v)                              \
+    }
 #define ITEM_F(nm, v) out[n++] = (kiln__config_item){.name = (nm), .kind = KILN__ITEM_REAL, .f = (v)}
     ITEM_I("--layers", mc->n_layer);
     ITEM_I("--share-layers", mc->share_layers > 1 ? mc->share_layers : 1);
@@ -478,8 +480,9 @@ kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc)
     for (int r = 0; r < t->world; r++)
         counts[r] = 2 * K;
     memcpy(all + (size_t)t->rank * K, mine, sizeof mine);
-    KILN_CHECK_GOTO(s, kiln_comm_allgather(all + (size_t)t->rank * K, all, counts, KILN_DTYPE_F32,
-                                           t->comm), done);
+    KILN_CHECK_GOTO(
+        s, kiln_comm_allgather(all + (size_t)t->rank * K, all, counts, KILN_DTYPE_F32, t->comm),
+        done);
     static const char *what[3] = {"configuration (model, batch, optimizer, schedule, precision, "
                                   "seed or data-parallel flags)",
                                   "training or validation data", "starting weights"};

@@ -191,8 +191,9 @@ kiln_status kiln__trainer_dist_start(kiln_trainer *t);
  * gathered and compared); an error on every rank naming the ranks that differ. */
 kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc);
 /* (b) of a step: the gradient reduction's end, then the loss (this rank's sum over its
- * micro-batches in, the mean over every rank's out) and the gradients' sum of squares. inject: make this rank's
- * first gradient infinite first (fault injection). One process: the sum of squares alone. */
+ * micro-batches in, the mean over every rank's out) and the gradients' sum of squares. inject: make
+ * this rank's first gradient infinite first (fault injection). One process: the sum of squares
+ * alone. */
 kiln_status kiln__trainer_dist_sync(kiln_trainer *t, double *loss, double *sumsq, int inject);
 /* (d)'s end: every rank's updated shard to every rank (zero >= 1). */
 kiln_status kiln__trainer_dist_gather(kiln_trainer *t);

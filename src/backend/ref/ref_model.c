@@ -6,9 +6,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/host.h"
 #include "backend/ref/ref.h"
 #include "backend/ref/ref_dtype.h"
-#include "backend/host.h"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_CUBE 0.044715f
