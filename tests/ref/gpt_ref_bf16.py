@@ -121,6 +121,19 @@ def copy_of(model, dtype):
     return m.to(dtype)
 
 
+def bf16_product_units():
+    """How far PyTorch's bf16 product of bf16 operands, (64,1024) x (1024,64), lies from the
+    exact product of the same operands, in units of u = 2^-8 (relative, by norm). Summed in
+    fp32 and rounded once it is about 0.4 u; a product that rounds its partial sums to bf16
+    as it goes (PyTorch 1.13's own kernel, where oneDNN has no bf16 matmul for the CPU: one
+    without AVX-512) is about 9 u, and grows as sqrt(K)."""
+    gen = torch.Generator().manual_seed(SEED + 1)
+    a = torch.randn(64, 1024, generator=gen).bfloat16()
+    b = torch.randn(1024, 64, generator=gen).bfloat16()
+    exact = a.double() @ b.double()
+    return float(rel((a @ b).double(), exact)) / 2.0 ** -8
+
+
 def generate(out):
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
@@ -149,6 +162,8 @@ def generate(out):
     lines = ["scalar case bf16"]
     lines += ["scalar %s %d" % (k, CFG[k]) for k in ("B", "T")]
     lines += ["scalar %s %r" % (k, v) for k, v in OPTIM.items()]
+    product_u = bf16_product_units()
+    lines += ["scalar torch_bf16_product_u %.3f" % product_u]
     for run in ("fp32", "autocast"):
         w = worst(run)
         lines += ["scalar torch_%s_loss_worst_rel %.3e" % (run, w[0]),
@@ -173,6 +188,7 @@ def generate(out):
         CFG["n_layer"], CFG["n_head"], CFG["n_embd"], CFG["vocab_size"], CFG["max_seq_len"],
         CFG["B"], CFG["T"], OPTIM["steps"], out))
     print("  float64 losses %s" % " ".join("%.4f" % v for v in l64))
+    print("  PyTorch's bf16 product (K=1024) vs exact: %.2f u" % product_u)
     for run in ("fp32", "autocast"):
         print("  %-8s vs float64, worst relative: losses %.2e, step-0 gradients %.2e, "
               "parameters after %.2e" % ((run,) + worst(run)))

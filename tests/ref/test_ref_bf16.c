@@ -56,7 +56,12 @@
  * below that change the forward move it 0.45 u and 3.5 u). Mutations of kiln, each failing:
  * bf16 master weights (updates 256 u: LayerNorm weights never move), c_fc's bias dropped in
  * bf16 (gradients 62 u), attn.c_proj's weight transposed in bf16 (gradients 325 u); and
- * autocast disabled in gpt_ref_bf16.py fails the floor (1e-4 u). */
+ * autocast disabled in gpt_ref_bf16.py fails the floor (1e-4 u).
+ * Those autocast figures hold where PyTorch's bf16 products sum in fp32 (oneDNN's, on a CPU
+ * with AVX-512). On one without, PyTorch 1.13 runs its own bf16 product, which rounds partial
+ * sums to bf16 (9 u at K = 1024 against 0.4 u; autocast's gradients 18.5 u from fp64, past
+ * the bound): gpt_ref_bf16.py measures that product, and the autocast comparisons are then
+ * printed and not counted, kiln being checked against fp64 alone. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
@@ -74,6 +79,9 @@
 
 #define TOL_F32 1e-4
 #define FLOOR_UNITS (1.0 / 16) /* the bf16 runs' least gradient deviation, in u */
+/* PyTorch's bf16 product error (K = 1024, in u) above which autocast is no reference: 0.4 u
+ * when it sums in fp32, 9 u when it rounds its partial sums to bf16 */
+#define PRODUCT_UNITS_MAX 2.0
 
 #define MAX_STEPS 16
 
@@ -330,15 +338,24 @@ static double slab_err(const ref_case *rc, const double *a, const double *b, con
     return worst;
 }
 
+/* Set while comparing with a PyTorch autocast run that is no fp32-accumulating reference
+ * (see run_case): its errors are printed against the bounds but not counted. */
+static int report_only;
+
 /* err <= tol (upper) or err >= tol (floor), printed with both in units of u. */
 static void check_err(const char *what, const char *worst, double err, double tol, int floor) {
     double u = kiln_dtype_epsilon(KILN_DTYPE_BF16);
-    test_checks++;
     int bad = floor ? !(err >= tol) : !(err <= tol);
-    if (bad)
-        test_failures++;
+    if (!report_only) {
+        test_checks++;
+        if (bad)
+            test_failures++;
+    }
     fprintf(stderr, "  %-40s %-26s %.2e = %7.3f u  (%s %.1e = %.3g u)%s\n", what, worst, err,
-            err / u, floor ? "floor" : "tol", tol, tol / u, bad ? "  FAILED" : "");
+            err / u, floor ? "floor" : "tol", tol, tol / u,
+            !bad          ? ""
+            : report_only ? "  (outside; not counted)"
+                          : "  FAILED");
 }
 
 /* Tolerances of one comparison: relative errors. final_weights: compare the weights after
@@ -420,8 +437,20 @@ static void run_case(const char *dir) {
     for (int64_t k = 0; k < rc.steps; k++)
         fprintf(stderr, " %.5f", fp64.losses[k]);
     fprintf(stderr, "\nPyTorch\n");
+    /* The bounds model products summed in fp32 and rounded once (0.4 u at K = 1024). Where
+     * PyTorch's bf16 product rounds its partial sums as it goes (its own kernel, on a CPU
+     * for which oneDNN has no bf16 matmul), its autocast run is no such reference: kiln is
+     * then checked against fp64 alone, and the autocast comparisons are printed only. */
+    const char *pu = scalar_text(&rc, "torch_bf16_product_u");
+    double product_u = atof(pu);
+    int ac_ok = !(product_u > PRODUCT_UNITS_MAX);
+    fprintf(stderr, "  PyTorch's bf16 product (K=1024) vs exact: %s u (%s)\n", pu,
+            ac_ok ? "summed in fp32: autocast is a reference"
+                  : "partial sums rounded to bf16: autocast compared, not checked");
+    report_only = !ac_ok;
     compare(&rc, &autocast, &fp64, ac);
     check_floor(&rc, &autocast, &fp64);
+    report_only = 0;
 
     kiln_backend *backends[2] = {kiln_backend_ref(), kiln_backend_cpu()};
     for (int b = 0; b < 2; b++) {
@@ -432,7 +461,9 @@ static void run_case(const char *dir) {
             compare(&rc, &k32, &fp64, f32);
         if (run_kiln(&k16, &rc, backends[b], KILN_DTYPE_BF16) == 0) {
             compare(&rc, &k16, &fp64, kiln);
+            report_only = !ac_ok;
             compare(&rc, &k16, &autocast, bounds_sum(kiln, ac));
+            report_only = 0;
             check_floor(&rc, &k16, &fp64);
             fprintf(stderr, "  kiln bf16 losses:");
             for (int64_t k = 0; k < rc.steps; k++)

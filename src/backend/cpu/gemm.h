@@ -165,6 +165,9 @@ kiln_status kiln__gemm_dnnl_sgemm(int trans_a, int trans_b, int64_t M, int64_t N
                                   float alpha, const float *a, int64_t lda, const float *b,
                                   int64_t ldb, float beta, float *c, int64_t ldc);
 const char *kiln__gemm_dnnl_version(void);
+/* 1 when oneDNN has a bf16 matmul for this CPU (oneDNN 2.6 has none without AVX-512: there it
+ * refuses every bf16 primitive), else 0 with the reason in kiln_error_message; asked once. */
+int kiln__gemm_dnnl_bf16_ok(void);
 void kiln__gemm_dnnl_release(void);
 void kiln__gemm_own_release(void);
 

@@ -84,6 +84,8 @@ static kiln_status impl_check(kiln__gemm_impl impl) {
     if (impl == KILN__GEMM_DNNL && !kiln__cpu_gemm_has_dnnl())
         return kiln_error_setf(KILN_ERR_UNSUPPORTED,
                                "this kiln was built without oneDNN (apt-get install libdnnl-dev)");
+    if (impl == KILN__GEMM_DNNL && !kiln__gemm_dnnl_bf16_ok())
+        return KILN_ERR_UNSUPPORTED; /* the probe's message stands */
     if (impl < KILN__GEMM_AUTO || impl > KILN__GEMM_FP32)
         return kiln_error_setf(KILN_ERR_ARG, "no bf16 GEMM implementation %d", (int)impl);
     return KILN_OK;

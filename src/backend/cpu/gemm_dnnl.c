@@ -167,6 +167,56 @@ static kiln_status entry_get(entry **out, const kiln__gemm_call *g, kiln_dtype c
     return KILN_OK;
 }
 
+static kiln_status engine_start(void) {
+    kiln_status s = KILN_OK;
+    if (!engine) {
+        DN(dnnl_engine_create(&engine, dnnl_cpu, 0));
+        DN(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
+    }
+fail:
+    return s;
+}
+
+/* A 16 x 16 x 16 bf16 product's primitive, made and thrown away. */
+static kiln_status bf16_probe(void) {
+    kiln_status s = engine_start();
+    if (s)
+        return s;
+    dnnl_memory_desc_t md16, md32;
+    dnnl_dims_t d = {16, 16}, st = {16, 1};
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL;
+    DN(dnnl_memory_desc_init_by_strides(&md16, 2, d, dnnl_bf16, st));
+    DN(dnnl_memory_desc_init_by_strides(&md32, 2, d, dnnl_f32, st));
+    DN(dnnl_matmul_desc_init(&md, &md16, &md16, NULL, &md32));
+    dnnl_status_t ds = dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (ds == dnnl_unimplemented)
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "oneDNN %s has no bf16 matrix product for this CPU (it needs "
+                               "AVX-512)",
+                               kiln__gemm_dnnl_version());
+    DN(ds);
+fail:
+    return s;
+}
+
+int kiln__gemm_dnnl_bf16_ok(void) {
+    static int asked;
+    static kiln_status probed;
+    static char why[256];
+    if (!asked) {
+        asked = 1;
+        probed = bf16_probe();
+        if (probed)
+            snprintf(why, sizeof why, "%s", kiln_error_message());
+    }
+    if (probed)
+        kiln_error_setf(probed, "%s", why);
+    return probed == KILN_OK;
+}
+
 /* rows x cols of an F32 operand (leading dimension ld) rounded to bf16, dense. */
 static kiln_status to_bf16(const void **out, int64_t *ld, int slot, const void *src, int64_t rows,
                            int64_t cols) {
@@ -186,10 +236,8 @@ static kiln_status to_bf16(const void **out, int64_t *ld, int slot, const void *
 kiln_status kiln__gemm_dnnl(const kiln__gemm_call *gin) {
     kiln_status s = KILN_OK;
     kiln__gemm_call g = *gin;
-    if (!engine) {
-        DN(dnnl_engine_create(&engine, dnnl_cpu, 0));
-        DN(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
-    }
+    if ((s = engine_start()))
+        return s;
     if (g.a_dt == KILN_DTYPE_F32 &&
         (s = to_bf16(&g.a, &g.lda, 0, g.a, g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K)))
         return s;
@@ -250,6 +298,10 @@ kiln_status kiln__gemm_dnnl_sgemm(int trans_a, int trans_b, int64_t M, int64_t N
 
 const char *kiln__gemm_dnnl_version(void) {
     return "(not built)";
+}
+int kiln__gemm_dnnl_bf16_ok(void) {
+    kiln_error_setf(KILN_ERR_UNSUPPORTED, "this kiln was built without oneDNN");
+    return 0;
 }
 kiln_status kiln__gemm_dnnl(const kiln__gemm_call *g) {
     (void)g;
