@@ -63,19 +63,21 @@ static void write_work(const kiln_work_out *w, const float *p, int64_t i0, int64
     int64_t i0, i1;                                                                                \
     kiln__cpu_split((n), omp_get_thread_num(), omp_get_num_threads(), &i0, &i1)
 
-/* With the AVX-512 bodies below, the scalar tails must round exactly as they do: the same
- * fused multiply-adds (FMA), so an element gets the same bits wherever a range boundary
- * falls. Without AVX-512 the scalar code does every element and plain arithmetic is it. */
-#ifdef __AVX512F__
+/* With the AVX-512 bodies below, the generic loops (the tails there, every element elsewhere)
+ * must round exactly as they do: the same fused multiply-adds (FMA), so an element gets the
+ * same bits wherever a range boundary falls. Where the CPU has FMA the generic loops use it
+ * too, vectorised by the compiler (omp simd) with the same rounding per element; without it
+ * plain arithmetic is it (fmaf would be a library call per element). */
+#if defined(__AVX512F__) || defined(__FMA__)
 #define FMA(a, b, c) fmaf((a), (b), (c))
 #else
 #define FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-/* Without -fno-math-errno the compiler will not vectorise a loop holding sqrtf (it keeps
- * a branch to the library call for negative input), so the updates that need a square
- * root spell out their AVX-512 body; the scalar body does the rest with the same
- * operations in the same order. The gradient is read as g * gscale, one multiply. */
+/* The updates that need a square root spell out their AVX-512 body (masked tails and the
+ * bf16 store in one pass); the generic body does the rest with the same operations in the
+ * same order, vectorised by the compiler as -fno-math-errno lets it (sqrtf inline). The
+ * gradient is read as g * gscale, one multiply. */
 static inline void adam_one(float *p, const float *g, float gs, float *m, float *v, int64_t i,
                             float lr, float b1, float b2, float bc1, float bc2, float eps,
                             float decay, float l2_wd) {
@@ -131,10 +133,11 @@ static void adam_range(float *p, const float *g, float gs, float *m, float *v, i
             _mm256_storeu_si256((__m256i *)(wb + i), bf16_round16(np));
     }
 #endif
-    for (; i < i1; i++) {
-        adam_one(p, g, gs, m, v, i, lr, b1, b2, bc1, bc2, eps, decay, l2_wd);
+#pragma omp simd
+    for (int64_t j = i; j < i1; j++) {
+        adam_one(p, g, gs, m, v, j, lr, b1, b2, bc1, bc2, eps, decay, l2_wd);
         if (wb)
-            wb[i] = kiln__to_bf16(p[i]);
+            wb[j] = kiln__to_bf16(p[j]);
     }
 }
 
@@ -238,8 +241,9 @@ static void rmsprop_range(float *p, const float *g, float gs, float *sq, float *
         _mm512_storeu_ps(p + i, _mm512_fnmadd_ps(vlr, step, pi));
     }
 #endif
-    for (; i < i1; i++)
-        rmsprop_one(p, g, gs, sq, buf, i, lr, alpha, eps, wd, momentum);
+#pragma omp simd
+    for (int64_t j = i; j < i1; j++)
+        rmsprop_one(p, g, gs, sq, buf, j, lr, alpha, eps, wd, momentum);
 }
 
 void kiln__cpu_rmsprop_update(kiln_backend *be, float *p, const kiln_work_out *w, const float *g,
