@@ -2,9 +2,10 @@
  * parallelism).
  *
  * NCCL's shape: an opaque handle, every call returns a kiln_status, collectives read
- * (send, recv, count, dtype, op, comm). Two kinds: "single" (one process, rank 0 of 1: every
- * collective is a copy, or nothing in place) and "mpi" (MPI_COMM_WORLD and groups split
- * from it; kiln built with MPI only). Counts are in elements of dtype.
+ * (send, recv, count, dtype, op, comm). Three kinds: "single" (one process, rank 0 of 1:
+ * every collective is a copy, or nothing in place), "mpi" (MPI_COMM_WORLD and groups split
+ * from it; kiln built with MPI only) and "nccl" (between GPUs, on device memory: its
+ * differences are listed at kiln_comm_init_nccl). Counts are in elements of dtype.
  *
  * Every rank of a communicator calls its collectives in the same order with the same
  * counts, dtype, op and root, as MPI and NCCL require; a rank that does not hangs the
@@ -50,6 +51,35 @@ kiln_status kiln_comm_init_mpi(kiln_comm **out);
  * several processes on a kiln without MPI is KILN_ERR_UNSUPPORTED (never N runs that each
  * believe they are alone). */
 kiln_status kiln_comm_init_auto(kiln_comm **out);
+
+/* ---- "nccl": collectives between GPUs (docs/cuda.md) ----
+ * 1 when this kiln was built with the NCCL communicator (CUDA and nccl.h), else 0; whether a
+ * GPU and libnccl.so.2 are there shows when kiln_comm_init_nccl runs. */
+int kiln_comm_have_nccl(void);
+/* A communicator of kind "nccl" with the ranks of boot (a "single" or "mpi" one), on the GPU
+ * of the CUDA backend (kiln_backend_cuda() starts on the current CUDA device: give each rank
+ * its own, with CUDA_VISIBLE_DEVICES or cudaSetDevice before the backend starts). Collective
+ * over boot: rank 0 makes NCCL's id and broadcasts it over boot. The first call loads
+ * libnccl.so.2 (dlopen). KILN_ERR_UNSUPPORTED, with the reason, on every rank when
+ * a rank has no usable GPU or no libnccl (or kiln was built without NCCL); KILN_ERR_IO with
+ * NCCL's message when NCCL fails.
+ *
+ * Its calls take the semantics above, with these differences. Buffers are device memory of
+ * the CUDA backend (its alloc) on its GPU; any other is KILN_ERR_ARG. Every operation is
+ * queued on the backend's stream, after the ops called before it and before those called
+ * after; a blocking call returns when its result is in place, a request completes when it is
+ * (a CUDA event). MAX and MIN are NCCL's (fmaxf, fminf): a NaN meets a number and gives the
+ * number, so NaN does not propagate. BF16/F16 sums round once per combination as above, in
+ * NCCL's order (ring, tree), or once in all over NVLink SHARP. send and recv take tags >= 0 but
+ * do not match them: the messages between two ranks match in call order, counts must agree
+ * and are not checked (a mismatch hangs or truncates), and send returns when the peer has
+ * received (two ranks that both send first wait for ever). kiln_comm_split needs NCCL 2.18
+ * or newer (ncclCommSplit; KILN_ERR_UNSUPPORTED before). No shared memory
+ * (kiln_comm_alloc_shared gives NULL); kiln_comm_abort aborts NCCL and exits, and the
+ * launcher ends the other ranks. The calling thread's current CUDA device is set to the
+ * backend's. */
+kiln_status kiln_comm_init_nccl(kiln_comm *boot, kiln_comm **out);
+
 /* NULL safe. Freeing the last MPI communicator (the world one, once the groups split from
  * it are freed) calls MPI_Finalize when kiln called MPI_Init. */
 void kiln_comm_free(kiln_comm *c);

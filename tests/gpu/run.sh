@@ -8,15 +8,19 @@
 #   2. nvidia-smi
 #   3. gpu.cuda_ops: every op against the reference backend, each op's max error in a table
 #   4. gpu.cuda_model: the model on the GPU against the CPU model, three training steps
-#   5. bench_cuda_ops: each op's time at GPT-2 124M's shapes, bf16, B=8 and B=16, T=1024,
+#   5. gpu.comm_nccl: the NCCL communicator on one GPU, every collective against the host's
+#      result; gpu.comm_nccl_np2: the same on two ranks under mpirun, one GPU each (SKIP with
+#      fewer than two GPUs)
+#   6. bench_cuda_ops: each op's time at GPT-2 124M's shapes, bf16, B=8 and B=16, T=1024,
 #      TFLOP/s of the products and of attention
-#   6. bench_cuda_train: a short gpt2-124m bf16 training run (B=16, T=1024, AdamW), tokens/s
+#   7. bench_cuda_train: a short gpt2-124m bf16 training run (B=16, T=1024, AdamW), tokens/s
 #      and MFU against the H200 SXM's dense bf16 peak, 989 TFLOP/s
 #
 # Every step runs under a time limit cut to what is left of the budget, its output goes to
 # the terminal and to build-gpu/logs/<step>.log, and its status (ok, FAIL with the exit
 # code, SKIP, TIMEOUT, or "not run" when the budget or an earlier step stopped it) goes to
-# the summary table printed at the end. The script exits 0 only when every step is ok.
+# the summary table printed at the end. The script exits 0 only when every step is ok, or
+# n/a: a step this machine cannot run (the two-GPU test on a machine of one GPU).
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
@@ -69,7 +73,7 @@ step() {
 build_ok=0
 if step configure 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON; then
     if step build 240 cmake --build "$build" -j16 --target kiln test_cuda_ops test_cuda_model \
-        bench_cuda_ops bench_cuda_train; then
+        bench_cuda_ops bench_cuda_train test_comm_nccl; then
         build_ok=1
     fi
 else
@@ -81,12 +85,21 @@ step nvidia-smi 20 nvidia-smi
 if [ "$build_ok" = 1 ]; then
     step gpu.cuda_ops 120 "$build/tests/test_cuda_ops"
     step gpu.cuda_model 90 "$build/tests/test_cuda_model"
+    step gpu.comm_nccl 60 "$build/tests/test_comm_nccl"
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    if [ "$gpus" -ge 2 ]; then
+        step gpu.comm_nccl_np2 70 env KILN_MPIRUN="${KILN_MPIRUN:-$(command -v mpirun)}" \
+            sh tests/dist/run_mpi.sh 2 ok "$build/tests/test_comm_nccl"
+    else
+        add gpu.comm_nccl_np2 n/a 0 "$gpus GPU visible, and the test needs 2"
+    fi
     step bench_cuda_ops_b8 60 "$build/bench_cuda_ops" 8 1024
     step bench_cuda_ops_b16 60 "$build/bench_cuda_ops" 16 1024
     # the run's own limit (50 s of steps) inside the step's, which adds model set-up
     step bench_cuda_train 110 "$build/bench_cuda_train" gpt2-124m 16 1024 40 50 989 bf16
 else
-    for n in gpu.cuda_ops gpu.cuda_model bench_cuda_ops_b8 bench_cuda_ops_b16 bench_cuda_train; do
+    for n in gpu.cuda_ops gpu.cuda_model gpu.comm_nccl gpu.comm_nccl_np2 bench_cuda_ops_b8 \
+        bench_cuda_ops_b16 bench_cuda_train; do
         add "$n" "not run" 0 "the build failed"
     done
 fi
@@ -97,6 +110,6 @@ printf '%-20s %-10s %6s  %s\n' step status seconds note
 status=0
 for i in "${!names[@]}"; do
     printf '%-20s %-10s %6s  %s\n' "${names[$i]}" "${states[$i]}" "${times[$i]}" "${notes[$i]}"
-    [ "${states[$i]}" = ok ] || status=1
+    [ "${states[$i]}" = ok ] || [ "${states[$i]}" = n/a ] || status=1
 done
 exit $status

@@ -10,12 +10,16 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_stream.h"
 
 static kcu_state state = {0, 0, NULL, NULL, NULL, 0, {NULL, 0}, {NULL, 0}, {NULL, 0},
                           {NULL, 0}, {NULL, 0}, NULL, 1, 1, 0};
 static kiln_backend cuda_backend;
 
 kcu_state *kcu_st(kiln_backend *be) { return (kcu_state *)be->impl; }
+
+cudaStream_t kiln__cuda_stream(kiln_backend *be) { return kcu_st(be)->stream; }
+int kiln__cuda_device(kiln_backend *be) { return kcu_st(be)->device; }
 
 int kcu_fail_cuda(kiln_backend *be, cudaError_t e, const char *what, const char *file,
                   int line) {
