@@ -310,6 +310,12 @@ double kiln_backend_cpu_peak_gflops(int64_t max_dim, double seconds);
 /* The same for products in dt: bf16 inputs with fp32 accumulation through the bf16 GEMM the
  * CPU backend uses (kiln_backend_cpu_gemm_name); 0 when it cannot be measured. */
 double kiln_backend_cpu_peak_gflops_dtype(kiln_dtype dt, int64_t max_dim, double seconds);
+/* The fp32 products of the widest weight training multiplies (the classifier's (N,K) =
+ * (Vp,C), with M rows), forward and backward, on zeroed operands, so that the BLAS library
+ * holds the work memory training's products will take (OpenBLAS's weight-gradient product of
+ * d12's classifier takes 46 MiB that smaller products leave untouched) before the process's
+ * memory is measured for the plan. The operands are freed before it returns. */
+void kiln_backend_cpu_warm_products(int64_t M, int64_t K, int64_t N);
 /* The GEMM the CPU backend uses for products in dt, in words ("OpenBLAS sgemm", ...). */
 const char *kiln_backend_cpu_gemm_name(kiln_dtype dt);
 

@@ -3,6 +3,7 @@
  * fp32 accumulation and output) for bf16. MFU in each precision is reported against the rate of
  * that precision. */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "backend/cpu/gemm.h"
 #include "kiln/backend.h"
@@ -84,6 +85,24 @@ double kiln_backend_cpu_peak_gflops_dtype(kiln_dtype dt, int64_t max_dim, double
 
 double kiln_backend_cpu_peak_gflops(int64_t max_dim, double seconds) {
     return kiln_backend_cpu_peak_gflops_dtype(KILN_DTYPE_F32, max_dim, seconds);
+}
+
+void kiln_backend_cpu_warm_products(int64_t M, int64_t K, int64_t N) {
+    if (M <= 0 || K <= 0 || N <= 0)
+        return;
+    /* calloc, not kiln_alloc (which writes its zeros): input pages that are only read map
+     * the kernel's zero page; the outputs' pages are given back when freed */
+    float *x = calloc((size_t)(M * K), sizeof(float)); /* (M,K) */
+    float *w = calloc((size_t)(K * N), sizeof(float)); /* (N,K) */
+    float *y = calloc((size_t)(M * N), sizeof(float)); /* (M,N) */
+    if (x && w && y) {
+        kiln__cpu_sgemm(0, 1, M, N, K, 1.0f, x, K, w, K, 0.0f, y, N); /* y = x w^T */
+        kiln__cpu_sgemm(0, 0, M, K, N, 1.0f, y, N, w, K, 0.0f, x, K); /* dx = dy w */
+        kiln__cpu_sgemm(1, 0, N, K, M, 1.0f, y, N, x, K, 1.0f, w, K); /* dw += dy^T x */
+    }
+    free(x);
+    free(w);
+    free(y);
 }
 
 const char *kiln_backend_cpu_gemm_name(kiln_dtype dt) {

@@ -494,6 +494,8 @@ static kiln_status trainer_init(kiln_trainer *t) {
     kiln_dtype peak_dt = cfg->model_opt.dtype == KILN_DTYPE_BF16 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
     t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops
                                    : kiln_backend_cpu_peak_gflops_dtype(peak_dt, 3072, 1.0);
+    kiln_backend_cpu_warm_products(cfg->B * cfg->T < 256 ? cfg->B * cfg->T : 256, mc.n_embd,
+                                   mc.padded_vocab_size);
     t->plan.process = kiln_current_rss();
     /* ZeRO 3: slabs that take memory only where written */
     /* ZeRO 2 and 3: slabs that take memory only where written (2: the gradients not this

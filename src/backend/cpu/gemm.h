@@ -77,7 +77,8 @@ kiln_status kiln__cpu_gemm(void *c, kiln_dtype c_dt, int64_t ldc, const void *a,
  * its handlers on an alternate stack (sigaltstack, SA_ONSTACK) in every thread. Signals
  * without a handler (the default actions) are safe. */
 typedef enum kiln__gemm_f32 {
-    KILN__GEMM_F32_AUTO = 0, /* oneDNN from KILN__GEMM_F32_DNNL_ROWS rows on, else sgemm */
+    KILN__GEMM_F32_AUTO = 0, /* with AVX-512, oneDNN from KILN__GEMM_F32_DNNL_ROWS rows on;
+                                else sgemm */
     KILN__GEMM_F32_SGEMM,    /* OpenBLAS cblas_sgemm */
     KILN__GEMM_F32_DNNL,     /* oneDNN dnnl_sgemm, where kiln was built with oneDNN */
 } kiln__gemm_f32;

@@ -302,12 +302,27 @@ kiln__gemm_f32 kiln__cpu_gemm_get_f32(void) {
     return f32_now;
 }
 
+/* AUTO's choice: oneDNN's sgemm on CPUs with AVX-512, where it measured 3-20% faster than
+ * OpenBLAS at training's shapes; OpenBLAS's without, where oneDNN 2.6's AVX2 sgemm measured
+ * slower at every training shape (AMD Zen 3, 1 thread: 63-86 GFLOP/s against OpenBLAS's
+ * 81-93, and 33 at some, e.g. 256 x 4096 x 768). */
+static int f32_auto_dnnl(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        unsigned b, c;
+        cached = kiln__cpu_gemm_has_dnnl() && kiln__cpu_avx512_leaf7(&b, &c);
+    }
+    return cached;
+}
+
 const char *kiln__cpu_gemm_f32_name(kiln__gemm_f32 impl) {
     static char dnnl[64];
     switch (impl) {
     case KILN__GEMM_F32_AUTO:
         if (!kiln__cpu_gemm_has_dnnl())
             return "OpenBLAS sgemm";
+        if (!f32_auto_dnnl())
+            return "OpenBLAS sgemm (oneDNN's is slower without AVX-512)";
         snprintf(dnnl, sizeof dnnl, "oneDNN %s sgemm (OpenBLAS below %d rows)",
                  kiln__gemm_dnnl_version(), KILN__GEMM_F32_DNNL_ROWS);
         return dnnl;
@@ -324,8 +339,8 @@ void kiln__cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, 
                      int64_t ldc) {
     kiln__gemm_f32 impl = kiln__cpu_gemm_get_f32();
     if (impl == KILN__GEMM_F32_AUTO)
-        impl = kiln__cpu_gemm_has_dnnl() && M >= KILN__GEMM_F32_DNNL_ROWS ? KILN__GEMM_F32_DNNL
-                                                                          : KILN__GEMM_F32_SGEMM;
+        impl = f32_auto_dnnl() && M >= KILN__GEMM_F32_DNNL_ROWS ? KILN__GEMM_F32_DNNL
+                                                                : KILN__GEMM_F32_SGEMM;
     if (impl == KILN__GEMM_F32_DNNL && kiln__gemm_dnnl_sgemm(trans_a, trans_b, M, N, K, alpha, a,
                                                              lda, b, ldb, beta, c, ldc) == KILN_OK)
         return;
