@@ -196,6 +196,10 @@ int kiln_comm_local_size(const kiln_comm *c);
  * chain broadcast the buffer once on every rank but the root's predecessor; send its
  * bytes. 0 for "single". */
 uint64_t kiln_comm_bytes_sent(const kiln_comm *c);
+/* Of those, the bytes that left this process as messages (MPI's, NCCL's), by the same model:
+ * a collective through the machine's shared memory (kiln_comm_alloc_shared) counts 0 on one
+ * machine and, on several, what its rail between machines carries (see there). */
+uint64_t kiln_comm_net_bytes(const kiln_comm *c);
 /* Seconds spent inside blocking calls and kiln_comm_wait. */
 double kiln_comm_wait_seconds(const kiln_comm *c);
 

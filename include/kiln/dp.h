@@ -113,6 +113,7 @@ typedef struct kiln_dp_stats {
     double exposed_s; /* seconds the caller waited for them in kiln_dp_finish */
     double other_s;   /* seconds in allreduce_sums and gather (never hidden) */
     uint64_t bytes;   /* payload bytes this rank sent (kiln_comm_bytes_sent's count) */
+    uint64_t net_bytes; /* of those, what left the process as messages (kiln_comm_net_bytes) */
 } kiln_dp_stats;
 /* Totals since the last call (then reset). hidden = 1 - exposed_s / comm_s. */
 kiln_dp_stats kiln_dp_take_stats(kiln_dp *dp);

@@ -287,6 +287,7 @@ typedef struct kiln_step_info {
                               global sums and the gather of shards) */
     double comm_hidden;    /* the fraction of comm_ms that overlapped compute */
     uint64_t comm_bytes;   /* payload bytes this rank sent */
+    uint64_t net_bytes;    /* of those, what left the process as messages (not shared memory) */
 } kiln_step_info;
 
 /* Everything kiln_train checks and builds before its first step: the configuration, the

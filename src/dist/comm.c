@@ -559,16 +559,21 @@ static kiln_status request_new(kiln_comm *c, kiln_status s, void *impl, kiln_com
 kiln_status kiln_comm_allreduce(const void *send, void *recv, int64_t count, kiln_dtype dt,
                                 kiln_reduce_op op, kiln_comm *c) {
     KILN_CHECK(check_allreduce(send, recv, count, dt, op, c, "kiln_comm_allreduce"));
-    c->bytes_sent += bytes_allreduce(c, count, dt);
+    c->call_net = bytes_allreduce(c, count, dt);
+    c->bytes_sent += c->call_net;
     double t0 = kiln_time_ms();
-    return timed(c, t0, c->be->allreduce(send, recv, count, dt, op, c, NULL));
+    kiln_status s = timed(c, t0, c->be->allreduce(send, recv, count, dt, op, c, NULL));
+    c->net_bytes += c->call_net;
+    return s;
 }
 
 kiln_status kiln_comm_iallreduce(const void *send, void *recv, int64_t count, kiln_dtype dt,
                                  kiln_reduce_op op, kiln_comm *c, kiln_comm_request **req) {
     KILN_CHECK(check_req(req, "kiln_comm_iallreduce"));
     KILN_CHECK(check_allreduce(send, recv, count, dt, op, c, "kiln_comm_iallreduce"));
-    c->bytes_sent += bytes_allreduce(c, count, dt);
+    uint64_t b = bytes_allreduce(c, count, dt);
+    c->bytes_sent += b;
+    c->net_bytes += b; /* never through shared memory */
     void *impl = NULL;
     kiln_status s = c->be->allreduce(send, recv, count, dt, op, c, &impl);
     return request_new(c, s, impl, req);
@@ -579,9 +584,12 @@ kiln_status kiln_comm_reduce_scatter(const void *send, void *recv, const int64_t
     int64_t total;
     KILN_CHECK(
         check_reduce_scatter(send, recv, counts, dt, op, c, "kiln_comm_reduce_scatter", &total));
-    c->bytes_sent += bytes_reduce_scatter(c, counts, total, dt);
+    c->call_net = bytes_reduce_scatter(c, counts, total, dt);
+    c->bytes_sent += c->call_net;
     double t0 = kiln_time_ms();
-    return timed(c, t0, c->be->reduce_scatter(send, recv, counts, dt, op, c, NULL));
+    kiln_status s = timed(c, t0, c->be->reduce_scatter(send, recv, counts, dt, op, c, NULL));
+    c->net_bytes += c->call_net;
+    return s;
 }
 
 kiln_status kiln_comm_ireduce_scatter(const void *send, void *recv, const int64_t *counts,
@@ -591,7 +599,9 @@ kiln_status kiln_comm_ireduce_scatter(const void *send, void *recv, const int64_
     KILN_CHECK(check_req(req, "kiln_comm_ireduce_scatter"));
     KILN_CHECK(
         check_reduce_scatter(send, recv, counts, dt, op, c, "kiln_comm_ireduce_scatter", &total));
-    c->bytes_sent += bytes_reduce_scatter(c, counts, total, dt);
+    uint64_t b = bytes_reduce_scatter(c, counts, total, dt);
+    c->bytes_sent += b;
+    c->net_bytes += b; /* never through shared memory */
     void *impl = NULL;
     kiln_status s = c->be->reduce_scatter(send, recv, counts, dt, op, c, &impl);
     return request_new(c, s, impl, req);
@@ -601,9 +611,12 @@ kiln_status kiln_comm_allgather(const void *send, void *recv, const int64_t *cou
                                 kiln_comm *c) {
     int64_t total;
     KILN_CHECK(check_allgather(send, recv, counts, dt, c, "kiln_comm_allgather", &total));
-    c->bytes_sent += bytes_allgather(c, counts, total, dt);
+    c->call_net = bytes_allgather(c, counts, total, dt);
+    c->bytes_sent += c->call_net;
     double t0 = kiln_time_ms();
-    return timed(c, t0, c->be->allgather(send, recv, counts, dt, c, NULL));
+    kiln_status s = timed(c, t0, c->be->allgather(send, recv, counts, dt, c, NULL));
+    c->net_bytes += c->call_net;
+    return s;
 }
 
 kiln_status kiln_comm_iallgather(const void *send, void *recv, const int64_t *counts, kiln_dtype dt,
@@ -611,7 +624,9 @@ kiln_status kiln_comm_iallgather(const void *send, void *recv, const int64_t *co
     int64_t total;
     KILN_CHECK(check_req(req, "kiln_comm_iallgather"));
     KILN_CHECK(check_allgather(send, recv, counts, dt, c, "kiln_comm_iallgather", &total));
-    c->bytes_sent += bytes_allgather(c, counts, total, dt);
+    uint64_t b = bytes_allgather(c, counts, total, dt);
+    c->bytes_sent += b;
+    c->net_bytes += b; /* never through shared memory */
     void *impl = NULL;
     kiln_status s = c->be->allgather(send, recv, counts, dt, c, &impl);
     return request_new(c, s, impl, req);
@@ -619,16 +634,21 @@ kiln_status kiln_comm_iallgather(const void *send, void *recv, const int64_t *co
 
 kiln_status kiln_comm_broadcast(void *buf, int64_t count, kiln_dtype dt, int root, kiln_comm *c) {
     KILN_CHECK(check_broadcast(buf, count, dt, root, c, "kiln_comm_broadcast"));
-    c->bytes_sent += bytes_broadcast(c, count, dt, root);
+    c->call_net = bytes_broadcast(c, count, dt, root);
+    c->bytes_sent += c->call_net;
     double t0 = kiln_time_ms();
-    return timed(c, t0, c->be->broadcast(buf, count, dt, root, c, NULL));
+    kiln_status s = timed(c, t0, c->be->broadcast(buf, count, dt, root, c, NULL));
+    c->net_bytes += c->call_net;
+    return s;
 }
 
 kiln_status kiln_comm_ibroadcast(void *buf, int64_t count, kiln_dtype dt, int root, kiln_comm *c,
                                  kiln_comm_request **req) {
     KILN_CHECK(check_req(req, "kiln_comm_ibroadcast"));
     KILN_CHECK(check_broadcast(buf, count, dt, root, c, "kiln_comm_ibroadcast"));
-    c->bytes_sent += bytes_broadcast(c, count, dt, root);
+    uint64_t b = bytes_broadcast(c, count, dt, root);
+    c->bytes_sent += b;
+    c->net_bytes += b; /* never through shared memory */
     void *impl = NULL;
     kiln_status s = c->be->broadcast(buf, count, dt, root, c, &impl);
     return request_new(c, s, impl, req);
@@ -638,6 +658,7 @@ kiln_status kiln_comm_send(const void *buf, int64_t count, kiln_dtype dt, int pe
                            kiln_comm *c) {
     KILN_CHECK(check_p2p(buf, count, dt, peer, tag, c, "kiln_comm_send"));
     c->bytes_sent += (uint64_t)count * kiln_dtype_size(dt);
+    c->net_bytes += (uint64_t)count * kiln_dtype_size(dt);
     double t0 = kiln_time_ms();
     return timed(c, t0, c->be->send(buf, count, dt, peer, tag, c));
 }
@@ -684,6 +705,10 @@ void kiln_comm_progress(kiln_comm *c) {
 
 uint64_t kiln_comm_bytes_sent(const kiln_comm *c) {
     return c ? c->bytes_sent : 0;
+}
+
+uint64_t kiln_comm_net_bytes(const kiln_comm *c) {
+    return c ? c->net_bytes : 0;
 }
 
 double kiln_comm_wait_seconds(const kiln_comm *c) {

@@ -46,6 +46,9 @@ struct kiln_comm {
     const kiln__comm_backend *be;
     int rank, size;
     uint64_t bytes_sent; /* bytes, by the algorithm model of kiln_comm_bytes_sent */
+    uint64_t net_bytes;  /* of those, the ones MPI's (or NCCL's) messages carried */
+    uint64_t call_net;   /* the blocking collective being made: its share of bytes_sent,
+                            until a backend that moves some through shared memory lowers it */
     double wait_seconds; /* seconds in blocking calls and waits */
     void *impl;          /* the backend's state (MPI: the MPI_Comm) */
 };

@@ -238,8 +238,10 @@ static kiln__shm *shm_of(const kiln_comm *c) {
 static kiln_status mpi_allreduce(const void *send, void *recv, int64_t count, kiln_dtype dt,
                                  kiln_reduce_op op, kiln_comm *c, void **req) {
     kiln_status st;
-    if (!req && send == recv && kiln__shm_allreduce(shm_of(c), recv, count, dt, op, &st))
+    if (!req && send == recv && kiln__shm_allreduce(shm_of(c), recv, count, dt, op, &st)) {
+        c->call_net = kiln__shm_net_bytes(shm_of(c));
         return st;
+    }
     mpi_req local, *q = op_begin(c, req, &local);
     if (!q)
         return KILN_ERR_NOMEM;
@@ -309,8 +311,10 @@ static kiln_status reduce_scatter_rooted(const char *base, int in_place, void *r
 static kiln_status mpi_reduce_scatter(const void *send, void *recv, const int64_t *counts,
                                       kiln_dtype dt, kiln_reduce_op op, kiln_comm *c, void **req) {
     kiln_status st;
-    if (!req && kiln__shm_reduce_scatter(shm_of(c), send, recv, counts, dt, op, &st))
+    if (!req && kiln__shm_reduce_scatter(shm_of(c), send, recv, counts, dt, op, &st)) {
+        c->call_net = kiln__shm_net_bytes(shm_of(c));
         return st;
+    }
     mpi_req local, *q = op_begin(c, req, &local);
     if (!q)
         return KILN_ERR_NOMEM;
@@ -358,8 +362,10 @@ done:
 static kiln_status mpi_allgather(const void *send, void *recv, const int64_t *counts, kiln_dtype dt,
                                  kiln_comm *c, void **req) {
     kiln_status st;
-    if (!req && kiln__shm_allgather(shm_of(c), send, recv, counts, dt, &st))
+    if (!req && kiln__shm_allgather(shm_of(c), send, recv, counts, dt, &st)) {
+        c->call_net = kiln__shm_net_bytes(shm_of(c));
         return st;
+    }
     mpi_req local, *q = op_begin(c, req, &local);
     if (!q)
         return KILN_ERR_NOMEM;

@@ -80,7 +80,12 @@ struct kiln__shm {
     shm_win *wins;
     void *scratch; /* machines > 1: a reduce-scatter's sums of this machine's ranks */
     size_t scratch_bytes;
+    uint64_t net_bytes; /* the last collective run here: what this rank sent over the rail */
 };
+
+uint64_t kiln__shm_net_bytes(const kiln__shm *s) {
+    return s ? s->net_bytes : 0;
+}
 
 static kiln_status shm_fail(int err, const char *call) {
     char what[96];
@@ -387,6 +392,9 @@ int kiln__shm_allreduce(kiln__shm *s, void *buf, int64_t count, kiln_dtype dt, k
     shm_runs++;
     int64_t lo, hi;
     piece(count, s->size, s->rank, &lo, &hi);
+    /* the rail's ring allreduce of piece l over the machines */
+    uint64_t pb = (uint64_t)(hi - lo) * es, M = (uint64_t)s->nodes;
+    s->net_bytes = 2 * (pb / M) * (M - 1);
     reduce_range(s, w, off, w->base + off + lo * (int64_t)es, lo, hi, dt, op);
     /* machines > 1: this machine's sum of piece l with every other machine's, over the rail
      * of local index l (each machine's ranks send their pieces at once, one rail each) */
@@ -476,6 +484,8 @@ static kiln_status reduce_scatter_machines(kiln__shm *s, const shm_win *w, int64
         s->scratch = p;
         s->scratch_bytes = (size_t)mine * es;
     }
+    /* the rail's ring reduce-scatter: every machine's piece but this one's */
+    s->net_bytes = (uint64_t)(mine - y.cnt[s->node_id]) * es;
     char *sc = s->scratch;
     for (int n = 0; n < s->nodes; n++) {
         int g = n * s->size + s->rank;
@@ -523,6 +533,11 @@ static kiln_status allgather_machines(kiln__shm *s, const shm_win *w, int64_t of
             if (q != l && hi > plo && lo < phi)
                 copy_from(w, q, off, lo > plo ? lo : plo, hi < phi ? hi : phi, es);
         }
+    /* the rail's ring allgather: every machine's part but the next one's */
+    s->net_bytes = 0;
+    for (int n = 0; n < s->nodes; n++)
+        if (n != (s->node_id + 1) % s->nodes)
+            s->net_bytes += (uint64_t)y.cnt[n] * es;
     int e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w->base + off, y.cnt, y.disp,
                            kiln__mpi_elem_type(dt), s->rail);
     kiln_status st = e == MPI_SUCCESS ? barrier(s, w)
@@ -562,6 +577,7 @@ int kiln__shm_reduce_scatter(kiln__shm *s, const void *send, void *recv, const i
     }
     shm_runs++;
     *st = KILN_OK;
+    s->net_bytes = 0;
     if (s->nodes > 1)
         *st = reduce_scatter_machines(s, w, off, recv, counts, dt, op);
     else
@@ -587,6 +603,7 @@ int kiln__shm_allgather(kiln__shm *s, const void *send, void *recv, const int64_
         return go < 0;
     }
     shm_runs++;
+    s->net_bytes = 0;
     if (s->nodes > 1) {
         *st = allgather_machines(s, w, off, counts, dt);
         return 1;

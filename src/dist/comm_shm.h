@@ -44,6 +44,9 @@ int kiln__shm_reduce_scatter(kiln__shm *s, const void *send, void *recv, const i
                              kiln_dtype dt, kiln_reduce_op op, kiln_status *st);
 int kiln__shm_allgather(kiln__shm *s, const void *send, void *recv, const int64_t *counts,
                         kiln_dtype dt, kiln_status *st);
+/* What the last of those that ran sent between machines, by the ring's count over the rail
+ * (0 on one machine, where nothing leaves the shared memory). */
+uint64_t kiln__shm_net_bytes(const kiln__shm *s);
 #endif
 
 #endif

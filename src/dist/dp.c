@@ -60,7 +60,7 @@ struct kiln_dp {
     kiln_status error;
     char error_msg[512];
     double comm_s, exposed_s, other_s;
-    uint64_t bytes_at_take;
+    uint64_t bytes_at_take, net_at_take;
     /* the embedding's rows apart (kiln_dp_rows_reserve): every rank's, gathered */
     int64_t rows_cap, rows_C;
     kiln_dtype rows_dt;
@@ -335,6 +335,7 @@ kiln_status kiln_dp_create(kiln_dp **out, kiln_comm *comm, const kiln_dp_config 
     dp->world = kiln_comm_size(comm);
     dp->n = n;
     dp->bytes_at_take = kiln_comm_bytes_sent(comm);
+    dp->net_at_take = kiln_comm_net_bytes(comm);
     pthread_mutex_init(&dp->mu, NULL);
     pthread_cond_init(&dp->cv, NULL);
     kiln_status s = build(dp, lo, hi, nranges);
@@ -521,13 +522,15 @@ kiln_status kiln_dp_average(kiln_dp *dp, float *x, int64_t n) {
 kiln_dp_stats kiln_dp_take_stats(kiln_dp *dp) {
     kiln_dp_stats st;
     pthread_mutex_lock(&dp->mu);
-    uint64_t b = kiln_comm_bytes_sent(dp->comm);
+    uint64_t b = kiln_comm_bytes_sent(dp->comm), nb = kiln_comm_net_bytes(dp->comm);
     st.comm_s = dp->comm_s;
     st.exposed_s = dp->exposed_s;
     st.other_s = dp->other_s;
     st.bytes = b - dp->bytes_at_take;
+    st.net_bytes = nb - dp->net_at_take;
     dp->comm_s = dp->exposed_s = dp->other_s = 0.0;
     dp->bytes_at_take = b;
+    dp->net_at_take = nb;
     pthread_mutex_unlock(&dp->mu);
     return st;
 }

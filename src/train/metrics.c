@@ -234,8 +234,10 @@ static void format_into(char *buf, size_t cap, size_t *at, const kiln_step_info 
     if (s->guard)
         PUT(", \"guard\": \"%s\", \"z\": %.3f", s->guard, s->guard_z);
     if (s->world > 1)
-        PUT(", \"world\": %d, \"comm_ms\": %.3f, \"comm_hidden\": %.4f, \"comm_bytes\": %llu",
-            s->world, s->comm_ms, s->comm_hidden, (unsigned long long)s->comm_bytes);
+        PUT(", \"world\": %d, \"comm_ms\": %.3f, \"comm_hidden\": %.4f, \"comm_bytes\": %llu, "
+            "\"net_bytes\": %llu",
+            s->world, s->comm_ms, s->comm_hidden, (unsigned long long)s->comm_bytes,
+            (unsigned long long)s->net_bytes);
     PUT("}");
 }
 

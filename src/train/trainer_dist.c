@@ -684,4 +684,5 @@ void kiln__trainer_dist_stats(kiln_trainer *t, kiln_step_info *mt) {
     mt->comm_ms = all * 1e3;
     mt->comm_hidden = all > 0 ? fmax(0.0, 1.0 - exposed / all) : 0.0;
     mt->comm_bytes = st.bytes;
+    mt->net_bytes = st.net_bytes;
 }

@@ -85,9 +85,11 @@ static void test_allreduce_f32(void) {
     CHECK_OK(kiln_comm_allreduce(x, x, n, KILN_DTYPE_F32, KILN_REDUCE_SUM, world)); /* in place */
     CHECK_NEAR(x[0], N * (N + 1) / 2.0, 0);
     CHECK_NEAR(x[n - 1], N * (N + 1) / 2.0 + N * ((n - 1) % 7), 0);
-    uint64_t before = kiln_comm_bytes_sent(world);
+    uint64_t before = kiln_comm_bytes_sent(world), net = kiln_comm_net_bytes(world);
     CHECK_OK(kiln_comm_allreduce(y, y, n, KILN_DTYPE_F32, KILN_REDUCE_MAX, world));
     CHECK_INT_EQ(kiln_comm_bytes_sent(world) - before, 2 * (4 * n / N) * (N - 1));
+    /* private memory: every byte goes as MPI's messages */
+    CHECK_INT_EQ(kiln_comm_net_bytes(world) - net, 2 * (4 * n / N) * (N - 1));
 }
 
 /* Each rank's value of element i, rounded to dt. */
@@ -535,8 +537,18 @@ static void test_shared(void) {
         kiln_reduce_op ro = op ? KILN_REDUCE_MAX : KILN_REDUCE_SUM;
         for (int64_t i = 0; i < n; i++)
             sh[i] = pv[i] = val(R, i);
+        uint64_t b0 = kiln_comm_bytes_sent(world), n0 = kiln_comm_net_bytes(world);
         CHECK_OK(kiln_comm_allreduce(sh + lo, sh + lo, cnt, KILN_DTYPE_F32, ro, world));
+        /* the ring's count either way; over the network only what crosses machines: nothing
+         * on one, part of it on several (each machine's piece l over the rail) */
+        uint64_t b1 = kiln_comm_bytes_sent(world), n1 = kiln_comm_net_bytes(world);
+        CHECK_INT_EQ(b1 - b0, 2 * (4 * cnt / N) * (N - 1));
+        if (!per || atoi(per) == N)
+            CHECK_INT_EQ(n1 - n0, 0);
+        else
+            CHECK_TRUE(n1 - n0 > 0 && n1 - n0 < b1 - b0);
         CHECK_OK(kiln_comm_allreduce(pv + lo, pv + lo, cnt, KILN_DTYPE_F32, ro, world));
+        CHECK_INT_EQ(kiln_comm_net_bytes(world) - n1, kiln_comm_bytes_sent(world) - b1);
         int same = 1;
         for (int64_t i = 0; i < n; i++)
             same &= sh[i] == pv[i];

@@ -22,6 +22,7 @@ static void test_single_basics(void) {
     CHECK_OK(kiln_comm_barrier(c));
     kiln_comm_progress(c);
     CHECK_INT_EQ(kiln_comm_bytes_sent(c), 0);
+    CHECK_INT_EQ(kiln_comm_net_bytes(c), 0);
     CHECK_TRUE(kiln_comm_wait_seconds(c) >= 0);
     kiln_comm_free(c);
     kiln_comm_free(NULL);
