@@ -28,25 +28,42 @@ case_seeds() {
 }
 
 # The generation cache (the default) and whole windows give the same text, also past the
-# context (32) and for the int8 model; the cache is the faster.
+# context (32) and for the int8 model; the cache is the faster. Their logits agree to about
+# 1e-6, not bit for bit (a product of one row and one of T rows sum in other orders;
+# test_kv_cache checks the logits), so a sampled token whose cumulative probability lies that
+# close to the random draw can come out differently, and the texts part there: seen once in 8
+# seeds with one fixture. So one seed's texts may part, once: the next seed's must then be the
+# same. A cache that computes wrongly parts every seed's texts.
+same_with_cache() { # same_with_cache WEIGHTS SEED ARGS...: the same text both ways
+    _w=$1 _s=$2
+    shift 2
+    run sample --weights "$_w" --seed "$_s" "$@"
+    expect_ok
+    cp "$W/stdout" cached
+    run sample --weights "$_w" --seed "$_s" "$@" --no-cache
+    expect_ok
+    if cmp -s cached "$W/stdout"; then return 0; fi
+    echo "     seed $_s: the texts part at byte $(cmp cached "$W/stdout" | sed 's/.*byte \([0-9]*\).*/\1/') (one near-tie allowed)"
+    _s=$((_s + 1))
+    run sample --weights "$_w" --seed "$_s" "$@"
+    expect_ok
+    cp "$W/stdout" cached
+    run sample --weights "$_w" --seed "$_s" "$@" --no-cache
+    expect_ok
+    cmp -s cached "$W/stdout"
+}
+
 case_cache() {
     need_fixture
     for t in 20 100; do
-        sample --seed 5 --tokens $t --prompt "the quick"
-        expect_ok
-        cp "$W/stdout" cached
-        sample --seed 5 --tokens $t --prompt "the quick" --no-cache
-        expect_ok
-        check "$t tokens: the same text with and without the cache" same_file cached "$W/stdout"
+        check "$t tokens: the same text with and without the cache" \
+            same_with_cache "$GOOD" 5 --tokens $t --prompt "the quick"
     done
     run compress quantize --weights "$GOOD" --out q.st
     expect_ok
     run sample --weights q.st --seed 2 --tokens 25 --timing
     expect_ok
-    cp "$W/stdout" qc
-    run sample --weights q.st --seed 2 --tokens 25 --no-cache
-    expect_ok
-    check "int8: the same text with and without the cache" same_file qc "$W/stdout"
+    check "int8: the same text with and without the cache" same_with_cache q.st 2 --tokens 25
 }
 
 # A GPT-2-vocabulary model with no prompt starts from <|endoftext|>: a tiny model saved
