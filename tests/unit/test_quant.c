@@ -252,6 +252,36 @@ static void test_kernel_special_rows(void) {
     kiln__qact_free(&act);
 }
 
+/* A row of values so small that 127 / its largest would overflow (below 3.7e-37, subnormals
+ * included) quantizes as any other: zeros stay 0 and the largest is +-127, on every kernel
+ * (127 / amax was infinite, and 0 x inf made its zeros NaN: -127 on one kernel, undefined
+ * behaviour on the other). */
+static void test_tiny_row(void) {
+    const int64_t K = 40, Kp = 64, G = 64;
+    float x[40] = {0};
+    x[3] = 1e-40f; /* subnormal: the largest */
+    x[7] = -3e-41f;
+    x[9] = 3e-42f;
+    int kernels = kiln__qgemm_has_vnni() ? 2 : 1;
+    for (int vnni = 0; vnni < kernels; vnni++) {
+        int prev = kiln__qgemm_use_vnni(vnni);
+        kiln__qact act;
+        CHECK_OK(kiln__qact_init(&act, 1, Kp, Kp / G));
+        kiln__qact_quantize(&act, x, 1, K, Kp, G);
+        int zeros = 1;
+        for (int64_t k = 0; k < Kp; k++)
+            if (k != 3 && k != 7 && k != 9)
+                zeros &= act.q[k] == 0;
+        CHECK_TRUE(zeros);
+        CHECK_INT_EQ(act.q[3], 127);
+        CHECK_INT_EQ(act.q[7], -38);
+        CHECK_INT_EQ(act.q[9], 4);
+        CHECK_TRUE(act.scale[0] > 0.0f && isfinite(act.scale[0]));
+        kiln__qact_free(&act);
+        kiln__qgemm_use_vnni(prev);
+    }
+}
+
 /* ---- a model ---- */
 
 static const int32_t ids[12] = {3, 17, 250, 4, 99, 0, 12, 255, 31, 8, 64, 200};
@@ -443,6 +473,7 @@ int main(void) {
     RUN_TEST(test_kernel_int8);
     RUN_TEST(test_kernel_int4);
     RUN_TEST(test_kernel_special_rows);
+    RUN_TEST(test_tiny_row);
     RUN_TEST(test_model_logits);
     RUN_TEST(test_format_version);
     TEST_MAIN_END();

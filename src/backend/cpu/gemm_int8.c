@@ -174,6 +174,13 @@ static void group_sums(int32_t *sum, const int8_t *q, int64_t Kp, int64_t G) {
     }
 }
 
+/* A row whose largest magnitude is below 127 / FLT_MAX (3.7e-37) would make 127 / amax
+ * infinite, and 0 x inf a NaN: such a row is multiplied by 2^64 first (exact: a power of two,
+ * and its values become normal floats). 1 otherwise, which changes no product. */
+static inline float row_prescale(float amax) {
+    return amax < 1e-30f ? 18446744073709551616.0f : 1.0f;
+}
+
 /* Row m of x (K) into q (Kp: zeros past K), its scale and its group sums. A row that holds a
  * NaN or an infinity gets a NaN scale: its outputs are NaN, as the fp32 product's would be. */
 static void quantize_row(int8_t *q, float *scale, int32_t *sum, const float *x, int64_t K,
@@ -192,9 +199,9 @@ static void quantize_row(int8_t *q, float *scale, int32_t *sum, const float *x, 
         *scale = finite ? 0.0f : NAN;
         return;
     }
-    float inv = 127.0f / amax;
+    float pre = row_prescale(amax), inv = 127.0f / (amax * pre);
     for (int64_t k = 0; k < K; k++) {
-        float r = rintf(x[k] * inv);
+        float r = rintf(x[k] * pre * inv);
         q[k] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
     }
     memset(q + K, 0, (size_t)(Kp - K));
@@ -224,14 +231,16 @@ static TARGET void quantize_row_avx512(int8_t *q, float *scale, int32_t *sum, co
         *scale = bad ? NAN : 0.0f;
         return;
     }
-    const __m512 inv = _mm512_set1_ps(127.0f / amax);
+    float pre = row_prescale(amax);
+    const __m512 inv = _mm512_set1_ps(127.0f / (amax * pre)), vpre = _mm512_set1_ps(pre);
     const __m512i hi = _mm512_set1_epi32(127), lo = _mm512_set1_epi32(-127);
     for (int64_t k = 0; k < Kp; k += 16) {
         __mmask16 m = K - k >= 16 ? (__mmask16)0xffff
                       : K > k     ? (__mmask16)((1u << (K - k)) - 1u)
                                   : (__mmask16)0;
         __mmask16 st = Kp - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (Kp - k)) - 1u);
-        __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), inv));
+        __m512i r = _mm512_cvtps_epi32(
+            _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), vpre), inv));
         r = _mm512_max_epi32(_mm512_min_epi32(r, hi), lo);
         _mm512_mask_cvtepi32_storeu_epi8(q + k, st, r);
     }
