@@ -519,28 +519,30 @@ static kiln_status nc_broadcast(void *buf, int64_t count, kiln_dtype dt, int roo
 
 /* NCCL has no tags: messages between two ranks match in the order they are called. A message
  * of no bytes is no call on either side (both have the same count). */
-static kiln_status nc_send(const void *buf, int64_t count, kiln_dtype dt, int peer, int tag,
-                           kiln_comm *c) {
+static kiln_status p2p(void *buf, int64_t count, kiln_dtype dt, int peer, kiln_comm *c,
+                       int sending) {
     nccl_comm *m = c->impl;
     size_t bytes = (size_t)count * kiln_dtype_size(dt);
     KILN_CHECK(use_device(m, c));
-    KILN_CHECK(check_device(m, buf, bytes, "buf", "kiln_comm_send"));
+    KILN_CHECK(check_device(m, buf, bytes, "buf", sending ? "kiln_comm_send" : "kiln_comm_recv"));
     ncclResult_t r = ncclSuccess;
-    if (bytes)
+    if (bytes && sending)
         r = nccl.ncclSend(buf, bytes, ncclUint8, peer, m->comm, m->stream);
-    return finish(c, r, "ncclSend", NULL);
+    else if (bytes)
+        r = nccl.ncclRecv(buf, bytes, ncclUint8, peer, m->comm, m->stream);
+    return finish(c, r, sending ? "ncclSend" : "ncclRecv", NULL);
+}
+
+static kiln_status nc_send(const void *buf, int64_t count, kiln_dtype dt, int peer, int tag,
+                           kiln_comm *c) {
+    (void)tag;
+    return p2p((void *)buf, count, dt, peer, c, 1);
 }
 
 static kiln_status nc_recv(void *buf, int64_t count, kiln_dtype dt, int peer, int tag,
                            kiln_comm *c) {
-    nccl_comm *m = c->impl;
-    size_t bytes = (size_t)count * kiln_dtype_size(dt);
-    KILN_CHECK(use_device(m, c));
-    KILN_CHECK(check_device(m, buf, bytes, "buf", "kiln_comm_recv"));
-    ncclResult_t r = ncclSuccess;
-    if (bytes)
-        r = nccl.ncclRecv(buf, bytes, ncclUint8, peer, m->comm, m->stream);
-    return finish(c, r, "ncclRecv", NULL);
+    (void)tag;
+    return p2p(buf, count, dt, peer, c, 0);
 }
 
 /* A one-element allreduce every rank must reach, waited for. */
