@@ -244,6 +244,9 @@ struct kiln_backend {
     KILN_BACKEND_OPS(KILN_BACKEND_FIELD_, _)
     kiln_op_prepare *prepare;                   /* optional */
     kiln_op_attention_decode *attention_decode; /* optional: generation recomputes the window */
+    /* 1: alloc gives memory the host cannot read or write (a GPU's): callers move data in
+     * and out with copy; 0: host memory, which callers may also read and write directly */
+    int device_memory;
     /* the first error since the last synchronize (kiln_backend_fail) */
     kiln_status error;
     char error_message[512];
@@ -288,6 +291,23 @@ kiln_backend *kiln_backend_cuda(void);
  * Otherwise KILN_ERR_UNSUPPORTED with the reason in why (cap bytes, may be NULL) and as the
  * thread's error message, naming the CPU backend as the way to run. */
 kiln_status kiln_cuda_available(char *why, size_t cap);
+/* What kiln_cuda_device_info reports about the CUDA backend's GPU. */
+typedef struct kiln_cuda_info {
+    char name[256];        /* "NVIDIA H200", ... */
+    int device, major, minor, sms;
+    double clock_ghz;      /* the SMs' peak clock */
+    size_t mem_total, mem_free; /* bytes, now */
+    /* Dense peak rates in TFLOP/s, MFU's denominators: tensor cores on bf16/fp16 operands with
+     * fp32 accumulation, and fp32 on the CUDA cores (fp32 products without TF32). From
+     * NVIDIA's data sheets for the GPUs kiln knows (H100/H200 SXM and PCIe, A100), else SMs x
+     * clock x the compute capability's per-SM rate; peak_source says which. */
+    double peak_tflops_16, peak_tflops_32;
+    char peak_source[160];
+} kiln_cuda_info;
+/* The GPU's name, memory and peak rates (kiln_cuda_available's checks first: its error when
+ * they fail). */
+kiln_status kiln_cuda_device_info(kiln_cuda_info *info);
+
 /* Switches of the CUDA backend, each returning its previous value (-1 when built without
  * CUDA). DETERMINISTIC (on by default): no atomic additions, the same bits on every run;
  * FUSE_GELU (on): GELU in the product's epilogue when cuBLASLt has one for it; TF32 (off):

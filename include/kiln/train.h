@@ -113,7 +113,14 @@ typedef struct kiln_train_config {
      * process too writes a second copy of its files; -1: none. */
     int checkpoint_sync, checkpoint_replicas;
     const char *resume_path;
-    double peak_gflops; /* MFU denominator; <= 0 measures it at start */
+    double peak_gflops; /* MFU denominator; <= 0 measures it at start (the CPU's GEMM rate)
+                           or takes the GPU's data-sheet peak (kiln_cuda_device_info) */
+    /* Where the model, its gradients and the optimizer live and run: "cpu" (NULL: the same)
+     * or "cuda" (kiln_backend_cuda: the GPU, one process; the batch's ids, the loss, and the
+     * slabs for checkpoints and saved weights cross to the host, nothing else). A GPU run
+     * that asks for what the GPU trainer has not (several ranks, pruning, quantization-aware
+     * training, distillation) is refused at start, as is one the GPU cannot hold. */
+    const char *device;
     /* Precision and memory: the model's working dtype, recomputation, fusions and classifier
      * chunk (kiln_gpt_options; inference is ignored). With bf16 or fp16 the optimizer keeps
      * fp32 master weights; fp16 scales the loss (loss_scaler). */
@@ -221,7 +228,11 @@ typedef struct kiln_train_result {
     double mfu; /* fraction of peak_gflops, over steps after the first */
     double peak_gflops;
     size_t peak_rss;
-    size_t planned_peak;   /* the process before the plan's memory, plus the plan */
+    size_t planned_peak;   /* the process before the plan's memory, plus the plan (on the
+                              host: a GPU run's host part) */
+    /* A GPU run: the GPU memory the run took (in use now, less what was in use before the
+     * model was made: the CUDA context, cuBLASLt's workspace) and the plan's (0 on the CPU) */
+    size_t device_used, device_planned;
     int64_t skipped_steps; /* fp16: steps skipped for overflow */
     float loss_scale;      /* fp16: the loss scale at the end */
 } kiln_train_result;
@@ -255,6 +266,13 @@ typedef struct kiln_train_memory {
     size_t available;   /* what the process can still take (SIZE_MAX: unknown) */
     size_t process;     /* a run: what the process held before the plan's memory (0: not known) */
     const char *available_what;
+    /* A GPU run (device "cuda"): of total, what lives in the GPU's memory (all but the batches
+     * and the checkpoints' staging, and the fp32 copy of the weights a save takes, which are
+     * the host's), and the GPU's free memory (SIZE_MAX: not known). 0 and 0 on the CPU. */
+    size_t device, device_available;
+    size_t device_headroom; /* what the GPU needs besides: cuBLASLt's workspace, buffers */
+    size_t host_copy; /* a GPU run's --save: the fp32 weights read back to be written */
+    char device_what[128];
 } kiln_train_memory;
 /* The plan of a run of cfg with the model mc (validated, its vocabulary set). */
 kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_config *mc,

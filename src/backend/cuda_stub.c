@@ -2,6 +2,7 @@
  * the backend does not exist, and asking for it says how to get it. */
 #ifndef KILN_HAVE_CUDA
 #include <stdio.h>
+#include <string.h>
 
 #include "kiln/backend.h"
 
@@ -15,6 +16,11 @@ kiln_status kiln_cuda_available(char *why, size_t cap) {
     if (why && cap)
         snprintf(why, cap, "%s", NO_CUDA);
     return kiln_error_setf(KILN_ERR_UNSUPPORTED, "%s", NO_CUDA);
+}
+
+kiln_status kiln_cuda_device_info(kiln_cuda_info *info) {
+    memset(info, 0, sizeof *info);
+    return kiln_cuda_available(NULL, 0);
 }
 
 int kiln_cuda_set_flag(kiln_cuda_flag flag, int on) {

@@ -126,6 +126,79 @@ void kiln_trainer_free(kiln_trainer *t) {
     free(t);
 }
 
+kiln_status kiln__trainer_to_host(kiln_trainer *t, void *dst, const void *src, size_t bytes) {
+    if (!t->staged) {
+        memcpy(dst, src, bytes);
+        return KILN_OK;
+    }
+    t->be->copy(t->be, dst, src, bytes, KILN_COPY_TO_HOST);
+    return t->be->synchronize(t->be);
+}
+
+kiln_status kiln__trainer_to_device(kiln_trainer *t, void *dst, const void *src, size_t bytes) {
+    if (!t->staged) {
+        memcpy(dst, src, bytes);
+        return KILN_OK;
+    }
+    t->be->copy(t->be, dst, src, bytes, KILN_COPY_TO_DEVICE);
+    return t->be->synchronize(t->be);
+}
+
+kiln_status kiln__trainer_load_slab(kiln_trainer *t, const char *path, void *dst, kiln_dtype dt) {
+    if (!t->staged)
+        return kiln_gpt_load_slab(t->model, path, dst, dt);
+    size_t bytes = (size_t)kiln_gpt_slab_len(t->model) * kiln_dtype_size(dt);
+    void *h = malloc(bytes);
+    if (!h)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %.1f MiB to read %s into",
+                               (double)bytes / (1 << 20), path);
+    kiln_status s = kiln_gpt_load_slab(t->model, path, h, dt);
+    if (s == KILN_OK)
+        s = kiln__trainer_to_device(t, dst, h, bytes);
+    free(h);
+    return s;
+}
+
+static int wants_gpu(const kiln_train_config *cfg) {
+    return cfg->device && !strcmp(cfg->device, "cuda");
+}
+
+/* The backend from cfg->device: what a GPU run cannot do is refused before the GPU is asked
+ * for (the same answer on a machine without one), then the GPU's own checks. */
+static kiln_status choose_backend(kiln_trainer *t) {
+    const kiln_train_config *cfg = &t->cfg;
+    const char *dev = cfg->device && cfg->device[0] ? cfg->device : "cpu";
+    if (!strcmp(dev, "cpu")) {
+        t->be = kiln_backend_cpu();
+        const char *e = getenv("KILN_TRAIN_HOST_STAGING");
+        t->staged = t->world == 1 && e && !strcmp(e, "1");
+        return KILN_OK;
+    }
+    if (strcmp(dev, "cuda"))
+        return kiln_error_setf(KILN_ERR_CONFIG, "unknown device '%s': cpu or cuda", dev);
+    const char *no = t->world > 1 ? "several ranks (data parallelism across GPUs)"
+                     : cfg->prune_sparsity > 0 ? "pruning"
+                     : cfg->qat_bits ? "quantization-aware training"
+                     : cfg->teacher_path ? "distillation"
+                                         : NULL;
+    if (no)
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "training on the GPU (--device cuda) is one process without "
+                               "pruning, quantization-aware training or distillation so far, and "
+                               "this run asks for %s: run it on the CPU (--device cpu)",
+                               no);
+    KILN_CHECK(kiln_cuda_available(NULL, 0));
+    t->be = kiln_backend_cuda();
+    if (!t->be)
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "the CUDA backend could not start (%s): run on the CPU "
+                               "(--device cpu)",
+                               kiln_error_message());
+    t->gpu = 1;
+    t->staged = 1;
+    return KILN_OK;
+}
+
 static kiln_status build_optimizer(kiln_trainer *t) {
     int n = kiln_gpt_num_tensors(t->model);
     kiln_param_range *r = calloc((size_t)n, sizeof *r);
@@ -170,9 +243,13 @@ static void print_plan(const kiln_trainer *t) {
                 (long long)kiln_gpt_config_head_size(c), (long long)kiln_gpt_config_attn_width(c),
                 (long long)kiln_gpt_config_mlp_width(c));
     kiln_train_memory_print(log, &t->plan, t->cfg.B, t->cfg.T);
-    fprintf(log, "compute: %.2f GFLOP per step; MFU against %.1f GFLOP/s (%s products: %s)\n",
-            t->flops_per_step / 1e9, t->peak, kiln_dtype_name(o->dtype),
-            kiln_backend_cpu_gemm_name(o->dtype));
+    if (t->gpu)
+        fprintf(log, "compute: %.2f GFLOP per step on the GPU; MFU against %.1f TFLOP/s (%s)\n",
+                t->flops_per_step / 1e9, t->peak / 1e3, t->peak_what);
+    else
+        fprintf(log, "compute: %.2f GFLOP per step; MFU against %.1f GFLOP/s (%s products: %s)\n",
+                t->flops_per_step / 1e9, t->peak, kiln_dtype_name(o->dtype),
+                kiln_backend_cpu_gemm_name(o->dtype));
 }
 
 /* "812.3 MiB", or "23.3 GiB" from 1 GiB up. */
@@ -265,14 +342,32 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
     }
     p->batches = (size_t)(cfg->B * cfg->T) * 2 * sizeof(int32_t) * (cfg->val_path ? 2 : 1);
     p->checkpoint = checkpoint_staging(cfg, world, slab, owned, state);
-    p->total = model.total + state + p->batches + p->checkpoint + p->peers;
+    if (wants_gpu(cfg)) { /* the slabs on the GPU; a save reads the fp32 weights back */
+        p->device = model.total + state + p->peers;
+        p->host_copy = cfg->save_path ? (size_t)slab * sizeof(float) : 0;
+        p->device_available = SIZE_MAX;
+        kiln_cuda_info gi;
+        if (kiln_cuda_device_info(&gi) == KILN_OK) {
+            p->device_available = gi.mem_free;
+            snprintf(p->device_what, sizeof p->device_what, "free on GPU %d (%.80s)", gi.device,
+                     gi.name);
+        } else {
+            snprintf(p->device_what, sizeof p->device_what, "no usable GPU here");
+        }
+    }
+    p->total = model.total + state + p->batches + p->checkpoint + p->peers + p->host_copy;
+    /* a GPU run's room on the GPU besides the plan: cuBLASLt's workspace, the backend's
+     * staging and reduction buffers, allocation rounding */
+    p->device_headroom = p->device ? ((size_t)256 << 20) + p->device / 20 : 0;
     /* The process takes more than its slabs: its code, OpenBLAS's work buffers, the pages
      * of the data. A plan that leaves less than this beside it is refused rather than left
      * to the kernel's out-of-memory killer. */
-    p->headroom = ((size_t)256 << 20) + p->total / 20;
+    p->headroom = ((size_t)256 << 20) + (p->total - p->device) / 20;
     p->available = kiln_memory_available(&p->available_what);
     return KILN_OK;
 }
+
+
 
 void kiln_train_memory_print(FILE *log, const kiln_train_memory *p, int64_t B, int64_t T) {
     fprintf(log,
@@ -288,7 +383,20 @@ void kiln_train_memory_print(FILE *log, const kiln_train_memory *p, int64_t B, i
                 size_str(p->peers).s);
     if (p->common_weights)
         fprintf(log, " (parameters: one copy for the machine's ranks from the first step)");
-    if (p->available != SIZE_MAX)
+    if (p->device) {
+        fprintf(log, " (on the GPU: %s", size_str(p->device).s);
+        if (p->device_available != SIZE_MAX)
+            fprintf(log, " of %s %s", size_str(p->device_available).s, p->device_what);
+        else
+            fprintf(log, "; %s", p->device_what);
+        fprintf(log, "; on the host: %s", size_str(p->total - p->device).s);
+        if (p->host_copy)
+            fprintf(log, ", with the fp32 weights a save reads back, %s",
+                    size_str(p->host_copy).s);
+        if (p->available != SIZE_MAX)
+            fprintf(log, ", of %s available", size_str(p->available).s);
+        fprintf(log, ")");
+    } else if (p->available != SIZE_MAX)
         fprintf(log, " of %s available", size_str(p->available).s);
     fprintf(log, "\n");
     if (p->process)
@@ -303,8 +411,39 @@ static kiln_status check_plan(kiln_trainer *t, const kiln_gpt_config *mc) {
     const kiln_train_config *cfg = &t->cfg;
     kiln_train_memory *p = &t->plan;
     KILN_CHECK(kiln_train_memory_plan(cfg, mc, p));
-    if (p->total <= p->available && p->headroom <= p->available - p->total)
+    size_t dh = p->device_headroom;
+    if (p->device && p->device_available != SIZE_MAX &&
+        (p->device > p->device_available || dh > p->device_available - p->device)) {
+        size_t need = p->device + dh;
+        return kiln_error_setf(KILN_ERR_NOMEM,
+                               "the run is planned to take %s of GPU memory (parameters %s, "
+                               "gradients %s, master weights %s, optimizer moments %s, "
+                               "activations %s, workspace %s at B=%lld, T=%lld) and about %s more "
+                               "for cuBLASLt and the kernels, but %s is %s: %s short; use a "
+                               "smaller batch (--batch) or sequence length (--seq), "
+                               "recomputation (--recompute), a narrower precision (--precision "
+                               "bf16), a smaller model, or the CPU (--device cpu)",
+                               size_str(p->device).s, size_str(p->params).s, size_str(p->grads).s,
+                               size_str(p->master).s, size_str(p->moments).s,
+                               size_str(p->activations).s, size_str(p->workspace).s,
+                               (long long)cfg->B, (long long)cfg->T, size_str(dh).s,
+                               size_str(p->device_available).s, p->device_what,
+                               size_str(need - p->device_available).s);
+    }
+    size_t host = p->total - p->device; /* the whole plan on the CPU */
+    if (host <= p->available && p->headroom <= p->available - host)
         return KILN_OK;
+    if (p->device) {
+        size_t need = host + p->headroom;
+        return kiln_error_setf(KILN_ERR_NOMEM,
+                               "the run's host memory (batches %s, checkpoints' staging %s, the "
+                               "weights a save reads back %s) and about %s more for the process "
+                               "itself come to %s, but %s is available (%s): %s short",
+                               size_str(p->batches).s, size_str(p->checkpoint).s,
+                               size_str(p->host_copy).s, size_str(p->headroom).s,
+                               size_str(need).s, size_str(p->available).s, p->available_what,
+                               size_str(need > p->available ? need - p->available : 0).s);
+    }
     size_t need = p->total + p->headroom;
     return kiln_error_setf(KILN_ERR_NOMEM,
                            "the run is planned to take %s (parameters %s, gradients %s, master "
@@ -333,14 +472,16 @@ static kiln_status init_weights(kiln_trainer *t) {
         kiln_gpt_init_weights_f32_range(t->model, cfg->seed, t->shard_lo, t->shard_hi, dst);
         return master ? kiln_optim_write_working(t->opt, kiln_gpt_params(t->model)) : KILN_OK;
     }
-    if (!master) {
+    if (!master) { /* the model writes its working weights through the backend's copy */
         if (cfg->init_path)
-            return kiln_gpt_load_safetensors(t->model, cfg->init_path);
+            return kiln__trainer_load_slab(t, cfg->init_path, kiln_gpt_params(t->model),
+                                           kiln_gpt_dtype(t->model));
         kiln_gpt_init_weights(t->model, cfg->seed);
-        return KILN_OK;
+        return t->be->synchronize(t->be);
     }
+    /* staged slabs (a GPU's) take the whole slab made on the host and copied over */
     int whole = t->shard_lo == 0 && t->shard_hi == n;
-    float *full = whole ? master : malloc((size_t)n * sizeof *full);
+    float *full = whole && !t->staged ? master : malloc((size_t)n * sizeof *full);
     if (!full)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the starting weights");
     kiln_status s = KILN_OK;
@@ -348,13 +489,15 @@ static kiln_status init_weights(kiln_trainer *t) {
         s = kiln_gpt_load_slab(t->model, cfg->init_path, full, KILN_DTYPE_F32);
     else
         kiln_gpt_init_weights_f32(t->model, cfg->seed, full);
+    if (s == KILN_OK && whole && full != master)
+        s = kiln__trainer_to_device(t, master, full, (size_t)n * sizeof *full);
     if (s == KILN_OK && whole)
         s = kiln_optim_write_working(t->opt, kiln_gpt_params(t->model));
     if (s == KILN_OK && !whole) {
         memcpy(master, full + t->shard_lo, (size_t)(t->shard_hi - t->shard_lo) * sizeof *full);
         kiln_convert(kiln_gpt_params(t->model), kiln_gpt_dtype(t->model), full, KILN_DTYPE_F32, n);
     }
-    if (!whole)
+    if (full != master)
         free(full);
     return s;
 }
@@ -478,31 +621,52 @@ static kiln_status trainer_init(kiln_trainer *t) {
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "sequence length %lld is beyond the context of %lld",
                                (long long)cfg->T, (long long)mc.max_seq_len);
+    KILN_CHECK(choose_backend(t));
     KILN_CHECK(check_plan(t, &mc));
     struct stat st;
     t->save_existed = cfg->save_path && stat(cfg->save_path, &st) == 0;
     /* What the process holds before the plan's memory (its code, the data's pages, the
      * backend's own buffers, which prepare takes now): the planned peak is this plus the
      * plan, and the measured peak is compared with it. */
-    kiln_backend *cpu = kiln_backend_cpu();
-    if (cpu->prepare)
-        KILN_CHECK(cpu->prepare(cpu));
-    /* MFU is against the matrix-product rate of the precision trained in (bf16 products run
-     * at about twice fp32's here; fp16 products widen to fp32 on the CPU). Measured before
-     * the model exists: its matrices (about 100 MiB) are freed before the plan's memory is
-     * taken, so they never add to the peak. */
-    kiln_dtype peak_dt = cfg->model_opt.dtype == KILN_DTYPE_BF16 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
-    t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops
-                                   : kiln_backend_cpu_peak_gflops_dtype(peak_dt, 3072, 1.0);
-    kiln_backend_cpu_warm_products(cfg->B * cfg->T < 256 ? cfg->B * cfg->T : 256, mc.n_embd,
-                                   mc.padded_vocab_size);
+    if (t->gpu) { /* MFU against the GPU's data-sheet peak of the precision trained in */
+        kiln_cuda_info gi;
+        KILN_CHECK(kiln_cuda_device_info(&gi));
+        int narrow = cfg->model_opt.dtype != KILN_DTYPE_F32;
+        t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops
+                                       : 1e3 * (narrow ? gi.peak_tflops_16 : gi.peak_tflops_32);
+        snprintf(t->peak_what, sizeof t->peak_what, "%.100s: %.160s%s", gi.name,
+                 cfg->peak_gflops > 0 ? "--peak-gflops" : gi.peak_source,
+                 cfg->peak_gflops > 0 ? ""
+                 : narrow             ? ", dense 16-bit tensor cores"
+                                      : ", fp32 CUDA cores");
+    } else {
+        kiln_backend *cpu = kiln_backend_cpu();
+        if (cpu->prepare)
+            KILN_CHECK(cpu->prepare(cpu));
+        /* MFU is against the matrix-product rate of the precision trained in (bf16 products
+         * run at about twice fp32's here; fp16 products widen to fp32 on the CPU). Measured
+         * before the model exists: its matrices (about 100 MiB) are freed before the plan's
+         * memory is taken, so they never add to the peak. */
+        kiln_dtype peak_dt =
+            cfg->model_opt.dtype == KILN_DTYPE_BF16 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
+        t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops
+                                       : kiln_backend_cpu_peak_gflops_dtype(peak_dt, 3072, 1.0);
+        kiln_backend_cpu_warm_products(cfg->B * cfg->T < 256 ? cfg->B * cfg->T : 256, mc.n_embd,
+                                       mc.padded_vocab_size);
+    }
     t->plan.process = kiln_current_rss();
     /* ZeRO 3: slabs that take memory only where written */
     /* ZeRO 2 and 3: slabs that take memory only where written (2: the gradients not this
      * rank's give their pages back once reduced; 3: the weights too) */
     t->cfg.model_opt.sharded = cfg->dp.zero >= 2 && t->world > 1;
     KILN_CHECK(kiln__trainer_shared_slabs(t));
-    KILN_CHECK(kiln_gpt_create(&t->model, &mc, cfg->B, cfg->T, &cfg->model_opt, NULL));
+    if (t->gpu) {
+        kiln_cuda_info gi;
+        KILN_CHECK(kiln_cuda_device_info(&gi));
+        t->device_used0 = gi.mem_total - gi.mem_free;
+    }
+    KILN_CHECK(
+        kiln_gpt_create(&t->model, &mc, cfg->B, cfg->T, &cfg->model_opt, t->gpu ? t->be : NULL));
     KILN_CHECK(kiln__trainer_dist_start(t));
     KILN_CHECK(build_optimizer(t));
     KILN_CHECK(init_weights(t));
@@ -791,7 +955,13 @@ void kiln_trainer_result(const kiln_trainer *t, kiln_train_result *res) {
         res->mfu = t->flops_per_step / (res->mean_ms / 1e3) / (t->peak * 1e9);
     }
     res->peak_rss = kiln_peak_rss();
-    res->planned_peak = t->plan.process + t->plan.total;
+    res->planned_peak = t->plan.process + t->plan.total - t->plan.device;
+    kiln_cuda_info gi;
+    if (t->gpu && kiln_cuda_device_info(&gi) == KILN_OK) {
+        size_t used = gi.mem_total - gi.mem_free;
+        res->device_used = used > t->device_used0 ? used - t->device_used0 : 0;
+        res->device_planned = t->plan.device;
+    }
     res->skipped_steps = t->scaler.skipped;
     res->loss_scale = t->scaler.scale;
 }

@@ -503,19 +503,19 @@ static kiln_status stage_weights(kiln_trainer *t, kiln__ckpt_job *j) {
     int want = j->write_model || j->write_model_replica;
     if (master && (t->shard_lo != 0 || t->shard_hi != n))
         return kiln__trainer_gather_master_into(t, j->weights);
-    if (master) {
-        if (want)
-            memcpy(j->weights, master, (size_t)n * sizeof(float));
-        return KILN_OK;
-    }
+    if (master)
+        return want ? kiln__trainer_to_host(t, j->weights, master, (size_t)n * sizeof(float))
+                    : KILN_OK;
     KILN_CHECK(kiln__trainer_zero3_need_all(t));
     if (want)
-        memcpy(j->weights, kiln_gpt_params(t->model), (size_t)n * sizeof(float));
+        KILN_CHECK(
+            kiln__trainer_to_host(t, j->weights, kiln_gpt_params(t->model), (size_t)n * sizeof(float)));
     return kiln__trainer_zero3_drop_all(t);
 }
 
-/* This rank's optimizer file's bytes (the payload's hash is the writer's to fill in). */
-static void stage_image(kiln_trainer *t, kiln__ckpt_job *j, int64_t step) {
+/* This rank's optimizer file's bytes (the payload's hash is the writer's to fill in). An
+ * error: a staged slab that could not be read back. */
+static kiln_status stage_image(kiln_trainer *t, kiln__ckpt_job *j, int64_t step) {
     slab_list l = rank_slabs(t);
     kiln__ckpt_header h;
     memset(&h, 0, sizeof h);
@@ -535,10 +535,14 @@ static void stage_image(kiln_trainer *t, kiln__ckpt_job *j, int64_t step) {
     memcpy(j->image, &h, sizeof h);
     size_t off = sizeof h;
     for (int i = 0; i < 6; i++) {
-        if (l.bytes[i])
+        /* the optimizer's slabs and the working weights are the backend's; DiLoCo's the host's */
+        if (l.bytes[i] && i < 4)
+            KILN_CHECK(kiln__trainer_to_host(t, j->image + off, l.p[i], l.bytes[i]));
+        else if (l.bytes[i])
             memcpy(j->image + off, l.p[i], l.bytes[i]);
         off += l.bytes[i];
     }
+    return KILN_OK;
 }
 
 /* Each rank's image to the next rank (a ring): rank 0 sends first, the others receive
@@ -616,7 +620,7 @@ kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step) {
     AGREE_OR_WARN(s, "to prepare the checkpoint");
     /* the collectives (not a write that may fail), then the copies */
     KILN_CHECK(stage_weights(t, j));
-    stage_image(t, j, step);
+    KILN_CHECK(stage_image(t, j, step));
     if (j->peer_rank >= 0 && t->world > 1)
         KILN_CHECK(exchange_images(t, j));
     for (int k = 0; k < w->nloaders; k++) {

@@ -22,6 +22,13 @@ struct kiln_trainer {
     int64_t micro_total; /* every rank's together: the step's gradients are averaged over them */
     kiln_gpt *model;
     kiln_optim *opt;
+    /* The backend the model and optimizer run on, and whether the trainer reaches their slabs
+     * through its copy op (staged): a GPU's memory, or the CPU's when KILN_TRAIN_HOST_STAGING=1
+     * (tests: the GPU trainer's copies, checked where they can run) */
+    kiln_backend *be;
+    int gpu, staged;
+    char peak_what[320]; /* where the MFU's denominator came from */
+    size_t device_used0; /* GPU memory in use before the model was made */
     int32_t *inputs, *targets; /* (B,T): the last micro-batch */
     kiln__metrics *metrics;
     double flops_per_step; /* model FLOPs of one optimizer step */
@@ -81,6 +88,16 @@ struct kiln_trainer {
     struct kiln__ckpt_writer *ckw;
     struct kiln__watchdog *wd; /* watchdog.c (NULL: off) */
 };
+
+/* ---- trainer.c: the slabs from and to the host ---- */
+/* bytes of the backend's memory at src into host memory at dst (waits for the backend; its
+ * error, if any), or a memcpy when the slabs are the host's. */
+kiln_status kiln__trainer_to_host(kiln_trainer *t, void *dst, const void *src, size_t bytes);
+/* bytes of host memory at src into the backend's memory at dst. */
+kiln_status kiln__trainer_to_device(kiln_trainer *t, void *dst, const void *src, size_t bytes);
+/* The working weights (or an fp32 slab laid out as they are, dt) from a safetensors file into
+ * dst, the backend's memory of n elements of dt, through a host buffer when staged. */
+kiln_status kiln__trainer_load_slab(kiln_trainer *t, const char *path, void *dst, kiln_dtype dt);
 
 /* ---- trainer_prune.c ---- */
 /* Checks the pruning flags; after a resume past prune_start, the mask from the weights' zeros. */

@@ -501,6 +501,23 @@ static kiln_status take_recut(const rank_files *f, uint32_t which, size_t elem, 
     return s;
 }
 
+/* take_recut into the backend's memory: through a host buffer when the slabs are staged. */
+static kiln_status take_into(kiln_trainer *t, const rank_files *f, uint32_t which, size_t elem,
+                             int64_t lo, int64_t hi, void *dst, const char *what) {
+    if (!t->staged || !dst || lo >= hi)
+        return take_recut(f, which, elem, lo, hi, dst, what);
+    size_t bytes = (size_t)(hi - lo) * elem;
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %.1f MiB to read the %s into",
+                               (double)bytes / (1 << 20), what);
+    kiln_status s = take_recut(f, which, elem, lo, hi, h, what);
+    if (s == KILN_OK)
+        s = kiln__trainer_to_device(t, dst, h, bytes);
+    free(h);
+    return s;
+}
+
 /* The weights: this rank's fp32 master weights and, when narrow, the working weights of the
  * whole slab (as they were: stochastic rounding is not recomputable) from the rank files,
  * each element from an old rank that held it; fp32 working weights from model.safetensors. */
@@ -509,29 +526,29 @@ static kiln_status restore_weights(kiln_trainer *t, const char *folder, const ra
     KILN_CHECK(kiln__ckpt_path(path, folder, "model.safetensors"));
     float *master = kiln_optim_master(t->opt);
     if (!master)
-        return kiln_gpt_load_safetensors(t->model, path);
+        return kiln__trainer_load_slab(t, path, kiln_gpt_params(t->model), kiln_gpt_dtype(t->model));
     kiln_dtype wd = kiln_gpt_dtype(t->model);
     for (int r = 0; r < f->world; r++)
         if (f->h[r].work_dtype != (uint32_t)wd)
             return kiln_error_setf(KILN_ERR_FORMAT, "%s: rank %d's working weights are not %s",
                                    folder, r, kiln_dtype_name(wd));
-    KILN_CHECK(take_recut(f, KILN__CKPT_MASTER, sizeof(float), t->shard_lo, t->shard_hi, master,
-                          "master weights"));
+    KILN_CHECK(take_into(t, f, KILN__CKPT_MASTER, sizeof(float), t->shard_lo, t->shard_hi, master,
+                         "master weights"));
     if (wd == KILN_DTYPE_F32) /* master weights kept for fp32 (quantization-aware training): the
                                  working weights are theirs, written again from them */
         return kiln_optim_write_working(t->opt, kiln_gpt_params(t->model));
-    return take_recut(f, KILN__CKPT_WORKING, kiln_dtype_size(wd), 0, kiln_gpt_slab_len(t->model),
-                      kiln_gpt_params(t->model), "working weights");
+    return take_into(t, f, KILN__CKPT_WORKING, kiln_dtype_size(wd), 0, kiln_gpt_slab_len(t->model),
+                     kiln_gpt_params(t->model), "working weights");
 }
 
 /* This rank's moments from the old ranks' files, the step count, DiLoCo's state (the same
  * ranks: local SGD resumes on as many) from this rank's own. */
 static kiln_status restore_optimizer(kiln_trainer *t, const rank_files *f) {
     int64_t n = kiln_gpt_slab_len(t->model);
-    KILN_CHECK(take_recut(f, KILN__CKPT_M, sizeof(float), t->shard_lo, t->shard_hi,
-                          kiln_optim_state(t->opt, 0), "moment 0"));
-    KILN_CHECK(take_recut(f, KILN__CKPT_V, sizeof(float), t->shard_lo, t->shard_hi,
-                          kiln_optim_state(t->opt, 1), "moment 1"));
+    KILN_CHECK(take_into(t, f, KILN__CKPT_M, sizeof(float), t->shard_lo, t->shard_hi,
+                         kiln_optim_state(t->opt, 0), "moment 0"));
+    KILN_CHECK(take_into(t, f, KILN__CKPT_V, sizeof(float), t->shard_lo, t->shard_hi,
+                         kiln_optim_state(t->opt, 1), "moment 1"));
     if (t->outer_weights) {
         if (t->rank >= f->world)
             return kiln_error_setf(KILN_ERR_FORMAT, "the checkpoint has no rank %d", t->rank);

@@ -54,8 +54,21 @@ static kiln_status not_saved(kiln_trainer *t, int64_t step) {
 static kiln_status write_weights(kiln_trainer *t, const char *path, const float *master) {
     const void *slab = master ? (const void *)master : kiln_gpt_params(t->model);
     kiln_dtype dt = master ? KILN_DTYPE_F32 : kiln_gpt_dtype(t->model);
-    return kiln_gpt_save_slab_meta(t->model, path, slab, dt, t->cfg.save_dtype,
-                                   kiln__trainer_prune_meta(t, master));
+    if (!t->staged)
+        return kiln_gpt_save_slab_meta(t->model, path, slab, dt, t->cfg.save_dtype,
+                                       kiln__trainer_prune_meta(t, master));
+    /* the slab read back from the backend's memory first (the plan's host_copy) */
+    size_t bytes = (size_t)kiln_gpt_slab_len(t->model) * kiln_dtype_size(dt);
+    void *h = malloc(bytes);
+    if (!h)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %.1f MiB to read the weights back",
+                               (double)bytes / (1 << 20));
+    kiln_status s = kiln__trainer_to_host(t, h, slab, bytes);
+    if (s == KILN_OK)
+        s = kiln_gpt_save_slab_meta(t->model, path, h, dt, t->cfg.save_dtype,
+                                    kiln__trainer_prune_meta(t, master ? h : NULL));
+    free(h);
+    return s;
 }
 
 static void sleep_ms(double ms) {

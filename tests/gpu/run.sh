@@ -7,7 +7,11 @@
 #      the two CUDA benchmarks only
 #   2. nvidia-smi
 #   3. gpu.cuda_ops: every op against the reference backend, each op's max error in a table
-#   4. gpu.cuda_model: the model on the GPU against the CPU model, three training steps
+#   4. gpu.cuda_model: the model on the GPU against the CPU model, three training steps;
+#      gpu.train: `kiln train --device cuda` against the CPU trainer over 20 steps (fp32 and
+#      bf16), bit-for-bit repeats and resume, the GPU's weights read on the CPU, a plan too
+#      large for the GPU refused, and gpt2-124m at T=1024 through the trainer (tests/gpu/
+#      test_cuda_train.sh)
 #   5. gpu.comm_nccl: the NCCL communicator on one GPU, every collective against the host's
 #      result; gpu.comm_nccl_np2: the same on two ranks under mpirun, one GPU each (SKIP with
 #      fewer than two GPUs)
@@ -72,8 +76,8 @@ step() {
 
 build_ok=0
 if step configure 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON; then
-    if step build 240 cmake --build "$build" -j16 --target kiln test_cuda_ops test_cuda_model \
-        bench_cuda_ops bench_cuda_train test_comm_nccl; then
+    if step build 240 cmake --build "$build" -j16 --target kiln kiln_cli test_cuda_ops \
+        test_cuda_model bench_cuda_ops bench_cuda_train test_comm_nccl; then
         build_ok=1
     fi
 else
@@ -85,6 +89,7 @@ step nvidia-smi 20 nvidia-smi
 if [ "$build_ok" = 1 ]; then
     step gpu.cuda_ops 120 "$build/tests/test_cuda_ops"
     step gpu.cuda_model 90 "$build/tests/test_cuda_model"
+    step gpu.train 150 sh tests/gpu/test_cuda_train.sh "$build/kiln" "$build/train-test"
     step gpu.comm_nccl 60 "$build/tests/test_comm_nccl"
     gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     if [ "$gpus" -ge 2 ]; then
@@ -98,7 +103,7 @@ if [ "$build_ok" = 1 ]; then
     # the run's own limit (50 s of steps) inside the step's, which adds model set-up
     step bench_cuda_train 110 "$build/bench_cuda_train" gpt2-124m 16 1024 40 50 989 bf16
 else
-    for n in gpu.cuda_ops gpu.cuda_model gpu.comm_nccl gpu.comm_nccl_np2 bench_cuda_ops_b8 \
+    for n in gpu.cuda_ops gpu.cuda_model gpu.train gpu.comm_nccl gpu.comm_nccl_np2 bench_cuda_ops_b8 \
         bench_cuda_ops_b16 bench_cuda_train; do
         add "$n" "not run" 0 "the build failed"
     done

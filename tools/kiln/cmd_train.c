@@ -35,6 +35,10 @@ static const char *usage =
     "master weights, gradients and optimizer state; fp16 scales the loss dynamically. --plan\n"
     "prints the memory each category takes and the largest batch that fits, allocating\n"
     "nothing.\n\n"
+    "--device cuda trains on the GPU (one process): the model, gradients and optimizer live\n"
+    "there, and only the batch, the loss and the state for checkpoints and saved weights cross\n"
+    "to the host; the memory plan is checked against the GPU's free memory and MFU is against\n"
+    "its data-sheet peak. Without a usable GPU it says why and exits before anything starts.\n\n"
     "Checkpoints (--checkpoint-dir) are written by a writer thread while training goes on:\n"
     "the step pauses only to copy the state (--checkpoint-sync: it waits for the whole write).\n"
     "With several ranks each rank also writes its neighbour's optimizer file and rank 1 a\n"
@@ -296,9 +300,23 @@ static int print_plan(kiln_train_config *cfg, const char *budget_text) {
            kiln_recompute_name(cfg->model_opt.recompute));
     kiln_train_memory_print(stdout, &p, cfg->B, cfg->T);
     double gib = 1024.0 * 1024.0 * 1024.0;
-    size_t need = p.total + p.headroom;
-    printf("with the process's own ~%.2f GiB: %.2f GiB against %.2f GiB (%s): %s", p.headroom / gib,
-           need / gib, budget / gib, budget_text ? "--plan-memory" : p.available_what,
+    /* a GPU run: the GPU's part against the GPU's free memory (or --plan-memory) */
+    int gpu = p.device > 0;
+    if (gpu && !budget_text)
+        budget = p.device_available;
+    if (gpu && budget == SIZE_MAX) {
+        printf("on the GPU with its own ~%.2f GiB: %.2f GiB (%s; --plan-memory to plan for a "
+               "GPU of that size)\n",
+               p.device_headroom / gib, (p.device + p.device_headroom) / gib, p.device_what);
+        return 0;
+    }
+    size_t need = gpu ? p.device + p.device_headroom : p.total + p.headroom;
+    printf("with the %s own ~%.2f GiB: %.2f GiB against %.2f GiB (%s): %s",
+           gpu ? "GPU's" : "process's", (gpu ? p.device_headroom : p.headroom) / gib, need / gib,
+           budget / gib,
+           budget_text ? "--plan-memory"
+           : gpu       ? p.device_what
+                       : p.available_what,
            need <= budget ? "fits" : "does not fit");
     if (need > budget)
         printf(", %.2f GiB short", (need - budget) / gib);
@@ -310,7 +328,8 @@ static int print_plan(kiln_train_config *cfg, const char *budget_text) {
         kiln_train_config c = *cfg;
         c.B = mid;
         kiln_train_memory q;
-        if (kiln_train_memory_plan(&c, &mc, &q) == KILN_OK && q.total + q.headroom <= budget)
+        if (kiln_train_memory_plan(&c, &mc, &q) == KILN_OK &&
+            (gpu ? q.device + q.device_headroom : q.total + q.headroom) <= budget)
             lo = mid;
         else
             hi = mid - 1;
@@ -416,6 +435,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     int nesterov = 0, plan = 0, stochastic = 0;
     int fuse_gelu = cfg.model_opt.fuse_gelu, fuse_ln = cfg.model_opt.fuse_residual_ln;
     const char *precision = "fp32", *save_dtype = "fp32", *recompute = "none", *plan_memory = NULL;
+    const char *device = "cpu";
     int64_t chunk = cfg.model_opt.classifier_chunk;
     double loss_scale = cfg.loss_scaler.scale;
     int64_t inject = 0, zero = 0, local_steps = 0, plan_ranks = 0;
@@ -505,6 +525,8 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
          "--batch and --grad-accum (the same sequences a step), --zero and --steps may change"},
         {"peak-gflops", TOOL_FLAG_FLOAT, &peak,
          "MFU denominator (0: measure the GEMM rate of --precision at start)"},
+        {"device", TOOL_FLAG_STRING, &device,
+         "cpu or cuda: where the model, its gradients and the optimizer live and run"},
         {"precision", TOOL_FLAG_STRING, &precision,
          "fp32, bf16 or fp16: working weights and activations (fp32 master weights otherwise)"},
         {"save-dtype", TOOL_FLAG_STRING, &save_dtype, "dtype of saved weights: fp32, bf16, fp16"},
@@ -766,6 +788,11 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     cfg.save_path = save && save[0] ? save : NULL;
     cfg.save_every = save_every;
     cfg.peak_gflops = peak;
+    if (strcmp(device, "cpu") && strcmp(device, "cuda")) {
+        fprintf(stderr, "kiln train: --device is cpu or cuda, not '%s'\n", device);
+        return 2;
+    }
+    cfg.device = device;
     cfg.checkpoint_dir = ckpt_dir && ckpt_dir[0] ? ckpt_dir : NULL;
     cfg.checkpoint_every = ckpt_every;
     cfg.checkpoint_keep = ckpt_keep;
@@ -814,7 +841,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     char what[64];
     snprintf(what, sizeof what, world > 1 ? "train (rank %d of %d)" : "train", rank, world);
     cfg.comm = comm;
-    if (rank == 0)
+    if (rank == 0 && !strcmp(device, "cpu")) /* the CPU's bf16 products */
         tool_precision_note(cfg.model_opt.dtype);
     /* A --save that could never be written fails now, not after hours of training. */
     if (!replay_step && rank == 0 && cfg.save_path &&
@@ -922,6 +949,10 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
                (long long)res.steps, res.first_loss, res.last_loss, res.mean_ms, res.tokens_per_s,
                100.0 * res.mfu, (double)res.peak_rss / (1024.0 * 1024.0),
                (double)res.planned_peak / (1024.0 * 1024.0));
+    if (res.steps > 0 && res.device_planned)
+        printf("GPU memory: %.0f MiB taken by the run (planned %.0f MiB)\n",
+               (double)res.device_used / (1024.0 * 1024.0),
+               (double)res.device_planned / (1024.0 * 1024.0));
     return 0;
 }
 

@@ -196,6 +196,7 @@ static kiln_status start(void) {
     KILN_BACKEND_OPS(KCU_SET_OP_, kiln__cuda_)
 #undef KCU_SET_OP_
     be->name = "cuda";
+    be->device_memory = 1;
     be->prepare = NULL;
     be->impl = s;
     cudaError_t e = cudaSuccess;
