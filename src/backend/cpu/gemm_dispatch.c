@@ -126,7 +126,6 @@ kiln__gemm_impl kiln__cpu_gemm_get_impl(void) {
         else if (e && e[0])
             fprintf(stderr, "kiln: KILN_GEMM_BF16=%s is not available here; using %s\n", e,
                     kiln__cpu_gemm_impl_name(impl_now));
-        fallback_note();
     }
     return impl_now;
 }
@@ -481,12 +480,13 @@ kiln_status kiln__cpu_gemm(void *c, kiln_dtype c_dt, int64_t ldc, const void *a,
     switch (kiln__cpu_gemm_get_impl()) {
     case KILN__GEMM_OWN: return kiln__gemm_own(&g);
     case KILN__GEMM_DNNL: return kiln__gemm_dnnl(&g);
-    default: return kiln__gemm_fp32(&g);
+    default: fallback_note(); /* the first bf16 product says so, not an fp32 run */
+        return kiln__gemm_fp32(&g);
     }
 }
 
 kiln_status kiln__cpu_gemm_prepare(int64_t max_m, int64_t max_n, int64_t max_k) {
-    kiln__gemm_impl impl = kiln__cpu_gemm_get_impl(); /* says so once when it is the fallback */
+    kiln__gemm_impl impl = kiln__cpu_gemm_get_impl();
     if (impl == KILN__GEMM_OWN) {
         /* one tiny product makes the kernel reserve its per-thread buffers */
         uint16_t one[1] = {0x3f80};
