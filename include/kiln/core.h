@@ -57,6 +57,9 @@ void kiln_rng_seed(kiln_rng *r, uint64_t seed);
 uint64_t kiln_rng_u64(kiln_rng *r);
 float kiln_rng_uniform(kiln_rng *r);       /* [0, 1) with 24 random bits */
 float kiln_rng_normal(kiln_rng *r);        /* standard normal (Box-Muller) */
+/* out[i] = scale x the i-th of n kiln_rng_normal draws, the same bits and the same generator
+ * state after, with the transcendental functions computed on every OpenMP thread. */
+void kiln_rng_normal_fill(kiln_rng *r, float *out, int64_t n, float scale);
 uint64_t kiln_rng_below(kiln_rng *r, uint64_t n); /* uniform in [0, n), unbiased; n > 0 */
 
 /* ---- files ---- */

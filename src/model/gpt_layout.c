@@ -473,6 +473,11 @@ static void init_values(const kiln_gpt *m, uint64_t seed,
     kiln_rng_seed(&rng, seed);
     float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
     float buf[256];
+    /* the normal draws a run of `fill` at a time (on every thread: kiln_rng_normal_fill) */
+    int64_t fill = (int64_t)1 << 16;
+    float *vals = malloc((size_t)fill * sizeof *vals);
+    if (!vals)
+        vals = buf, fill = 256;
     int64_t at = 0; /* slab elements handed out so far */
     for (int i = 0; i <= m->ntensors; i++) {
         const kiln_tensor_info *t = i < m->ntensors ? &m->tensors[i] : NULL;
@@ -492,14 +497,20 @@ static void init_values(const kiln_gpt *m, uint64_t seed,
         if (len > 2 && t->name[len - 2] == '_' &&
             (t->name[len - 1] == 'u' || t->name[len - 1] == 'v'))
             std = sqrtf(std / sqrtf((float)(t->name[len - 1] == 'u' ? t->shape[1] : t->shape[0])));
-        for (int64_t k = 0; k < t->numel; k += 256) {
-            int64_t n = t->numel - k < 256 ? t->numel - k : 256;
-            for (int64_t j = 0; j < n; j++)
-                buf[j] = ln_weight ? 1.0f : t->ndim == 2 ? std * kiln_rng_normal(&rng) : 0.0f;
-            put(ctx, t->offset + k, buf, n);
+        for (int64_t k = 0; k < t->numel; k += fill) {
+            int64_t n = t->numel - k < fill ? t->numel - k : fill;
+            if (ln_weight || t->ndim != 2)
+                for (int64_t j = 0; j < n; j++)
+                    vals[j] = ln_weight ? 1.0f : 0.0f;
+            else
+                kiln_rng_normal_fill(&rng, vals, n, std);
+            for (int64_t j = 0; j < n; j += 256)
+                put(ctx, t->offset + k + j, vals + j, n - j < 256 ? n - j : 256);
         }
         at = t->offset + t->numel;
     }
+    if (vals != buf)
+        free(vals);
 }
 
 static void put_f32(void *ctx, int64_t off, const float *x, int64_t n) {

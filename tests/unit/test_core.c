@@ -1,6 +1,8 @@
 /* Core: status strings, error messages, the counting allocator, the RNG, the readers and
  * writers of users' files. */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -179,10 +181,35 @@ static void test_file_read(void) {
     test_rmtree(dir);
 }
 
+/* kiln_rng_normal_fill: the bits of n kiln_rng_normal draws (scaled), whatever n and the
+ * threads, and the generator left where the draws leave it. */
+static void test_rng_normal_fill(void) {
+    const int64_t ns[] = {0, 1, 1023, 1024, 5000, 32768, 32769, 100003};
+    const float scales[] = {1.0f, 0.02f, 0.0028867513f};
+    float *got = malloc(100003 * sizeof *got);
+    CHECK_TRUE(got != NULL);
+    for (int i = 0; got && i < (int)(sizeof ns / sizeof ns[0]); i++) {
+        kiln_rng a, b;
+        kiln_rng_seed(&a, 7 + (uint64_t)i);
+        kiln_rng_seed(&b, 7 + (uint64_t)i);
+        float scale = scales[i % 3];
+        kiln_rng_normal_fill(&a, got, ns[i], scale);
+        int64_t differ = 0;
+        for (int64_t j = 0; j < ns[i]; j++) {
+            float want = scale * kiln_rng_normal(&b);
+            differ += memcmp(&want, &got[j], sizeof want) != 0;
+        }
+        CHECK_TRUE(differ == 0);
+        CHECK_TRUE(kiln_rng_u64(&a) == kiln_rng_u64(&b));
+    }
+    free(got);
+}
+
 int main(void) {
     RUN_TEST(test_status_strings);
     RUN_TEST(test_alloc_counts_and_limits);
     RUN_TEST(test_rng);
+    RUN_TEST(test_rng_normal_fill);
     RUN_TEST(test_rng_known_answers);
     RUN_TEST(test_file_read);
     TEST_MAIN_END();
