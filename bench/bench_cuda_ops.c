@@ -4,7 +4,9 @@
  * the default model (fused residual + LayerNorm and GELU epilogue, no recomputation).
  * Each op: two warm-up calls, then as many calls as fit in about 0.2 s (at least 3), the
  * mean time between two synchronizes. Attention's FLOPs count the causal half of the
- * scores: forward 4 B NH T^2 hs / 2, backward 2.5 times that.
+ * scores: forward 4 B NH T^2 hs / 2, backward 2.5 times that. Attention is timed on tensor
+ * cores (KILN_CUDA_TC_ATTENTION on, the default, which the step estimate counts) and on CUDA
+ * cores (the flag off, "/step" 0), for the ratio in one run.
  *
  *   bench_cuda_ops [B T]
  *
@@ -24,7 +26,7 @@
 
 static kiln_backend *be;
 static const kiln_dtype dt = KILN_DTYPE_BF16;
-static double step_ms, step_flop;
+static double step_ms, step_flop, last_ms; /* last_ms: the last TIME's, 0 when it failed */
 
 static void *dbuf(int64_t n, kiln_dtype t, float scale) {
     float *x = malloc((size_t)n * sizeof(float));
@@ -47,6 +49,7 @@ static void *dbuf(int64_t n, kiln_dtype t, float scale) {
 
 #define TIME(name, count, flop, call)                                                              \
     do {                                                                                           \
+        last_ms = 0;                                                                               \
         for (int w_ = 0; w_ < 2; w_++)                                                             \
             call;                                                                                  \
         if (be->synchronize(be) != KILN_OK) {                                                      \
@@ -71,6 +74,7 @@ static void *dbuf(int64_t n, kiln_dtype t, float scale) {
             failed++;                                                                              \
             break;                                                                                 \
         }                                                                                          \
+        last_ms = ms_;                                                                             \
         double f_ = (flop);                                                                        \
         step_ms += (count) * ms_;                                                                  \
         step_flop += (count) * f_;                                                                 \
@@ -154,10 +158,24 @@ int main(int argc, char **argv) {
          be->matmul_backward(be, dt, y, gw, gb, x, o, wp, N, C, C, 0));
     TIME("matmul_backward head", 1, 2 * MM(N, C, VP),
          be->matmul_backward(be, dt, x, gw, NULL, logits, y, wte, N, C, VP, 1));
-    TIME("attention_forward", L, f_att,
+    /* tensor cores (the default, in the step estimate), then CUDA cores (KILN_CUDA_TC_ATTENTION
+     * off, not in the estimate), each backward from its own path's forward */
+    double att_ms[2][2]; /* [tensor cores][backward] */
+    int tc_old = kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, 1);
+    TIME("attention_forward (tensor cores)", L, f_att,
          be->attention_forward(be, dt, o, saved, scratch, qkv, B, T, C, NH));
-    TIME("attention_backward", L, 2.5 * f_att,
+    att_ms[1][0] = last_ms;
+    TIME("attention_backward (tensor cores)", L, 2.5 * f_att,
          be->attention_backward(be, dt, dqkv, scratch, o, qkv, saved, B, T, C, NH));
+    att_ms[1][1] = last_ms;
+    kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, 0);
+    TIME("attention_forward (CUDA cores)", 0, f_att,
+         be->attention_forward(be, dt, o, saved, scratch, qkv, B, T, C, NH));
+    att_ms[0][0] = last_ms;
+    TIME("attention_backward (CUDA cores)", 0, 2.5 * f_att,
+         be->attention_backward(be, dt, dqkv, scratch, o, qkv, saved, B, T, C, NH));
+    att_ms[0][1] = last_ms;
+    kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, tc_old);
     TIME("gelu_backward", L, 0, be->gelu_backward(be, dt, dh, h, hg, N * H));
     TIME("residual_forward", 0, 0, be->residual_forward(be, dt, o, x, y, N * C));
     TIME("crossentropy_forward_backward", 1, 0,
@@ -169,6 +187,10 @@ int main(int argc, char **argv) {
                          1e-8f, 0.1f, 0.0f));
     TIME("sumsq (124M fp32)", 1, 0, (void)be->sumsq(be, KILN_DTYPE_F32, g, NPARAMS));
     TIME("zero (124M fp32)", 1, 0, be->zero(be, g, (size_t)NPARAMS * sizeof(float)));
+    if (att_ms[0][0] > 0 && att_ms[0][1] > 0 && att_ms[1][0] > 0 && att_ms[1][1] > 0)
+        printf("\nattention on tensor cores against CUDA cores: forward %.1fx, backward %.1fx "
+               "faster\n",
+               att_ms[0][0] / att_ms[1][0], att_ms[0][1] / att_ms[1][1]);
     double tok_s = (double)N / (step_ms / 1e3);
     printf("\nstep estimate from the ops: %.1f ms, %.0f tokens/s, %.1f TFLOP/s in products and "
            "attention\n",

@@ -311,11 +311,16 @@ kiln_status kiln_cuda_device_info(kiln_cuda_info *info);
 /* Switches of the CUDA backend, each returning its previous value (-1 when built without
  * CUDA). DETERMINISTIC (on by default): no atomic additions, the same bits on every run;
  * FUSE_GELU (on): GELU in the product's epilogue when cuBLASLt has one for it; TF32 (off):
- * fp32 products on TF32 tensor cores (faster, about 2^-11 relative error per product). */
+ * fp32 products on TF32 tensor cores (faster, about 2^-11 relative error per product);
+ * TC_ATTENTION (on): attention in bf16 and fp16 on tensor cores for head sizes that are
+ * multiples of 16 up to 128 (the probabilities and dS rounded to the dtype before their
+ * products, fp32 accumulation; off: fp32 arithmetic on CUDA cores, as fp32 and other head
+ * sizes always run). Either setting reads what the other's forward saved. */
 typedef enum kiln_cuda_flag {
     KILN_CUDA_DETERMINISTIC = 0,
     KILN_CUDA_FUSE_GELU = 1,
     KILN_CUDA_TF32 = 2,
+    KILN_CUDA_TC_ATTENTION = 3,
 } kiln_cuda_flag;
 int kiln_cuda_set_flag(kiln_cuda_flag flag, int on);
 

@@ -15,9 +15,15 @@
  * 1e-6, its working copy within one unit of its dtype. Each op's worst error over the shapes
  * is printed in a table.
  *
- * Then: the backward ops run twice give the same bits (no atomics); token ids given as
- * device pointers as well as host ones; an op that cannot run (head size 300) records an
- * error that synchronize reports once and clears.
+ * Attention runs with KILN_CUDA_TC_ATTENTION on and off: "tc" rows are the tensor-core
+ * kernels (bf16 and fp16, head sizes that are multiples of 16 up to 128), "cc" rows the
+ * CUDA-core ones, "after forward ..." rows the backward of one path from the forward of the
+ * other; more shapes for attention alone (T = 1, 17, 70, 100, 130, 257, head sizes 16 to 128).
+ *
+ * Then: the backward ops run twice give the same bits (no atomics; attention on each path);
+ * the attention flag changes the bits exactly where the tensor-core kernels fit; token ids
+ * given as device pointers as well as host ones; an op that cannot run (head size 300)
+ * records an error that synchronize reports once and clears.
  *
  * Without a usable GPU (or in a build without CUDA) it prints "SKIP: no CUDA GPU (...)" and
  * exits 77, which CTest reports as skipped. */
@@ -301,28 +307,90 @@ static void test_matmul(const sizes *s) {
     one_matmul("no dinp", N, C, C, 0, 0, 0, 0);
 }
 
+/* Whether attention runs on tensor cores with KILN_CUDA_TC_ATTENTION on: bf16 and fp16 at head
+ * sizes that are multiples of 16 up to 128 (and 16-byte aligned tensors, as cudaMalloc's are);
+ * CUDA cores otherwise, whatever the flag. */
+static int att_tc_fits(int64_t hs) {
+    return dt != F32 && hs % 16 == 0 && hs >= 16 && hs <= 128;
+}
+
+/* Attention with the flag on ("tc" where the tensor-core kernels fit) and off ("cc"), each
+ * forward with each backward (either reads what the other saved), against the reference.
+ * Tolerances: fp32 arithmetic on CUDA cores reads O back rounded for D = rowsum(dO O) (the
+ * backward's 16 u). The tensor-core kernels also round each probability P to the dtype before
+ * P V, which moves an output element by at most u/2 of the weighted mean of |v|: about one
+ * unit of the dtype at the scale of the row's values, inside the forward's 4 u with the two
+ * backends' roundings of the output; and P and dS = P (dP - D) before dV = P^T dO,
+ * dK = dS^T Q and dQ = dS K, each term off by at most u/2 of itself, inside the backward's
+ * 16 u (an emulation of the kernels' tiling on the CPU, at these shapes, saw 1.2 u and 1.8 u
+ * at most). */
 static void test_attention(const sizes *s) {
     int64_t B = s->B, T = s->T, C = s->C, NH = s->NH;
+    int fits = att_tc_fits(C / NH);
+    static const char *path[2] = {"cc", "tc"};
     buf qkv = mk(B * T * 3 * C, dt, 1, 0), dout = mk(B * T * C, dt, 1, 0);
     buf out = mk(B * T * C, dt, 1e3f, 0), dqkv = mk(B * T * 3 * C, dt, 1e3f, 0);
-    buf dqkv2 = clone(&dqkv);
     size_t rs = ref->attention_saved_bytes(ref, dt, B, T, C, NH),
            rw = ref->attention_scratch_bytes(ref, dt, B, T, C, NH);
     size_t gs = gpu->attention_saved_bytes(gpu, dt, B, T, C, NH),
            gw = gpu->attention_scratch_bytes(gpu, dt, B, T, C, NH);
     void *rsaved = calloc(1, rs ? rs : 1), *rscr = calloc(1, rw ? rw : 1);
-    void *gsaved = gpu->alloc(gpu, gs), *gscr = gpu->alloc(gpu, gw);
     ref->attention_forward(ref, dt, out.h, rsaved, rscr, qkv.h, B, T, C, NH);
-    gpu->attention_forward(gpu, dt, out.d, gsaved, gscr, qkv.d, B, T, C, NH);
-    cmp("attention_forward", &out, 1e-4 + 4 * U());
     ref->attention_backward(ref, dt, dqkv.h, rscr, dout.h, qkv.h, rsaved, B, T, C, NH);
-    gpu->attention_backward(gpu, dt, dqkv.d, gscr, dout.d, qkv.d, gsaved, B, T, C, NH);
-    gpu->attention_backward(gpu, dt, dqkv2.d, gscr, dout.d, qkv.d, gsaved, B, T, C, NH);
-    cmp("attention_backward", &dqkv, 1e-4 + 16 * U());
-    check_true("attention_backward twice the same", gpu_same(&dqkv, &dqkv2));
+    /* [f]: forward with the flag f; [f][b]: that forward's saved, backward with the flag b.
+     * Each starts from the same device values as out and dqkv (all must be overwritten). */
+    void *gsaved[2], *gscr = gpu->alloc(gpu, gw);
+    buf o[2], d[2][2];
+    char op[64];
+    int old = kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, 1);
+    for (int f = 0; f < 2; f++) {
+        gsaved[f] = gpu->alloc(gpu, gs);
+        o[f] = clone(&out);
+        kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, f);
+        gpu->attention_forward(gpu, dt, o[f].d, gsaved[f], gscr, qkv.d, B, T, C, NH);
+        snprintf(op, sizeof op, "attention_forward %s", path[f && fits]);
+        cmp(op, &o[f], 1e-4 + 4 * U());
+    }
+    for (int f = 0; f < 2; f++)
+        for (int b = 0; b < 2; b++) {
+            d[f][b] = clone(&dqkv);
+            kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, b);
+            gpu->attention_backward(gpu, dt, d[f][b].d, gscr, dout.d, qkv.d, gsaved[f], B, T, C,
+                                    NH);
+            if (f != b && !fits)
+                continue; /* the same kernels as f == b */
+            snprintf(op, sizeof op, "attention_backward %s%s", path[b && fits],
+                     f == b ? ""
+                     : f    ? " after forward tc"
+                            : " after forward cc");
+            cmp(op, &d[f][b], 1e-4 + 16 * U());
+        }
+    for (int b = 0; b < 2; b++) { /* no atomics: twice the same bits, on each path */
+        buf again = clone(&dqkv);
+        kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, b);
+        gpu->attention_backward(gpu, dt, again.d, gscr, dout.d, qkv.d, gsaved[b], B, T, C, NH);
+        snprintf(op, sizeof op, "attention_backward %s twice the same", path[b && fits]);
+        check_true(op, gpu_same(&d[b][b], &again));
+        rm(&again);
+    }
+    kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, old);
+    /* The flag switches kernels exactly where the tensor-core ones fit: their rounded P gives
+     * other bits once rows have several keys; elsewhere the same kernels run either way. */
+    if (fits && T >= 8)
+        check_true("attention: tc and cc paths give different bits (the flag switches kernels)",
+                   !gpu_same(&o[0], &o[1]) || !gpu_same(&d[0][0], &d[1][1]));
+    else if (!fits)
+        check_true("attention: the flag changes nothing where tensor cores do not fit",
+                   gpu_same(&o[0], &o[1]) && gpu_same(&d[0][0], &d[1][1]));
+    printf("attention %-4s B %lld T %3lld C %3lld NH %lld (head size %3lld): %s\n",
+           kiln_dtype_name(dt), (long long)B, (long long)T, (long long)C, (long long)NH,
+           (long long)(C / NH),
+           fits ? "tc and cc, each forward with each backward" : "cc (flag on and off)");
     free(rsaved), free(rscr);
-    gpu->free(gpu, gsaved), gpu->free(gpu, gscr);
-    rm(&qkv), rm(&dout), rm(&out), rm(&dqkv), rm(&dqkv2);
+    gpu->free(gpu, gsaved[0]), gpu->free(gpu, gsaved[1]), gpu->free(gpu, gscr);
+    rm(&qkv), rm(&dout), rm(&out), rm(&dqkv), rm(&o[0]), rm(&o[1]);
+    for (int f = 0; f < 2; f++)
+        rm(&d[f][0]), rm(&d[f][1]);
 }
 
 static void test_elementwise(const sizes *s) {
@@ -478,6 +546,13 @@ int main(void) {
         {2, 23, 72, 6, 1001, 1024}, {1, 1, 48, 2, 50, 64},     {2, 64, 128, 2, 300, 384},
         {1, 40, 256, 2, 129, 256},  {1, 33, 96, 3, 77, 128},   {1, 17, 200, 1, 10, 16},
     };
+    /* attention alone: the tensor-core kernels' tiles of 64 rows and keys at head sizes 64
+     * and 128 (and 16, 48, 80, padded to 32, 64, 128), T of no multiple of 64 (1, 17, 70,
+     * 100, 130, 257), several batch rows and heads */
+    const sizes att_shapes[] = {
+        {2, 100, 128, 2, 0, 0}, {1, 257, 256, 2, 0, 0}, {3, 17, 192, 3, 0, 0}, {2, 1, 256, 2, 0, 0},
+        {1, 70, 96, 2, 0, 0},   {1, 33, 80, 1, 0, 0},   {2, 130, 64, 4, 0, 0},
+    };
     const kiln_dtype dts[] = {F32, BF16, F16};
     for (int k = 0; k < 3; k++) {
         dt = dts[k];
@@ -490,6 +565,8 @@ int main(void) {
             test_elementwise(s);
             test_crossentropy(s);
         }
+        for (size_t i = 0; i < sizeof att_shapes / sizeof att_shapes[0]; i++)
+            test_attention(&att_shapes[i]);
         test_slabs();
         test_optim();
         test_errors();

@@ -18,7 +18,11 @@
  * eight of the tile's 32 columns of scores. Rows of the tiles in shared memory are padded
  * to HSP + 1 floats (HSP: the head size rounded up to 32, 64, 128 or 256), so the threads
  * of a warp reading different rows at the same channel hit different banks. Arithmetic in
- * fp32, operands widened from the dtype when loaded. Head sizes up to 256. */
+ * fp32, operands widened from the dtype when loaded. Head sizes up to 256.
+ *
+ * In bf16 and fp16, head sizes that are multiples of 16 up to 128 run on tensor cores instead
+ * (cuda_attention_tc.cu) while KILN_CUDA_TC_ATTENTION is on: the same `saved` and `scratch`, so
+ * either forward pairs with either backward; D comes from the kernel here in both. */
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
@@ -319,18 +323,22 @@ static void launch_forward(kiln_backend *be, T *out, float *lse, T *osave, const
     KCU_LAUNCHED(be, "attention_forward");
 }
 
+/* D = rowsum(dO * O) into scratch, for either backward. */
+template <typename T>
+static void launch_rowdot(kiln_backend *be, float *D, const T *dout, const T *osave, int64_t B,
+                          int64_t T_, int64_t C, int64_t NH) {
+    int64_t warps = B * T_ * NH;
+    kcu_attention_rowdot<T><<<kcu_blocks(warps * 32, 256), 256, 0, kcu_st(be)->stream>>>(
+        D, dout, osave, B, T_, C, (int)NH, (int)(C / NH));
+    KCU_LAUNCHED(be, "attention_backward (D)");
+}
+
 template <typename T, int HSP>
-static void launch_backward(kiln_backend *be, T *dqkv, float *D, const T *dout, const T *qkv,
-                            const float *lse, const T *osave, int64_t B, int64_t T_, int64_t C,
-                            int64_t NH) {
+static void launch_backward(kiln_backend *be, T *dqkv, const float *D, const T *dout, const T *qkv,
+                            const float *lse, int64_t B, int64_t T_, int64_t C, int64_t NH) {
     cudaStream_t st = kcu_st(be)->stream;
     int hs = (int)(C / NH);
     float scale = 1.0f / sqrtf((float)hs);
-    int64_t warps = B * T_ * NH;
-    kcu_attention_rowdot<T><<<kcu_blocks(warps * 32, 256), 256, 0, st>>>(D, dout, osave, B, T_,
-                                                                          C, (int)NH, hs);
-    if (KCU_LAUNCHED(be, "attention_backward (D)"))
-        return;
     size_t s1 = dq_smem<HSP>(), s2 = dkv_smem<HSP>();
     if (KCU_CHECK(be, cudaFuncSetAttribute(kcu_attention_backward_dq<T, HSP>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1)) ||
@@ -360,15 +368,23 @@ static void forward_dt(kiln_backend *be, int hsp, T *out, float *lse, T *osave, 
 }
 
 template <typename T>
-static void backward_dt(kiln_backend *be, int hsp, T *dqkv, float *D, const T *dout,
-                        const T *qkv, const float *lse, const T *osave, int64_t B, int64_t T_,
-                        int64_t C, int64_t NH) {
+static void backward_dt(kiln_backend *be, int hsp, T *dqkv, const float *D, const T *dout,
+                        const T *qkv, const float *lse, int64_t B, int64_t T_, int64_t C,
+                        int64_t NH) {
     switch (hsp) {
-    case 32: launch_backward<T, 32>(be, dqkv, D, dout, qkv, lse, osave, B, T_, C, NH); break;
-    case 64: launch_backward<T, 64>(be, dqkv, D, dout, qkv, lse, osave, B, T_, C, NH); break;
-    case 128: launch_backward<T, 128>(be, dqkv, D, dout, qkv, lse, osave, B, T_, C, NH); break;
-    default: launch_backward<T, 256>(be, dqkv, D, dout, qkv, lse, osave, B, T_, C, NH); break;
+    case 32: launch_backward<T, 32>(be, dqkv, D, dout, qkv, lse, B, T_, C, NH); break;
+    case 64: launch_backward<T, 64>(be, dqkv, D, dout, qkv, lse, B, T_, C, NH); break;
+    case 128: launch_backward<T, 128>(be, dqkv, D, dout, qkv, lse, B, T_, C, NH); break;
+    default: launch_backward<T, 256>(be, dqkv, D, dout, qkv, lse, B, T_, C, NH); break;
     }
+}
+
+/* The tensor-core kernels (cuda_attention_tc.cu) when the flag is on and they fit: bf16 or
+ * fp16, a head size that is a multiple of 16 up to 128, 16-byte aligned tensors. */
+static int use_tc(kiln_backend *be, kiln_dtype dt, int64_t hs, const void *a, const void *b,
+                  const void *c) {
+    uintptr_t any = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c;
+    return kcu_st(be)->tc_attention && kcu_attention_tc_fits(dt, hs) && any % 16 == 0;
 }
 
 void kiln__cuda_attention_forward(kiln_backend *be, kiln_dtype dt, void *out, void *saved,
@@ -379,6 +395,10 @@ void kiln__cuda_attention_forward(kiln_backend *be, kiln_dtype dt, void *out, vo
         return;
     float *lse = (float *)saved;
     void *osave = (char *)saved + round256((size_t)(B * NH * Tn) * sizeof(float));
+    if (use_tc(be, dt, C / NH, out, osave, qkv)) {
+        kcu_attention_tc_forward(be, dt, out, lse, osave, qkv, B, Tn, C, NH);
+        return;
+    }
     int hsp = head_pad(C / NH);
     KCU_DISPATCH(dt, forward_dt<T>(be, hsp, (T *)out, lse, (T *)osave, (const T *)qkv, B, Tn, C,
                                    NH));
@@ -391,7 +411,15 @@ void kiln__cuda_attention_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, 
         return;
     const float *lse = (const float *)saved;
     const void *osave = (const char *)saved + round256((size_t)(B * NH * Tn) * sizeof(float));
+    float *D = (float *)scratch;
+    KCU_DISPATCH(dt, launch_rowdot<T>(be, D, (const T *)dout, (const T *)osave, B, Tn, C, NH));
+    if (kcu_skip(be))
+        return;
+    if (use_tc(be, dt, C / NH, dqkv, dout, qkv)) {
+        kcu_attention_tc_backward(be, dt, dqkv, D, dout, qkv, lse, B, Tn, C, NH);
+        return;
+    }
     int hsp = head_pad(C / NH);
-    KCU_DISPATCH(dt, backward_dt<T>(be, hsp, (T *)dqkv, (float *)scratch, (const T *)dout,
-                                    (const T *)qkv, lse, (const T *)osave, B, Tn, C, NH));
+    KCU_DISPATCH(dt, backward_dt<T>(be, hsp, (T *)dqkv, D, (const T *)dout, (const T *)qkv, lse, B,
+                                    Tn, C, NH));
 }

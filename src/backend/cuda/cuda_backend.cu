@@ -13,7 +13,7 @@
 #include "backend/cuda/cuda_stream.h"
 
 static kcu_state state = {0, 0, NULL, NULL, NULL, 0, {NULL, 0}, {NULL, 0}, {NULL, 0},
-                          {NULL, 0}, {NULL, 0}, NULL, 1, 1, 0};
+                          {NULL, 0}, {NULL, 0}, NULL, 1, 1, 0, 1};
 static kiln_backend cuda_backend;
 
 kcu_state *kcu_st(kiln_backend *be) { return (kcu_state *)be->impl; }
@@ -178,10 +178,11 @@ kiln_status kiln_cuda_available(char *why, size_t cap) {
 }
 
 int kiln_cuda_set_flag(kiln_cuda_flag flag, int on) {
-    int *f = flag == KILN_CUDA_DETERMINISTIC ? &state.deterministic
-             : flag == KILN_CUDA_FUSE_GELU   ? &state.fuse_gelu
-             : flag == KILN_CUDA_TF32        ? &state.tf32
-                                             : NULL;
+    int *f = flag == KILN_CUDA_DETERMINISTIC  ? &state.deterministic
+             : flag == KILN_CUDA_FUSE_GELU    ? &state.fuse_gelu
+             : flag == KILN_CUDA_TF32         ? &state.tf32
+             : flag == KILN_CUDA_TC_ATTENTION ? &state.tc_attention
+                                              : NULL;
     if (!f)
         return -1;
     int old = *f;

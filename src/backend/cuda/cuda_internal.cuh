@@ -33,7 +33,7 @@ typedef struct kcu_state {
     kcu_buf hids;  /* host: ids read back when a caller passes device ids */
     double *red_host; /* pinned: a reduction's result */
     /* flags (kiln_cuda_set_flag) */
-    int deterministic, fuse_gelu, tf32;
+    int deterministic, fuse_gelu, tf32, tc_attention;
 } kcu_state;
 
 kcu_state *kcu_st(kiln_backend *be);
@@ -137,6 +137,17 @@ __device__ __forceinline__ float kcu_warp_max(float v) {
  * dst (cols, fp32), in a fixed order: partial sums over chunks of rows, then the chunks. */
 void kcu_column_sums(kiln_backend *be, kiln_dtype dt, float *dst, const void *x, int64_t N,
                      int64_t cols);
+
+/* cuda_attention_tc.cu: attention on tensor cores, for bf16 and fp16 and head sizes that are
+ * multiples of 16 up to 128 (kcu_attention_tc_fits); pointers 16-byte aligned. The forward
+ * writes out, the lse (B,NH,T) and osave (B,T,C) as cuda_attention.cu's forward does; the
+ * backward writes dqkv from D = rowsum(dO O) (B,NH,T), already computed, and the lse. */
+int kcu_attention_tc_fits(kiln_dtype dt, int64_t hs);
+void kcu_attention_tc_forward(kiln_backend *be, kiln_dtype dt, void *out, float *lse, void *osave,
+                              const void *qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+void kcu_attention_tc_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, const float *D,
+                               const void *dout, const void *qkv, const float *lse, int64_t B,
+                               int64_t T, int64_t C, int64_t NH);
 
 /* cuda_matmul.cu: load cuBLASLt and create the handle (the thread's error message says why
  * not); forget the cached algorithms. */
