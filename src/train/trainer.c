@@ -126,22 +126,22 @@ void kiln_trainer_free(kiln_trainer *t) {
     free(t);
 }
 
-kiln_status kiln__trainer_to_host(kiln_trainer *t, void *dst, const void *src, size_t bytes) {
+static kiln_status move(kiln_trainer *t, void *dst, const void *src, size_t bytes,
+                        kiln_copy_kind kind) {
     if (!t->staged) {
         memcpy(dst, src, bytes);
         return KILN_OK;
     }
-    t->be->copy(t->be, dst, src, bytes, KILN_COPY_TO_HOST);
+    t->be->copy(t->be, dst, src, bytes, kind);
     return t->be->synchronize(t->be);
 }
 
+kiln_status kiln__trainer_to_host(kiln_trainer *t, void *dst, const void *src, size_t bytes) {
+    return move(t, dst, src, bytes, KILN_COPY_TO_HOST);
+}
+
 kiln_status kiln__trainer_to_device(kiln_trainer *t, void *dst, const void *src, size_t bytes) {
-    if (!t->staged) {
-        memcpy(dst, src, bytes);
-        return KILN_OK;
-    }
-    t->be->copy(t->be, dst, src, bytes, KILN_COPY_TO_DEVICE);
-    return t->be->synchronize(t->be);
+    return move(t, dst, src, bytes, KILN_COPY_TO_DEVICE);
 }
 
 kiln_status kiln__trainer_load_slab(kiln_trainer *t, const char *path, void *dst, kiln_dtype dt) {
