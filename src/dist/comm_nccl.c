@@ -1,13 +1,19 @@
-/* kiln_comm on NCCL: collectives between GPUs, queued on the CUDA backend's stream. Compiled
- * to nothing without NCCL (KILN_HAVE_NCCL unset: comm_nccl_stub.c says why).
+/* kiln_comm on NCCL: collectives between GPUs, on a stream of their own behind the CUDA
+ * backend's. Compiled to nothing without NCCL (KILN_HAVE_NCCL unset: comm_nccl_stub.c says
+ * why).
  *
  * libnccl.so.2 is loaded with dlopen by the first kiln_comm_init_nccl, once the GPU is found
  * usable, so that a kiln built with CUDA maps no NCCL unless it communicates between GPUs;
- * nccl.h gives only types and constants. Buffers are the CUDA backend's device memory. Every
- * operation goes on the backend's one stream, so it starts after the kernels that made its
- * input and ends before the ones called after it read its output. A blocking call then waits
- * for an event recorded behind it (not for kernels another thread queues later); a started one
- * records an event of its own, its request.
+ * nccl.h gives only types and constants. Buffers are the CUDA backend's device memory.
+ *
+ * Each communicator queues its operations on a stream of its own, each behind an event recorded
+ * on the backend's stream when the operation is called: it starts after the kernels queued
+ * before the call (those that made its input) and runs beside the ones queued after it, so a
+ * bucket of gradients is reduced while backward computes the next. A blocking call then waits
+ * for an event recorded behind it on the communicator's stream; a started one records an event
+ * of its own, its request, and kiln_comm_wait waits for that. Kernels queued after the wait
+ * (from any thread) see the result; until then the caller leaves the buffers alone, as the
+ * non-blocking forms say.
  *
  * Reductions move their dtype (ncclFloat32, ncclBfloat16, ncclFloat16); broadcast, allgather,
  * send and recv move bytes. A v-collective of equal counts is NCCL's own (ncclReduceScatter,
@@ -205,9 +211,11 @@ static kiln_status cuda_fail(cudaError_t e, const char *call, const kiln_comm *c
 
 typedef struct nccl_comm {
     ncclComm_t comm;
-    int device;          /* the CUDA backend's GPU */
-    cudaStream_t stream; /* the CUDA backend's stream */
-    cudaEvent_t done;    /* recorded behind each blocking operation */
+    int device;           /* the CUDA backend's GPU */
+    cudaStream_t compute; /* the CUDA backend's stream */
+    cudaStream_t stream;  /* the communicator's own: every operation is queued here */
+    cudaEvent_t called;   /* recorded on compute at each call, waited for by stream */
+    cudaEvent_t done;     /* recorded behind each blocking operation */
     float *word;         /* device: the barrier's one element */
     void *scratch;       /* device: a reduce-scatter result on its way to the start of send */
     size_t scratch_bytes;
@@ -238,6 +246,18 @@ static kiln_status use_device(const nccl_comm *m, const kiln_comm *c) {
         return KILN_OK;
     if ((e = cudaSetDevice(m->device)) != cudaSuccess)
         return cuda_fail(e, "cudaSetDevice", c);
+    return KILN_OK;
+}
+
+/* Before an operation is queued: the calling thread on the communicator's GPU, and the
+ * communicator's stream behind what the backend's stream holds now. */
+static kiln_status enter(const nccl_comm *m, const kiln_comm *c) {
+    KILN_CHECK(use_device(m, c));
+    cudaError_t e = cudaEventRecord(m->called, m->compute);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(m->stream, m->called, 0);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "ordering NCCL behind the backend's kernels", c);
     return KILN_OK;
 }
 
@@ -376,7 +396,7 @@ static kiln_status nc_allreduce(const void *send, void *recv, int64_t count, kil
     size_t bytes = (size_t)count * kiln_dtype_size(dt);
     ncclDataType_t t = ncclFloat32;
     KILN_CHECK(reduce_type(dt, &t));
-    KILN_CHECK(use_device(m, c));
+    KILN_CHECK(enter(m, c));
     KILN_CHECK(check_device(m, send, bytes, "send", fn));
     KILN_CHECK(check_device(m, recv, bytes, "recv", fn));
     ncclResult_t r = ncclSuccess;
@@ -438,7 +458,7 @@ static kiln_status nc_reduce_scatter(const void *send, void *recv, const int64_t
     ncclDataType_t t = ncclFloat32;
     layout(c, counts, &mine, &total, &equal);
     KILN_CHECK(reduce_type(dt, &t));
-    KILN_CHECK(use_device(m, c));
+    KILN_CHECK(enter(m, c));
     KILN_CHECK(check_device(m, send, (size_t)total * es, "send", fn));
     KILN_CHECK(check_device(m, recv, n, "recv", fn));
     char *at = (char *)send + (size_t)mine * es; /* this rank's piece of send */
@@ -494,7 +514,7 @@ static kiln_status nc_allgather(const void *send, void *recv, const int64_t *cou
     int64_t mine, total;
     int equal;
     layout(c, counts, &mine, &total, &equal);
-    KILN_CHECK(use_device(m, c));
+    KILN_CHECK(enter(m, c));
     KILN_CHECK(check_device(m, send, (size_t)counts[c->rank] * es, "send", fn));
     KILN_CHECK(check_device(m, recv, (size_t)total * es, "recv", fn));
     ncclResult_t r = ncclSuccess;
@@ -509,7 +529,7 @@ static kiln_status nc_broadcast(void *buf, int64_t count, kiln_dtype dt, int roo
                                 void **req) {
     nccl_comm *m = c->impl;
     size_t bytes = (size_t)count * kiln_dtype_size(dt);
-    KILN_CHECK(use_device(m, c));
+    KILN_CHECK(enter(m, c));
     KILN_CHECK(check_device(m, buf, bytes, "buf", "kiln_comm_broadcast"));
     ncclResult_t r = ncclSuccess;
     if (bytes)
@@ -523,7 +543,7 @@ static kiln_status p2p(void *buf, int64_t count, kiln_dtype dt, int peer, kiln_c
                        int sending) {
     nccl_comm *m = c->impl;
     size_t bytes = (size_t)count * kiln_dtype_size(dt);
-    KILN_CHECK(use_device(m, c));
+    KILN_CHECK(enter(m, c));
     KILN_CHECK(check_device(m, buf, bytes, "buf", sending ? "kiln_comm_send" : "kiln_comm_recv"));
     ncclResult_t r = ncclSuccess;
     if (bytes && sending)
@@ -548,7 +568,7 @@ static kiln_status nc_recv(void *buf, int64_t count, kiln_dtype dt, int peer, in
 /* A one-element allreduce every rank must reach, waited for. */
 static kiln_status nc_barrier(kiln_comm *c) {
     nccl_comm *m = c->impl;
-    KILN_CHECK(use_device(m, c));
+    KILN_CHECK(enter(m, c));
     ncclResult_t r =
         nccl.ncclAllReduce(m->word, m->word, 1, ncclFloat32, ncclSum, m->comm, m->stream);
     return finish(c, r, "ncclAllReduce (barrier)", NULL);
@@ -565,14 +585,18 @@ static void impl_free(nccl_comm *m) {
         nccl.ncclCommDestroy(m->comm);
     if (m->done)
         cudaEventDestroy(m->done);
+    if (m->called)
+        cudaEventDestroy(m->called);
     cudaFree(m->word);
     cudaFree(m->scratch);
+    if (m->stream)
+        cudaStreamDestroy(m->stream);
     free(m);
 }
 
-/* A kiln communicator owning comm (destroyed here on failure), on the backend's device and
- * stream. */
-static kiln_status comm_wrap(ncclComm_t comm, int device, cudaStream_t stream, kiln_comm **out) {
+/* A kiln communicator owning comm (destroyed here on failure), on the backend's device, with
+ * a stream of its own behind the backend's (compute). */
+static kiln_status comm_wrap(ncclComm_t comm, int device, cudaStream_t compute, kiln_comm **out) {
     int rank = 0, size = 1;
     kiln_status s;
     ncclResult_t r;
@@ -584,19 +608,24 @@ static kiln_status comm_wrap(ncclComm_t comm, int device, cudaStream_t stream, k
     }
     m->comm = comm;
     m->device = device;
-    m->stream = stream;
+    m->compute = compute;
     if ((r = nccl.ncclCommUserRank(comm, &rank)) != ncclSuccess ||
         (r = nccl.ncclCommCount(comm, &size)) != ncclSuccess) {
         s = nccl_fail(r, "ncclCommUserRank/ncclCommCount", NULL, comm);
         goto fail;
     }
-    if ((e = cudaEventCreateWithFlags(&m->done, cudaEventDisableTiming)) != cudaSuccess) {
-        m->done = NULL;
+    if ((e = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        m->stream = NULL;
+        s = cuda_fail(e, "cudaStreamCreate", NULL);
+        goto fail;
+    }
+    if ((e = cudaEventCreateWithFlags(&m->done, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&m->called, cudaEventDisableTiming)) != cudaSuccess) {
         s = cuda_fail(e, "cudaEventCreate", NULL);
         goto fail;
     }
     if ((e = cudaMalloc((void **)&m->word, sizeof *m->word)) != cudaSuccess ||
-        (e = cudaMemsetAsync(m->word, 0, sizeof *m->word, stream)) != cudaSuccess) {
+        (e = cudaMemsetAsync(m->word, 0, sizeof *m->word, m->stream)) != cudaSuccess) {
         s = cuda_fail(e, "cudaMalloc (the barrier's word)", NULL);
         goto fail;
     }
@@ -704,7 +733,7 @@ static kiln_status nc_split(kiln_comm *c, int color, int key, kiln_comm **out) {
     ncclResult_t r = nccl.ncclCommSplit(m->comm, color, key, &sub, NULL);
     if (r != ncclSuccess)
         return nccl_fail(r, "ncclCommSplit", c, m->comm);
-    return comm_wrap(sub, m->device, m->stream, out);
+    return comm_wrap(sub, m->device, m->compute, out);
 #else
     return kiln_error_setf(KILN_ERR_UNSUPPORTED,
                            "kiln_comm_split: kiln was built with nccl.h %d, "
