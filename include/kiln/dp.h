@@ -23,7 +23,8 @@
  * with bucket_bytes 0 the whole slab is one reduction after backward.
  *
  * MPI calls come from the communication thread while backward runs and from the calling
- * thread between finish and the next begin, never both at once (MPI_THREAD_SERIALIZED). */
+ * thread between finish and the next begin, never both at once (MPI_THREAD_SERIALIZED);
+ * kiln_dp_create_queued's engine makes every call on the caller's thread. */
 #ifndef KILN_DP_H
 #define KILN_DP_H
 
@@ -60,6 +61,16 @@ typedef struct kiln_dp kiln_dp; /* opaque */
  * must cover [0, n) exactly; kiln_gpt_grad_ranges gives them). Starts the thread. */
 kiln_status kiln_dp_create(kiln_dp **out, kiln_comm *comm, const kiln_dp_config *cfg, int64_t n,
                            const int64_t *lo, const int64_t *hi, int nranges);
+/* The same engine without a thread, for communicators whose operations are queued rather than
+ * run (NCCL's, on a GPU's stream): kiln_dp_ready starts each final bucket's reduction on the
+ * caller's thread with the non-blocking collectives, and kiln_dp_finish waits for them in order.
+ * comm moves the slabs (device memory for NCCL); host (NULL: comm) carries
+ * kiln_dp_allreduce_sums' host scalars and must have comm's ranks. ZeRO 0 and 1 with fp32
+ * reductions only, and neither the rows apart, nor ZeRO 3's gathers, nor kiln_dp_average.
+ * comm_s is then the span from the first start to the end of the wait in finish. */
+kiln_status kiln_dp_create_queued(kiln_dp **out, kiln_comm *comm, kiln_comm *host,
+                                  const kiln_dp_config *cfg, int64_t n, const int64_t *lo,
+                                  const int64_t *hi, int nranges);
 void kiln_dp_free(kiln_dp *dp); /* NULL safe */
 
 /* Shard r of a slab of n elements over world ranks: equal pieces, edges on multiples of 16

@@ -33,7 +33,15 @@ typedef struct job {
 enum { JOB_BUCKET, JOB_GATHER };
 
 struct kiln_dp {
-    kiln_comm *comm;
+    kiln_comm *comm; /* the slabs' collectives */
+    kiln_comm *host; /* the scalars' (host memory): comm's unless queued on another */
+    /* queued (kiln_dp_create_queued): no thread; each bucket's reduction is started on the
+     * caller's thread as it becomes final, and finish waits for the requests in order */
+    int queued;
+    kiln_comm_request **reqs;
+    int64_t nreqs, reqs_cap;
+    double started_ms; /* this step's first reduction started (kiln_time_ms) */
+    uint64_t host_bytes_at_take, host_net_at_take;
     kiln_dp_config cfg;
     int rank, world;
     int64_t n;
@@ -142,6 +150,45 @@ static kiln_status reduce_piece(kiln_dp *dp, int64_t lo, int64_t hi) {
     if (bf16 && dp->counts[dp->rank] > 0)
         kiln_convert(g + before, KILN_DTYPE_F32, mine, KILN_DTYPE_BF16, dp->counts[dp->rank]);
     return KILN_OK;
+}
+
+/* Queued: [lo, hi) of the gradients summed over ranks, started (reduce_piece's collectives in
+ * their non-blocking forms, fp32 only), the request kept for finish. */
+static kiln_status start_piece(kiln_dp *dp, int64_t lo, int64_t hi) {
+    float *g = dp->grads + lo;
+    if (dp->nreqs >= dp->reqs_cap)
+        return kiln_error_setf(KILN_ERR_INTERNAL, "data parallel: more than %lld reductions a step",
+                               (long long)dp->reqs_cap);
+    kiln_comm_request **req = &dp->reqs[dp->nreqs];
+    if (dp->nreqs == 0)
+        dp->started_ms = kiln_time_ms();
+    if (dp->cfg.zero < 1) {
+        KILN_CHECK(kiln_comm_iallreduce(g, g, hi - lo, KILN_DTYPE_F32, KILN_REDUCE_SUM, dp->comm,
+                                        req));
+    } else {
+        int64_t before = 0;
+        for (int r = 0; r < dp->world; r++) {
+            dp->counts[r] = overlap(lo, hi, dp->shard_lo[r], dp->shard_hi[r]);
+            if (r < dp->rank)
+                before += dp->counts[r];
+        }
+        KILN_CHECK(kiln_comm_ireduce_scatter(g, g + before, dp->counts, KILN_DTYPE_F32,
+                                             KILN_REDUCE_SUM, dp->comm, req));
+    }
+    dp->nreqs++;
+    return KILN_OK;
+}
+
+/* Queued: a bucket's reductions started; the first failure is kept for finish, and nothing
+ * more starts after it. */
+static void start_bucket(kiln_dp *dp, const bucket *b) {
+    for (int64_t a = b->lo; a < b->hi && dp->error == KILN_OK; a += PIECE) {
+        kiln_status s = start_piece(dp, a, b->hi - a < PIECE ? b->hi : a + PIECE);
+        if (s != KILN_OK) {
+            dp->error = s;
+            snprintf(dp->error_msg, sizeof dp->error_msg, "%s", kiln_error_message());
+        }
+    }
 }
 
 /* One bucket's reduction, on the thread, piece by piece. With zero 2 and 3 the rest of the
@@ -298,6 +345,12 @@ static kiln_status build(kiln_dp *dp, const int64_t *lo, const int64_t *hi, int 
         if (b->hi - b->lo > largest)
             largest = b->hi - b->lo;
     }
+    if (dp->queued) { /* a request per piece of every bucket */
+        dp->reqs_cap = dp->nbuckets + dp->n / PIECE + 2;
+        dp->reqs = calloc((size_t)dp->reqs_cap, sizeof *dp->reqs);
+        if (!dp->reqs)
+            return kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
+    }
     if (dp->cfg.reduce_dtype == KILN_DTYPE_BF16) {
         if (largest > PIECE)
             largest = PIECE; /* buckets are reduced in pieces */
@@ -311,10 +364,11 @@ static kiln_status build(kiln_dp *dp, const int64_t *lo, const int64_t *hi, int 
     return KILN_OK;
 }
 
-kiln_status kiln_dp_create(kiln_dp **out, kiln_comm *comm, const kiln_dp_config *cfg, int64_t n,
-                           const int64_t *lo, const int64_t *hi, int nranges) {
+static kiln_status create(kiln_dp **out, kiln_comm *comm, kiln_comm *host, int queued,
+                          const kiln_dp_config *cfg, int64_t n, const int64_t *lo,
+                          const int64_t *hi, int nranges) {
     *out = NULL;
-    if (!comm || !cfg || n < 1)
+    if (!comm || !host || !cfg || n < 1)
         return kiln_error_setf(KILN_ERR_ARG, "data parallel: no communicator or empty slab");
     if (cfg->zero < 0 || cfg->zero > 3)
         return kiln_error_setf(KILN_ERR_CONFIG,
@@ -325,21 +379,40 @@ kiln_status kiln_dp_create(kiln_dp **out, kiln_comm *comm, const kiln_dp_config 
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "data parallel: gradients are reduced in fp32 or bf16, not %s",
                                kiln_dtype_name(cfg->reduce_dtype));
+    if (kiln_comm_size(host) != kiln_comm_size(comm) ||
+        kiln_comm_rank(host) != kiln_comm_rank(comm))
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "data parallel: the scalars' communicator (rank %d of %d) is not "
+                               "the slabs' (rank %d of %d)",
+                               kiln_comm_rank(host), kiln_comm_size(host), kiln_comm_rank(comm),
+                               kiln_comm_size(comm));
+    if (queued && (cfg->zero > 1 || cfg->reduce_dtype != KILN_DTYPE_F32))
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "data parallel with reductions started as backward reports them "
+                               "(a GPU's) takes ZeRO 0 or 1 and fp32 reductions, not ZeRO %d with "
+                               "%s",
+                               cfg->zero, kiln_dtype_name(cfg->reduce_dtype));
     KILN_CHECK(check_ranges(n, lo, hi, nranges));
     kiln_dp *dp = calloc(1, sizeof *dp);
     if (!dp)
         return kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
     dp->comm = comm;
+    dp->host = host;
+    dp->queued = queued;
     dp->cfg = *cfg;
     dp->rank = kiln_comm_rank(comm);
     dp->world = kiln_comm_size(comm);
     dp->n = n;
     dp->bytes_at_take = kiln_comm_bytes_sent(comm);
     dp->net_at_take = kiln_comm_net_bytes(comm);
+    if (host != comm) {
+        dp->host_bytes_at_take = kiln_comm_bytes_sent(host);
+        dp->host_net_at_take = kiln_comm_net_bytes(host);
+    }
     pthread_mutex_init(&dp->mu, NULL);
     pthread_cond_init(&dp->cv, NULL);
     kiln_status s = build(dp, lo, hi, nranges);
-    if (s == KILN_OK) {
+    if (s == KILN_OK && !queued) {
         if (pthread_create(&dp->thread, NULL, thread_main, dp) != 0)
             s = kiln_error_setf(KILN_ERR_IO,
                                 "data parallel: cannot start the communication thread");
@@ -354,9 +427,41 @@ kiln_status kiln_dp_create(kiln_dp **out, kiln_comm *comm, const kiln_dp_config 
     return KILN_OK;
 }
 
+kiln_status kiln_dp_create(kiln_dp **out, kiln_comm *comm, const kiln_dp_config *cfg, int64_t n,
+                           const int64_t *lo, const int64_t *hi, int nranges) {
+    return create(out, comm, comm, 0, cfg, n, lo, hi, nranges);
+}
+
+kiln_status kiln_dp_create_queued(kiln_dp **out, kiln_comm *comm, kiln_comm *host,
+                                  const kiln_dp_config *cfg, int64_t n, const int64_t *lo,
+                                  const int64_t *hi, int nranges) {
+    return create(out, comm, host ? host : comm, 1, cfg, n, lo, hi, nranges);
+}
+
+/* Queued: wait for every started reduction, in order (all of them, also after a failure, so
+ * that none is left in flight on the gradients); the first failure. */
+static kiln_status wait_started(kiln_dp *dp) {
+    kiln_status first = KILN_OK;
+    char msg[512] = "";
+    for (int64_t i = 0; i < dp->nreqs; i++) {
+        kiln_status s = kiln_comm_wait(dp->reqs[i]);
+        dp->reqs[i] = NULL;
+        if (s != KILN_OK && first == KILN_OK) {
+            first = s;
+            snprintf(msg, sizeof msg, "%s", kiln_error_message());
+        }
+    }
+    dp->nreqs = 0;
+    if (first != KILN_OK)
+        return kiln_error_setf(first, "%s", msg);
+    return KILN_OK;
+}
+
 void kiln_dp_free(kiln_dp *dp) {
     if (!dp)
         return;
+    if (dp->queued)
+        (void)wait_started(dp);
     if (dp->thread_started) {
         pthread_mutex_lock(&dp->mu);
         dp->quit = 1;
@@ -374,6 +479,7 @@ void kiln_dp_free(kiln_dp *dp) {
     free(dp->buckets);
     free(dp->jobs);
     free(dp->staging);
+    free(dp->reqs);
     free(dp->row_ids);
     free(dp->row_buf);
     free(dp->row_counts);
@@ -387,6 +493,10 @@ kiln_status kiln_dp_begin(kiln_dp *dp, float *grads) {
     dp->next_range = 0;
     dp->buckets_posted = 0;
     dp->in_step = 1;
+    if (dp->queued) {
+        dp->error = KILN_OK;
+        dp->nreqs = 0;
+    }
     return KILN_OK;
 }
 
@@ -403,9 +513,13 @@ static uint64_t post_job(kiln_dp *dp, const job *j) {
     return ticket;
 }
 
-/* This step's buckets up to (not including) `upto`. */
+/* This step's buckets up to (not including) `upto`: queued for the thread, or started. */
 static void post(kiln_dp *dp, int upto) {
     for (; dp->buckets_posted < upto; dp->buckets_posted++) {
+        if (dp->queued) {
+            start_bucket(dp, &dp->buckets[dp->buckets_posted]);
+            continue;
+        }
         job j = {.kind = JOB_BUCKET, .index = dp->buckets_posted};
         post_job(dp, &j);
     }
@@ -443,6 +557,10 @@ void kiln_dp_ready(kiln_dp *dp, int64_t lo, int64_t hi) {
     while (b < dp->nbuckets && dp->buckets[b].last_range < dp->next_range)
         b++;
     post(dp, b);
+    if (dp->queued) { /* MPI's non-blocking collectives advance when MPI is called */
+        kiln_comm_progress(dp->comm);
+        return;
+    }
     /* ZeRO 2 and 3 give each bucket's memory back once it is reduced: backward waits while
      * more than DP_INFLIGHT jobs are queued, so that the gradients held beyond the rank's
      * shard stay within the plan when the reductions fall behind the compute */
@@ -461,6 +579,29 @@ kiln_status kiln_dp_finish(kiln_dp *dp) {
         return kiln_error_setf(KILN_ERR_ARG, "data parallel: finish without begin");
     int out_of_order = dp->next_range > dp->nranges;
     post(dp, dp->nbuckets); /* whatever backward did not report (one bucket: all of it) */
+    if (dp->queued) {
+        double t0 = kiln_time_ms();
+        kiln_status s = wait_started(dp);
+        double t1 = kiln_time_ms();
+        dp->exposed_s += (t1 - t0) / 1e3;
+        /* the reductions' span: from the first start to the last one's end */
+        if (dp->started_ms > 0.0)
+            dp->comm_s += (t1 - dp->started_ms) / 1e3;
+        dp->started_ms = 0.0;
+        dp->in_step = 0;
+        if (s == KILN_OK && dp->error != KILN_OK)
+            s = kiln_error_setf(dp->error, "%s", dp->error_msg);
+        dp->error = KILN_OK;
+        if (s != KILN_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", kiln_error_message());
+            return kiln_error_setf(s, "data parallel: communication on rank %d: %s", dp->rank, msg);
+        }
+        if (out_of_order)
+            return kiln_error_setf(KILN_ERR_ARG, "data parallel: backward reported its gradient "
+                                                 "ranges out of the expected order");
+        return KILN_OK;
+    }
     pthread_mutex_lock(&dp->mu);
     uint64_t all = dp->posted;
     pthread_mutex_unlock(&dp->mu);
@@ -488,7 +629,7 @@ kiln_status kiln_dp_allreduce_sums(kiln_dp *dp, double *v, int k) {
     }
     KILN_CHECK(kiln_dp_idle(dp));
     double t0 = kiln_time_ms();
-    KILN_CHECK(kiln_comm_allreduce(pairs, pairs, 2 * k, KILN_DTYPE_F32, KILN_REDUCE_SUM, dp->comm));
+    KILN_CHECK(kiln_comm_allreduce(pairs, pairs, 2 * k, KILN_DTYPE_F32, KILN_REDUCE_SUM, dp->host));
     dp->other_s += (kiln_time_ms() - t0) / 1e3;
     for (int i = 0; i < k; i++)
         v[i] = (double)pairs[2 * i] + (double)pairs[2 * i + 1];
@@ -508,6 +649,9 @@ kiln_status kiln_dp_gather(kiln_dp *dp, void *params, kiln_dtype dt) {
 kiln_status kiln_dp_average(kiln_dp *dp, float *x, int64_t n) {
     if (dp->in_step)
         return kiln_error_setf(KILN_ERR_ARG, "data parallel: averaging during backward");
+    if (dp->queued) /* the mean is taken on the host */
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "data parallel: no averaging of the weights with queued reductions");
     KILN_CHECK(kiln_dp_idle(dp));
     double t0 = kiln_time_ms();
     KILN_CHECK(kiln_comm_allreduce(x, x, n, KILN_DTYPE_F32, KILN_REDUCE_SUM, dp->comm));
@@ -523,14 +667,23 @@ kiln_dp_stats kiln_dp_take_stats(kiln_dp *dp) {
     kiln_dp_stats st;
     pthread_mutex_lock(&dp->mu);
     uint64_t b = kiln_comm_bytes_sent(dp->comm), nb = kiln_comm_net_bytes(dp->comm);
+    uint64_t hb = 0, hnb = 0;
+    if (dp->host != dp->comm) {
+        hb = kiln_comm_bytes_sent(dp->host);
+        hnb = kiln_comm_net_bytes(dp->host);
+    }
     st.comm_s = dp->comm_s;
     st.exposed_s = dp->exposed_s;
     st.other_s = dp->other_s;
     st.bytes = b - dp->bytes_at_take;
     st.net_bytes = nb - dp->net_at_take;
+    st.bytes += hb - dp->host_bytes_at_take;
+    st.net_bytes += hnb - dp->host_net_at_take;
     dp->comm_s = dp->exposed_s = dp->other_s = 0.0;
     dp->bytes_at_take = b;
     dp->net_at_take = nb;
+    dp->host_bytes_at_take = hb;
+    dp->host_net_at_take = hnb;
     pthread_mutex_unlock(&dp->mu);
     return st;
 }
@@ -544,6 +697,9 @@ kiln_status kiln_dp_idle(kiln_dp *dp) {
 
 kiln_status kiln_dp_gather_range_async(kiln_dp *dp, void *buf, kiln_dtype dt, int64_t lo,
                                        int64_t hi, uint64_t *ticket) {
+    if (dp->queued)
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "data parallel: no ZeRO 3 gathers with queued reductions");
     if (lo < 0 || hi > dp->n || lo > hi)
         return kiln_error_setf(KILN_ERR_ARG,
                                "data parallel: gather of [%lld, %lld) outside the "
@@ -586,6 +742,10 @@ size_t kiln_dp_rows_bytes(int world, int64_t max_rows, int64_t C, kiln_dtype dt)
 }
 
 kiln_status kiln_dp_rows_reserve(kiln_dp *dp, int64_t max_rows, int64_t C, kiln_dtype dt) {
+    if (dp->queued) /* the rows are added on the host */
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "data parallel: the embedding's rows are not kept apart with "
+                               "queued reductions");
     if (max_rows < 1 || C < 1)
         return kiln_error_setf(KILN_ERR_ARG, "data parallel: %lld rows of %lld",
                                (long long)max_rows, (long long)C);

@@ -183,6 +183,71 @@ static void test_errors(void) {
     kiln_comm_free(c);
 }
 
+/* The queued engine (no thread; the GPU trainer's): the same step, its refusals, and the
+ * host communicator for the scalars. */
+static void test_queued(void) {
+    kiln_comm *c = NULL, *h = NULL;
+    CHECK_OK(kiln_comm_init_single(&c));
+    CHECK_OK(kiln_comm_init_single(&h));
+    for (int zero = 0; zero <= 1; zero++) {
+        for (int64_t bucket = 0; bucket <= 300 * 4; bucket += 300 * 4) {
+            kiln_dp_config cfg = {.zero = zero, .bucket_bytes = bucket,
+                                  .reduce_dtype = KILN_DTYPE_F32};
+            kiln_dp *dp = NULL;
+            CHECK_OK(kiln_dp_create_queued(&dp, c, h, &cfg, N, LO, HI, K));
+            if (!dp)
+                continue;
+            CHECK_INT_EQ(kiln_dp_num_buckets(dp), (bucket ? 4 : 1));
+            float *g = malloc(N * sizeof *g);
+            for (int step = 0; step < 2; step++) {
+                for (int i = 0; i < N; i++)
+                    g[i] = 0.001f * (float)(i - 500 + step);
+                CHECK_OK(kiln_dp_begin(dp, g));
+                for (int k = 0; k < K; k++)
+                    kiln_dp_ready(dp, LO[k], HI[k]);
+                CHECK_OK(kiln_dp_finish(dp));
+                int same = 1; /* one rank: the sum is the gradient itself */
+                for (int i = 0; i < N; i++)
+                    same &= g[i] == 0.001f * (float)(i - 500 + step);
+                CHECK_TRUE(same);
+            }
+            double v[2] = {1.5, -2.25};
+            CHECK_OK(kiln_dp_allreduce_sums(dp, v, 2));
+            CHECK_NEAR(v[0], 1.5, 0.0);
+            CHECK_OK(kiln_dp_gather(dp, g, KILN_DTYPE_F32));
+            /* what the queued engine does not do */
+            CHECK_STATUS(kiln_dp_average(dp, g, N), KILN_ERR_UNSUPPORTED);
+            CHECK_STATUS(kiln_dp_rows_reserve(dp, 4, 8, KILN_DTYPE_F32), KILN_ERR_UNSUPPORTED);
+            uint64_t ticket = 0;
+            CHECK_STATUS(kiln_dp_gather_range_async(dp, g, KILN_DTYPE_F32, 0, 10, &ticket),
+                         KILN_ERR_UNSUPPORTED);
+            kiln_dp_stats st = kiln_dp_take_stats(dp);
+            CHECK_TRUE(st.comm_s >= 0.0 && st.exposed_s >= 0.0 && st.exposed_s <= st.comm_s + 1e-3);
+            /* out of order: finish reports it, and the next step runs */
+            CHECK_OK(kiln_dp_begin(dp, g));
+            kiln_dp_ready(dp, LO[1], HI[1]);
+            CHECK_STATUS(kiln_dp_finish(dp), KILN_ERR_ARG);
+            CHECK_OK(kiln_dp_begin(dp, g));
+            CHECK_OK(kiln_dp_finish(dp));
+            free(g);
+            kiln_dp_free(dp);
+        }
+    }
+    kiln_dp_config cfg = kiln_dp_config_default();
+    kiln_dp *dp = NULL;
+    cfg.zero = 2;
+    CHECK_STATUS(kiln_dp_create_queued(&dp, c, h, &cfg, N, LO, HI, K), KILN_ERR_UNSUPPORTED);
+    cfg.zero = 1;
+    cfg.reduce_dtype = KILN_DTYPE_BF16;
+    CHECK_STATUS(kiln_dp_create_queued(&dp, c, h, &cfg, N, LO, HI, K), KILN_ERR_UNSUPPORTED);
+    CHECK_TRUE(dp == NULL);
+    cfg.reduce_dtype = KILN_DTYPE_F32;
+    CHECK_OK(kiln_dp_create_queued(&dp, c, NULL, &cfg, N, LO, HI, K)); /* host: comm's */
+    kiln_dp_free(dp);
+    kiln_comm_free(h);
+    kiln_comm_free(c);
+}
+
 int main(void) {
     RUN_TEST(test_shards_and_buckets);
     RUN_TEST(test_step);
@@ -190,5 +255,6 @@ int main(void) {
     RUN_TEST(test_gather_and_discard);
     RUN_TEST(test_memory_discard);
     RUN_TEST(test_errors);
+    RUN_TEST(test_queued);
     TEST_MAIN_END();
 }
