@@ -284,13 +284,19 @@ kiln_backend *kiln_backend_cpu(void);
  * Device memory is GPU memory: callers move data with `copy`. Token ids (encoder inputs,
  * cross-entropy targets) may be host or device pointers. NULL when it cannot run here
  * (kiln_cuda_available says why). One instance per process, on device 0 (or the device
- * CUDA_VISIBLE_DEVICES names first). */
+ * CUDA_VISIBLE_DEVICES names first), or on the one kiln_cuda_select chose. */
 kiln_backend *kiln_backend_cuda(void);
 /* KILN_OK when the CUDA backend can run: built with CUDA, a GPU present, a driver at least
  * as new as the toolkit, compute capability 8.0 or more (bf16), and kernels built for it.
  * Otherwise KILN_ERR_UNSUPPORTED with the reason in why (cap bytes, may be NULL) and as the
  * thread's error message, naming the CPU backend as the way to run. */
 kiln_status kiln_cuda_available(char *why, size_t cap);
+/* Before the CUDA backend starts (the first kiln_backend_cuda): run it on visible GPU `index`
+ * (one rank of several on a machine takes its own). KILN_OK when it runs there already;
+ * KILN_ERR_CONFIG when it started on another or there is no such GPU (the count in the message),
+ * KILN_ERR_UNSUPPORTED when CUDA cannot run here (kiln_cuda_available's reason). *count, when not
+ * NULL, is the number of GPUs visible (0 where CUDA cannot run). */
+kiln_status kiln_cuda_select(int index, int *count);
 /* What kiln_cuda_device_info reports about the CUDA backend's GPU. */
 typedef struct kiln_cuda_info {
     char name[256];        /* "NVIDIA H200", ... */

@@ -18,6 +18,13 @@ kiln_status kiln_cuda_available(char *why, size_t cap) {
     return kiln_error_setf(KILN_ERR_UNSUPPORTED, "%s", NO_CUDA);
 }
 
+kiln_status kiln_cuda_select(int index, int *count) {
+    (void)index;
+    if (count)
+        *count = 0;
+    return kiln_cuda_available(NULL, 0);
+}
+
 kiln_status kiln_cuda_device_info(kiln_cuda_info *info) {
     memset(info, 0, sizeof *info);
     return kiln_cuda_available(NULL, 0);

@@ -109,6 +109,7 @@ void kiln_trainer_free(kiln_trainer *t) {
     free(t->inputs);
     free(t->targets);
     kiln_dp_free(t->dp);
+    kiln_comm_free(t->dcomm); /* after the engine, which waited for its reductions */
     free(t->outer_weights);
     free(t->outer_velocity);
     free(t->part_state);
@@ -163,6 +164,29 @@ static int wants_gpu(const kiln_train_config *cfg) {
     return cfg->device && !strcmp(cfg->device, "cuda");
 }
 
+/* What the GPU trainer does not do, or NULL: pruning, quantization-aware training and
+ * distillation; across GPUs, ZeRO 2 and 3, reductions in bf16, local SGD and uneven ranks. */
+static const char *gpu_refusal(const kiln_trainer *t) {
+    const kiln_train_config *c = &t->cfg;
+    if (c->prune_sparsity > 0)
+        return "pruning";
+    if (c->qat_bits)
+        return "quantization-aware training";
+    if (c->teacher_path)
+        return "distillation";
+    if (t->world <= 1)
+        return NULL;
+    if (c->dp.zero >= 2)
+        return "ZeRO 2 or 3 across GPUs (--zero 0 and 1 it does)";
+    if (c->dp.reduce_dtype != KILN_DTYPE_F32)
+        return "gradients reduced in bf16 across GPUs";
+    if (c->local_steps > 0)
+        return "local SGD across GPUs";
+    if (c->rank_batches || c->rank_batches_auto > 0)
+        return "uneven ranks across GPUs";
+    return NULL;
+}
+
 /* The backend from cfg->device: what a GPU run cannot do is refused before the GPU is asked
  * for (the same answer on a machine without one), then the GPU's own checks. */
 static kiln_status choose_backend(kiln_trainer *t) {
@@ -171,22 +195,19 @@ static kiln_status choose_backend(kiln_trainer *t) {
     if (!strcmp(dev, "cpu")) {
         t->be = kiln_backend_cpu();
         const char *e = getenv("KILN_TRAIN_HOST_STAGING");
-        t->staged = t->world == 1 && e && !strcmp(e, "1");
+        t->staged = e && !strcmp(e, "1") && (t->world == 1 || !gpu_refusal(t));
         return KILN_OK;
     }
     if (strcmp(dev, "cuda"))
         return kiln_error_setf(KILN_ERR_CONFIG, "unknown device '%s': cpu or cuda", dev);
-    const char *no = t->world > 1 ? "several ranks (data parallelism across GPUs)"
-                     : cfg->prune_sparsity > 0 ? "pruning"
-                     : cfg->qat_bits ? "quantization-aware training"
-                     : cfg->teacher_path ? "distillation"
-                                         : NULL;
+    const char *no = gpu_refusal(t);
     if (no)
         return kiln_error_setf(KILN_ERR_UNSUPPORTED,
-                               "training on the GPU (--device cuda) is one process without "
-                               "pruning, quantization-aware training or distillation so far, and "
-                               "this run asks for %s: run it on the CPU (--device cpu)",
+                               "training on the GPU (--device cuda) does not yet do %s: run it on "
+                               "the CPU (--device cpu)",
                                no);
+    if (t->world > 1) /* a GPU of its own for each rank, and NCCL between them */
+        KILN_CHECK(kiln__trainer_gpu_ranks(t));
     KILN_CHECK(kiln_cuda_available(NULL, 0));
     t->be = kiln_backend_cuda();
     if (!t->be)
@@ -243,6 +264,15 @@ static void print_plan(const kiln_trainer *t) {
                 (long long)kiln_gpt_config_head_size(c), (long long)kiln_gpt_config_attn_width(c),
                 (long long)kiln_gpt_config_mlp_width(c));
     kiln_train_memory_print(log, &t->plan, t->cfg.B, t->cfg.T);
+    if (t->dp && !t->cfg.local_steps) {
+        int nb = kiln_dp_num_buckets(t->dp);
+        fprintf(log, "gradient reduction: %d bucket%s, %s\n", nb, nb == 1 ? "" : "s",
+                t->dcomm    ? "each queued over NCCL on the GPU's communication stream as "
+                              "backward finishes it"
+                : t->staged ? "each started with MPI's non-blocking collectives as backward "
+                              "finishes it (the GPU trainer's way)"
+                            : "each reduced on a communication thread as backward finishes it");
+    }
     if (t->gpu)
         fprintf(log, "compute: %.2f GFLOP per step on the GPU; MFU against %.1f TFLOP/s (%s)\n",
                 t->flops_per_step / 1e9, t->peak / 1e3, t->peak_what);
@@ -321,7 +351,9 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
         p->workspace += comm;
         model.total += comm;
     }
-    if (world > 1 && cfg->dp.zero <= 1 && cfg->comm && kiln_comm_shares_memory(cfg->comm)) {
+    /* (the ranks of a GPU run share no slab: each GPU holds its own) */
+    if (world > 1 && cfg->dp.zero <= 1 && cfg->comm && kiln_comm_shares_memory(cfg->comm) &&
+        !wants_gpu(cfg)) {
         /* gradients: piece r of every other rank's to reduce, and (ZeRO 0) piece q of rank
          * q's to copy; weights: ZeRO 1's gather reads piece q of rank q's, and local SGD's
          * average of fp32 weights (no master copy) reads them as ZeRO 0 reads gradients;

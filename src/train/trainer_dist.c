@@ -1,8 +1,10 @@
 /* What data parallelism adds to the trainer: the same start on every rank, the gradient
  * reduction between backward and the norm, the gather of updated shards, and the figures. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "core/error.h"
@@ -58,6 +60,57 @@ static void grad_ready(void *ctx, int64_t lo, int64_t hi) {
     kiln_dp_ready(ctx, lo, hi);
 }
 
+/* ---- several ranks on GPUs ---- */
+
+/* This rank's place among the ranks of its machine (by host name) and their number. */
+static kiln_status machine_place(kiln_trainer *t, int *local, int *count) {
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0)
+        snprintf(host, sizeof host, "?");
+    uint64_t mine = XXH3_64bits(host, strlen(host));
+    uint64_t *all = calloc((size_t)t->world, sizeof *all);
+    int64_t *counts = calloc((size_t)t->world, sizeof *counts);
+    kiln_status s = all && counts ? KILN_OK : kiln_error_setf(KILN_ERR_NOMEM, "out of memory");
+    for (int r = 0; s == KILN_OK && r < t->world; r++)
+        counts[r] = 2; /* a hash as two floats' bytes: allgather moves bytes */
+    if (s == KILN_OK) {
+        all[t->rank] = mine;
+        s = kiln_comm_allgather(all + t->rank, all, counts, KILN_DTYPE_F32, t->comm);
+    }
+    *local = *count = 0;
+    for (int r = 0; s == KILN_OK && r < t->world; r++) {
+        if (all[r] != mine)
+            continue;
+        *local += r < t->rank;
+        (*count)++;
+    }
+    free(all);
+    free(counts);
+    return s;
+}
+
+kiln_status kiln__trainer_gpu_ranks(kiln_trainer *t) {
+    /* a rank that failed before this point stops here with the others */
+    KILN_CHECK(kiln__trainer_agree(t, KILN_OK, "to start"));
+    int local = 0, count = 0, gpus = 0;
+    KILN_CHECK(machine_place(t, &local, &count));
+    kiln_status s = kiln_cuda_select(local, &gpus);
+    if (s == KILN_OK && gpus < count)
+        s = kiln_error_setf(KILN_ERR_CONFIG,
+                            "%d ranks run on this machine and each needs a GPU of its own, but %d "
+                            "%s visible: start at most %d ranks a machine, or run on the CPU "
+                            "(--device cpu)",
+                            count, gpus, gpus == 1 ? "is" : "are", gpus);
+    KILN_CHECK(kiln__trainer_agree(t, s, "to choose its GPU"));
+    s = kiln_comm_init_nccl(t->comm, &t->dcomm);
+    if (s != KILN_OK) {
+        char why[600];
+        snprintf(why, sizeof why, "%s", kiln_error_message());
+        return kiln_error_setf(s, "data parallelism across GPUs needs NCCL: %s", why);
+    }
+    return KILN_OK;
+}
+
 /* ---- slabs the ranks of one machine share ---- */
 
 static void *shared_slab(void *ctx, size_t bytes, const char *what) {
@@ -84,8 +137,8 @@ kiln_status kiln__trainer_shared_slabs(kiln_trainer *t) {
     const kiln_train_config *c = &t->cfg;
     /* ZeRO 2 and 3 map slabs that give pages back (not shared memory's way), and one
      * process has nobody to share with */
-    if (t->world <= 1 || c->dp.zero >= 2 || !kiln_comm_shares_memory(t->comm))
-        return KILN_OK;
+    if (t->world <= 1 || c->dp.zero >= 2 || t->staged || !kiln_comm_shares_memory(t->comm))
+        return KILN_OK; /* (a GPU's slabs are its own memory) */
     KILN_CHECK(kiln__trainer_agree(t, KILN_OK, "to start")); /* before its model */
     t->cfg.model_opt.slabs = (kiln_slab_allocator){shared_slab, shared_slab_free, t};
     t->shared_slabs = 1;
@@ -273,7 +326,9 @@ kiln_status kiln__trainer_zero3_need_all(kiln_trainer *t) {
 }
 
 int kiln__trainer_rows_apart(const kiln_train_config *cfg, const kiln_gpt_config *mc, int world) {
-    if (world <= 1 || cfg->local_steps > 0 || cfg->dp.rows_apart == 0)
+    /* the rows are added on the host: not for a GPU's slabs */
+    int gpu = cfg->device && !strcmp(cfg->device, "cuda");
+    if (world <= 1 || cfg->local_steps > 0 || cfg->dp.rows_apart == 0 || gpu)
         return 0;
     int64_t vp = mc->padded_vocab_size ? mc->padded_vocab_size : mc->vocab_size;
     return cfg->dp.rows_apart > 0 || (int64_t)(world - 1) * cfg->B * cfg->T * 4 <= vp;
@@ -292,6 +347,8 @@ kiln_status kiln__trainer_dist_start(kiln_trainer *t) {
         s = kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
         goto done;
     }
+    if (t->staged)
+        t->cfg.dp.rows_apart = 0; /* the rows are added on the host */
     t->rows_apart = kiln__trainer_rows_apart(&t->cfg, kiln_gpt_get_config(t->model), t->world);
     int k = t->rows_apart ? kiln_gpt_grad_ranges_apart(t->model, lo, hi, MAXR)
                           : kiln_gpt_grad_ranges(t->model, lo, hi, MAXR);
@@ -300,7 +357,14 @@ kiln_status kiln__trainer_dist_start(kiln_trainer *t) {
                             MAXR);
         goto done;
     }
-    KILN_CHECK_GOTO(s, kiln_dp_create(&t->dp, t->comm, &t->cfg.dp, n, lo, hi, k), done);
+    if (t->staged) /* a GPU's: NCCL's collectives queued on its streams (the staged CPU run's:
+                      MPI's non-blocking ones) as backward reports each bucket */
+        KILN_CHECK_GOTO(s,
+                        kiln_dp_create_queued(&t->dp, t->dcomm ? t->dcomm : t->comm, t->comm,
+                                              &t->cfg.dp, n, lo, hi, k),
+                        done);
+    else
+        KILN_CHECK_GOTO(s, kiln_dp_create(&t->dp, t->comm, &t->cfg.dp, n, lo, hi, k), done);
     kiln_gpt_set_grad_ready(t->model, grad_ready, t->dp);
     if (t->rows_apart)
         KILN_CHECK_GOTO(s,
@@ -466,9 +530,19 @@ kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc)
     kiln_gpt *m = t->model;
     /* ZeRO 3 from a seed: each rank made only its shard (the seed is in the configuration's
      * hash); otherwise every rank holds all the starting weights */
-    if (!(t->zero3 && !t->cfg.init_path))
-        mine[2] = XXH3_64bits(kiln_gpt_params(m),
-                              (size_t)kiln_gpt_slab_len(m) * kiln_dtype_size(kiln_gpt_dtype(m)));
+    if (!(t->zero3 && !t->cfg.init_path)) {
+        size_t bytes = (size_t)kiln_gpt_slab_len(m) * kiln_dtype_size(kiln_gpt_dtype(m));
+        void *w = t->staged ? malloc(bytes) : kiln_gpt_params(m);
+        if (!w)
+            return kiln_error_setf(KILN_ERR_NOMEM, "data parallel: no %zu bytes to hash the "
+                                   "starting weights", bytes);
+        kiln_status h = t->staged ? kiln__trainer_to_host(t, w, kiln_gpt_params(m), bytes) : KILN_OK;
+        if (h == KILN_OK)
+            mine[2] = XXH3_64bits(w, bytes);
+        if (t->staged)
+            free(w);
+        KILN_CHECK(h);
+    }
     uint64_t *all = calloc((size_t)t->world * K, sizeof *all);
     int64_t *counts = calloc((size_t)t->world, sizeof *counts);
     kiln_status s = KILN_OK;
@@ -605,9 +679,11 @@ kiln_status kiln__trainer_gather_master_into(kiln_trainer *t, float *full) {
         kiln_dp_shard_of(t->dp, r, &lo, &hi);
         counts[r] = hi - lo;
     }
-    memcpy(full + t->shard_lo, kiln_optim_master(t->opt),
-           (size_t)(t->shard_hi - t->shard_lo) * sizeof(float));
-    kiln_status s = kiln_comm_allgather(full + t->shard_lo, full, counts, KILN_DTYPE_F32, t->comm);
+    /* this rank's shard to the host (a GPU's through the backend), then every rank's */
+    kiln_status s = kiln__trainer_to_host(t, full + t->shard_lo, kiln_optim_master(t->opt),
+                                          (size_t)(t->shard_hi - t->shard_lo) * sizeof(float));
+    if (s == KILN_OK)
+        s = kiln_comm_allgather(full + t->shard_lo, full, counts, KILN_DTYPE_F32, t->comm);
     free(counts);
     return s;
 }

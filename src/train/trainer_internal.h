@@ -43,6 +43,7 @@ struct kiln_trainer {
     double later_ms; /* the time of the steps after the first, ms */
     /* data parallelism (trainer_dist.c): world 1 and dp NULL in one process */
     kiln_comm *comm;
+    kiln_comm *dcomm; /* several ranks on GPUs: NCCL's, for the slabs (comm keeps the rest) */
     int rank, world;
     kiln_dp *dp;
     int64_t shard_lo, shard_hi; /* this rank's part of the sums and of the optimizer (zero >= 1) */
@@ -187,6 +188,10 @@ kiln_status kiln__trainer_agree(kiln_trainer *t, kiln_status local, const char *
  * (ZeRO 0 and 1 over a communicator whose ranks share memory), after every rank has agreed
  * it got this far (the slabs' allocation is collective). */
 kiln_status kiln__trainer_shared_slabs(kiln_trainer *t);
+/* Several ranks on GPUs (before the backend starts): each rank on the GPU of its place among
+ * its machine's ranks, refused where the machine has fewer GPUs than ranks, and t->dcomm, NCCL
+ * over them. Every rank makes the same calls and fails alike. */
+kiln_status kiln__trainer_gpu_ranks(kiln_trainer *t);
 /* Whether a run of cfg on world ranks keeps one copy of the working weights for the machine
  * (kiln_comm_alloc_common): ZeRO 1 with shared slabs, where nothing but each rank's
  * optimizer writes the weights after the start (no local SGD, pruning or fake quantization,

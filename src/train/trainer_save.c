@@ -50,11 +50,13 @@ static kiln_status not_saved(kiln_trainer *t, int64_t step) {
                            (long long)step, why, kept);
 }
 
-/* Rank 0: the weights into path, from the fp32 master weights when there are some. */
+/* Rank 0: the weights into path, from the fp32 master weights when there are some (the
+ * optimizer's, in the backend's memory, or gathered from every rank's shard on the host). */
 static kiln_status write_weights(kiln_trainer *t, const char *path, const float *master) {
     const void *slab = master ? (const void *)master : kiln_gpt_params(t->model);
     kiln_dtype dt = master ? KILN_DTYPE_F32 : kiln_gpt_dtype(t->model);
-    if (!t->staged)
+    int on_host = master && master != kiln_optim_master(t->opt); /* gathered */
+    if (!t->staged || on_host)
         return kiln_gpt_save_slab_meta(t->model, path, slab, dt, t->cfg.save_dtype,
                                        kiln__trainer_prune_meta(t, master));
     /* the slab read back from the backend's memory first (the plan's host_copy) */

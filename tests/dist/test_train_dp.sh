@@ -45,6 +45,16 @@ same() {
     fi
 }
 
+# equal_ref4 NAME NP ARGS...: kiln ARGS on NP ranks, saving NAME.st and NAME.jsonl, equal to
+# the one-process run ref4 within 1e-5.
+equal_ref4() {
+    _n=$1 _np=$2
+    shift 2
+    mpi "$_np" $TRAIN "$@" --save "$_n.st" --metrics "$_n.jsonl"
+    expect_ok
+    same ref4 "$_n" 1e-5
+}
+
 # one NAME B ARGS...: the single-process reference with batch B.
 one() {
     _n=$1 _b=$2
@@ -83,11 +93,8 @@ case_embedding_rows() {
         b=$((4 / np))
         for z in 0 2 3; do
             for rows in apart together; do
-                n=np${np}_z${z}_$rows
-                mpi "$np" $TRAIN --batch "$b" --zero "$z" --bucket-mb 0.002 --embedding-rows "$rows" \
-                    --save "$n.st" --metrics "$n.jsonl"
-                expect_ok
-                same ref4 "$n" 1e-5
+                equal_ref4 np${np}_z${z}_$rows "$np" --batch "$b" --zero "$z" \
+                    --bucket-mb 0.002 --embedding-rows "$rows"
             done
         done
     done
@@ -325,6 +332,66 @@ case_local_sgd() {
     expect_rc 1
     expect_err "outer momentum"
     check "no weights written by the refused runs" test ! -e x.st
+}
+
+# The GPU trainer's data parallelism, on the CPU: with KILN_TRAIN_HOST_STAGING=1 the trainer
+# reaches its slabs only through the backend's copies, the ranks share no slab, and each
+# bucket's reduction is started as backward finishes it and waited for after backward (MPI's
+# non-blocking collectives where the GPUs queue NCCL's), the loss and norm over the host's
+# communicator. Equal to one process at 2 and 4 ranks, ZeRO 0 and 1, buckets or one; a
+# checkpointed ZeRO 1 run resumed byte for byte. tests/gpu/test_cuda_train.sh runs it on GPUs.
+case_gpu_configuration() {
+    need_mpi
+    one ref4 4
+    KILN_TRAIN_HOST_STAGING=1
+    export KILN_TRAIN_HOST_STAGING
+    for np in 2 4; do
+        for z in 0 1; do
+            for mb in 0.002 0; do
+                equal_ref4 q_np${np}_z${z}_b$mb "$np" --batch $((4 / np)) --zero "$z" \
+                    --bucket-mb "$mb"
+            done
+        done
+    done
+    expect_out "gradient reduction: 1 bucket, each started with MPI's non-blocking collectives"
+    R="$TRAIN --batch 2 --zero 1 --checkpoint-dir ck --checkpoint-every 10"
+    mpi 2 $R --save full.st
+    expect_ok
+    rm -r ck/step_00000020
+    mpi 2 $R --resume ck --save res.st
+    expect_ok
+    expect_out_re 'resumed from ck/step_00000010: step 10 of 20'
+    check "the resumed run's weights equal the uninterrupted run's, byte for byte" \
+        same_file full.st res.st
+    unset KILN_TRAIN_HOST_STAGING
+}
+
+# Several ranks asking for GPUs: what the GPU trainer does not do across GPUs is refused on
+# every rank before a GPU is asked for; without a usable GPU every rank says why and names the
+# CPU; neither writes a file.
+case_gpu_refused() {
+    need_mpi
+    cp "$GOOD" keep.st
+    for f in "--zero 2" "--zero 3" "--reduce-dtype bf16" "--local-steps 2" "--rank-batches 2,1"; do
+        mpi 2 $TRAIN --batch 2 --device cuda --save keep.st $f
+        expect_rc 1
+        n=$(grep -c "does not yet do .*--device cpu" "$W/stderr")
+        [ "$n" -ge 2 ] && ok "$f on GPUs: refused on every rank ($n messages)" ||
+            bad "$f on GPUs: refused on every rank ($n messages)"
+    done
+    if "$KILN" train $TINY --seq 16 --batch 2 --data "$DATA" --steps 0 --device cuda \
+        >/dev/null 2>&1; then
+        ok "a GPU is usable here: tests/gpu/test_cuda_train.sh runs the GPUs' ranks"
+    else
+        mpi 2 $TRAIN --batch 2 --device cuda --save keep.st --metrics m.jsonl
+        expect_rc 1
+        n=$(grep -Ec "(no NVIDIA driver|no CUDA GPU|built without CUDA|update the driver).*(CPU|cpu)" \
+            "$W/stderr")
+        [ "$n" -ge 2 ] && ok "no GPU: every rank says why and names the CPU ($n messages)" ||
+            bad "no GPU: every rank says why and names the CPU ($n messages)"
+        check "no metrics file" test ! -e m.jsonl
+    fi
+    check "the --save file is untouched" same_file "$GOOD" keep.st
 }
 
 case_flags_differ() {

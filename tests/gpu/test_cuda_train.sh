@@ -13,6 +13,9 @@
 #   6. a plan too large for the GPU: refused before the first step, saying how far short
 #   7. gpt2-124m, bf16, T=1024, the largest micro-batch --plan finds fits (at most 64): 20
 #      steps, the trainer's tokens/s, MFU and GPU memory
+#   8. several ranks (mpirun), a GPU each, NCCL between them: with two GPUs or more, 2 ranks of
+#      B=2 against the one-GPU run of B=4 (fp32, ZeRO 0 and 1: losses within 1e-4 relative);
+#      with one, 2 ranks refused on every rank, saying each needs a GPU of its own
 #
 # Exits 77 (SKIP) where kiln cannot train on a GPU, 0 when every check passes, 1 otherwise.
 # The last line starts with RESULT.
@@ -155,6 +158,50 @@ if run t124 train --model gpt2-124m --precision bf16 --seq 1024 --batch "$B124" 
 else
     tail -5 t124.log
     bad "gpt2-124m on the GPU (t124.log)"
+fi
+
+# 8. several ranks, a GPU each
+MPIRUN=$(command -v mpirun || true)
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+mpi2() {
+    _n=$1
+    shift
+    echo "\$ mpirun -np 2 kiln $*" >"$_n.log"
+    timeout -k 5 300 "$MPIRUN" --allow-run-as-root --oversubscribe -np 2 "$KILN" "$@" \
+        >>"$_n.log" 2>&1 </dev/null
+    RC=$?
+    return $RC
+}
+echo
+if [ -z "$MPIRUN" ]; then
+    echo "SKIP: no mpirun: several ranks on GPUs not run"
+elif [ "$NGPU" -ge 2 ]; then
+    echo "loss over 20 steps, d4, fp32: one GPU at B=4 against 2 ranks on 2 GPUs at B=2 each"
+    for z in 0 1; do
+        if mpi2 dp$z $SMALL --batch 2 --precision fp32 --zero $z --device cuda \
+            --metrics dp$z.jsonl --save dp$z.st; then
+            losses dp$z.jsonl >l_dp$z
+            grep -E '^(gradient reduction|done)' dp$z.log
+            if paste l_gpu32 l_dp$z | awk '{ d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > 1e-4) b = 1; n++ } END { exit b || n != 20 }'; then
+                ok "2 GPUs, ZeRO $z: losses within 1e-4 of one GPU's at each of 20 steps"
+            else
+                bad "2 GPUs, ZeRO $z: losses differ from one GPU's: $(paste l_gpu32 l_dp$z | tr '\n' ' ')"
+            fi
+            grep -q 'over NCCL' dp$z.log && ok "the reduction went over NCCL" ||
+                bad "the reduction went over NCCL (dp$z.log)"
+        else
+            bad "2 ranks on GPUs, ZeRO $z: $(grep -m1 'kiln' dp$z.log)"
+        fi
+    done
+else
+    mpi2 dp1 $SMALL --batch 2 --device cuda --save dp1.st
+    n=$(grep -c 'each needs a GPU of its own' dp1.log)
+    if [ "$RC" -ne 0 ] && [ "$n" -ge 2 ] && [ ! -e dp1.st ]; then
+        ok "one GPU: 2 ranks refused on every rank, each needing a GPU of its own"
+    else
+        bad "one GPU: 2 ranks (RC $RC, $n messages): $(grep -m1 'kiln' dp1.log)"
+    fi
+    echo "SKIP: $NGPU GPU: the 2-rank equality needs two"
 fi
 
 echo

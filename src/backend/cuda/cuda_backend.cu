@@ -177,6 +177,34 @@ kiln_status kiln_cuda_available(char *why, size_t cap) {
     return KILN_OK;
 }
 
+kiln_status kiln_cuda_select(int index, int *count) {
+    int n = 0;
+    if (count)
+        *count = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return kiln_cuda_available(NULL, 0);
+    }
+    if (count)
+        *count = n;
+    if (index < 0 || index >= n)
+        return kiln_error_setf(KILN_ERR_CONFIG, "there is no GPU %d here: %d %s visible", index, n,
+                               n == 1 ? "is" : "are");
+    if (state.ready)
+        return state.device == index
+                   ? KILN_OK
+                   : kiln_error_setf(KILN_ERR_CONFIG,
+                                     "the CUDA backend runs on GPU %d already, not on GPU %d",
+                                     state.device, index);
+    cudaError_t e = cudaSetDevice(index);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED, "cannot use GPU %d: %s", index,
+                               cudaGetErrorString(e));
+    }
+    return KILN_OK;
+}
+
 int kiln_cuda_set_flag(kiln_cuda_flag flag, int on) {
     int *f = flag == KILN_CUDA_DETERMINISTIC  ? &state.deterministic
              : flag == KILN_CUDA_FUSE_GELU    ? &state.fuse_gelu
