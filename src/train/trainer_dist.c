@@ -95,7 +95,7 @@ kiln_status kiln__trainer_gpu_ranks(kiln_trainer *t) {
     int local = 0, count = 0, gpus = 0;
     KILN_CHECK(machine_place(t, &local, &count));
     kiln_status s = kiln_cuda_select(local, &gpus);
-    if (s == KILN_OK && gpus < count)
+    if (gpus > 0 && gpus < count) /* (the ranks past the last GPU were refused already) */
         s = kiln_error_setf(KILN_ERR_CONFIG,
                             "%d ranks run on this machine and each needs a GPU of its own, but %d "
                             "%s visible: start at most %d ranks a machine, or run on the CPU "
