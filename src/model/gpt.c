@@ -577,10 +577,13 @@ kiln_status kiln_gpt_forward_backward(kiln_gpt *m, const int32_t *inputs, const 
     float dloss = grad_scale / (float)BT;
     for (int64_t r0 = 0; r0 < BT; r0 += m->logit_rows)
         head_rows(m, r0, BT - r0 < m->logit_rows ? BT - r0 : m->logit_rows, dloss, 1);
+    /* the loss is read after backward is queued: reading it is the step's one wait for the
+     * device (the losses' rows live to the end of the step, so backward leaves them alone) */
+    KILN_CHECK(body_backward(m, B, T));
     float l = mean_loss(m, BT);
     if (loss)
         *loss = l;
-    return body_backward(m, B, T);
+    return KILN_OK;
 }
 
 void kiln_gpt_set_grad_ready(kiln_gpt *m, kiln_grad_ready_fn fn, void *ctx) {
