@@ -89,7 +89,7 @@ step nvidia-smi 20 nvidia-smi
 if [ "$build_ok" = 1 ]; then
     step gpu.cuda_ops 120 "$build/tests/test_cuda_ops"
     step gpu.cuda_model 90 "$build/tests/test_cuda_model"
-    step gpu.train 150 sh tests/gpu/test_cuda_train.sh "$build/kiln" "$build/train-test"
+    step gpu.train 170 sh tests/gpu/test_cuda_train.sh "$build/kiln" "$build/train-test"
     step gpu.comm_nccl 60 "$build/tests/test_comm_nccl"
     gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     if [ "$gpus" -ge 2 ]; then
