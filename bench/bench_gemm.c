@@ -8,7 +8,8 @@
  * (":bf16"; not for dW, whose output is the fp32 gradient); ratios of the fp32-output
  * columns. The "fc+gelu" row is the MLP's first product with bias and GELU fused and the
  * pre-activation kept (bf16 out; its ratio compares the bf16 columns). The "step" row is
- * all of a training step's products as one rate (see print_step).
+ * all of a training step's products as one rate (see print_step). The last line is the
+ * cores' fp32 FMA peak measured on registers alone (fma_peak): the ceiling of every column.
  *
  * A cell is the rate of the fastest call within --seconds, and the best such over --rounds
  * passes over the whole table, so that a burst of other work on a shared machine costs a
@@ -195,6 +196,63 @@ static void print_row(const row_t *r) {
  * 12 layers, and the head's three), as one rate: total FLOPs / total time, the time of each
  * product being FLOPs / its rate. bf16 uses the bf16-output columns for fwd and dinp (what a
  * bf16 trainer stores), fp32 output for dW. */
+/* The core's fp32 FMA peak, the ceiling of every column: 12 independent chains of fused
+ * multiply-adds on registers (no memory), on every thread at once, in GFLOP/s for all of them
+ * together (2 FLOP per lane). AVX-512 where the CPU has it, else AVX2 with FMA; 0 without. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define FMA_CHAINS 12
+#define FMA_LOOP(vec, set1, fmadd, lanes)                                                          \
+    vec a[FMA_CHAINS], b = set1(0.999999f), c = set1(1e-7f);                                      \
+    for (int i = 0; i < FMA_CHAINS; i++)                                                          \
+        a[i] = set1((float)i);                                                                     \
+    for (int64_t k = 0; k < iters; k++)                                                            \
+        for (int i = 0; i < FMA_CHAINS; i++)                                                      \
+            a[i] = fmadd(a[i], b, c);                                                              \
+    vec t = a[0];                                                                                  \
+    for (int i = 1; i < FMA_CHAINS; i++)                                                          \
+        t = _mm##lanes##_add_ps(t, a[i]);                                                          \
+    float out[16];                                                                                 \
+    _mm##lanes##_storeu_ps(out, t);                                                                \
+    return out[0];
+
+__attribute__((target("avx2,fma"))) static float fma_avx2(int64_t iters) {
+    FMA_LOOP(__m256, _mm256_set1_ps, _mm256_fmadd_ps, 256)
+}
+__attribute__((target("avx512f"))) static float fma_avx512(int64_t iters) {
+    FMA_LOOP(__m512, _mm512_set1_ps, _mm512_fmadd_ps, 512)
+}
+#endif
+
+static double fma_peak(int *lanes) {
+    *lanes = 0;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    int wide = __builtin_cpu_supports("avx512f");
+    if (!wide && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
+        return 0;
+    *lanes = wide ? 16 : 8;
+    const int64_t iters = 20000000;
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = kiln_time_ms();
+        volatile float sink = 0;
+#pragma omp parallel
+        {
+            float v = wide ? fma_avx512(iters) : fma_avx2(iters);
+#pragma omp atomic
+            sink += v;
+        }
+        double s = (kiln_time_ms() - t0) / 1e3;
+        double g = (double)iters * FMA_CHAINS * *lanes * 2 * omp_get_max_threads() / s / 1e9;
+        best = g > best ? g : best;
+    }
+    return best;
+#else
+    return 0;
+#endif
+}
+
 static void print_step(const row_t *rows, int n, int64_t bt) {
     double flops = 0, t[3] = {0, 0, 0};
     for (int i = 0; i < n; i++) {
@@ -298,6 +356,11 @@ int main(int argc, char **argv) {
                 print_row(&rows[i]);
         print_step(rows, n, bts[b]);
     }
+    int lanes = 0;
+    double peak = fma_peak(&lanes);
+    if (peak > 0)
+        printf("fp32 FMA peak of %d threads (%d-lane FMAs on registers, no memory): %.1f GFLOP/s\n",
+               omp_get_max_threads(), lanes, peak);
     kiln_free(bias);
     kiln__cpu_gemm_release();
     return 0;
