@@ -62,27 +62,34 @@ static void grad_ready(void *ctx, int64_t lo, int64_t hi) {
 
 /* ---- several ranks on GPUs ---- */
 
-/* This rank's place among the ranks of its machine (by host name) and their number. */
-static kiln_status machine_place(kiln_trainer *t, int *local, int *count) {
+/* This rank's place among the ranks of its machine (by host name), their number, and whether
+ * the launcher gave each of them GPUs of its own (CUDA_VISIBLE_DEVICES set, and different, on
+ * every one of them: Slurm's --gpus-per-task, say). */
+static kiln_status machine_place(kiln_trainer *t, int *local, int *count, int *own_gpus) {
     char host[256] = "";
     if (gethostname(host, sizeof host - 1) != 0)
         snprintf(host, sizeof host, "?");
-    uint64_t mine = XXH3_64bits(host, strlen(host));
-    uint64_t *all = calloc((size_t)t->world, sizeof *all);
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    uint64_t mine[2] = {XXH3_64bits(host, strlen(host)),
+                        vis && vis[0] ? XXH3_64bits(vis, strlen(vis)) | 1 : 0};
+    uint64_t *all = calloc((size_t)t->world * 2, sizeof *all);
     int64_t *counts = calloc((size_t)t->world, sizeof *counts);
     kiln_status s = all && counts ? KILN_OK : kiln_error_setf(KILN_ERR_NOMEM, "out of memory");
     for (int r = 0; s == KILN_OK && r < t->world; r++)
-        counts[r] = 2; /* a hash as two floats' bytes: allgather moves bytes */
+        counts[r] = 4; /* two hashes as four floats' bytes: allgather moves bytes */
     if (s == KILN_OK) {
-        all[t->rank] = mine;
-        s = kiln_comm_allgather(all + t->rank, all, counts, KILN_DTYPE_F32, t->comm);
+        memcpy(all + 2 * t->rank, mine, sizeof mine);
+        s = kiln_comm_allgather(all + 2 * t->rank, all, counts, KILN_DTYPE_F32, t->comm);
     }
     *local = *count = 0;
+    *own_gpus = mine[1] != 0;
     for (int r = 0; s == KILN_OK && r < t->world; r++) {
-        if (all[r] != mine)
+        if (all[2 * r] != mine[0])
             continue;
         *local += r < t->rank;
         (*count)++;
+        if (all[2 * r + 1] == 0 || (r != t->rank && all[2 * r + 1] == mine[1]))
+            *own_gpus = 0;
     }
     free(all);
     free(counts);
@@ -92,10 +99,11 @@ static kiln_status machine_place(kiln_trainer *t, int *local, int *count) {
 kiln_status kiln__trainer_gpu_ranks(kiln_trainer *t) {
     /* a rank that failed before this point stops here with the others */
     KILN_CHECK(kiln__trainer_agree(t, KILN_OK, "to start"));
-    int local = 0, count = 0, gpus = 0;
-    KILN_CHECK(machine_place(t, &local, &count));
-    kiln_status s = kiln_cuda_select(local, &gpus);
-    if (gpus > 0 && gpus < count) /* (the ranks past the last GPU were refused already) */
+    int local = 0, count = 0, own = 0, gpus = 0;
+    KILN_CHECK(machine_place(t, &local, &count, &own));
+    /* GPUs of its own: the first of them; GPUs the machine's ranks all see: its place's */
+    kiln_status s = kiln_cuda_select(own ? 0 : local, &gpus);
+    if (!own && gpus > 0 && gpus < count) /* (ranks past the last GPU were refused already) */
         s = kiln_error_setf(KILN_ERR_CONFIG,
                             "%d ranks run on this machine and each needs a GPU of its own, but %d "
                             "%s visible: start at most %d ranks a machine, or run on the CPU "
