@@ -340,28 +340,46 @@ static void test_nonblocking(void) {
     free(x), free(got), free(want);
 }
 
-/* A collective runs after the backend's ops called before it and before those called after,
- * with no synchronize between them: all on the backend's stream. */
+/* A started collective runs after the backend's ops called before it (no synchronize between
+ * them), beside those called after it on other buffers (on the communicator's own stream), and
+ * its result is there for the ops called after the wait. */
 static void test_stream_order(void) {
     enum { n = 1 << 20 };
     float *x = malloc(n * sizeof *x), *got = malloc(n * sizeof *got),
           *want = malloc(n * sizeof *want);
     for (int i = 0; i < n; i++)
         x[i] = 1.0f;
-    float *d = dev(n, F32);
+    float *d = dev(n, F32), *e = dev(n, F32);
     upload(d, x, n, F32);
+    upload(e, x, n, F32);
     gpu->scale(gpu, d, 3.0f, n);
     kiln_comm_request *q = NULL;
     CHECK_OK(kiln_comm_iallreduce(d, d, n, F32, SUM, nc, &q));
-    gpu->scale(gpu, d, 0.5f, n);
+    for (int k = 0; k < 8; k++) /* beside the collective: another buffer */
+        gpu->scale(gpu, e, 2.0f, n);
     if (q)
         CHECK_OK(kiln_comm_wait(q));
+    gpu->scale(gpu, d, 0.5f, n);
     CHECK_OK(gpu->synchronize(gpu));
     download(got, d, n, F32);
     for (int i = 0; i < n; i++)
         want[i] = 1.5f * (float)N;
-    CHECK_INT_EQ(mismatches(got, want, n, "scale, allreduce, scale"), 0);
-    gpu->free(gpu, d);
+    CHECK_INT_EQ(mismatches(got, want, n, "scale, allreduce, wait, scale"), 0);
+    download(got, e, n, F32);
+    for (int i = 0; i < n; i++)
+        want[i] = 256.0f;
+    CHECK_INT_EQ(mismatches(got, want, n, "the ops beside the collective"), 0);
+    /* blocking: the ops called after it see its result without a wait of their own */
+    upload(d, x, n, F32);
+    gpu->scale(gpu, d, 3.0f, n);
+    CHECK_OK(kiln_comm_allreduce(d, d, n, F32, SUM, nc));
+    gpu->scale(gpu, d, 0.5f, n);
+    CHECK_OK(gpu->synchronize(gpu));
+    download(got, d, n, F32);
+    for (int i = 0; i < n; i++)
+        want[i] = 1.5f * (float)N;
+    CHECK_INT_EQ(mismatches(got, want, n, "scale, blocking allreduce, scale"), 0);
+    gpu->free(gpu, d), gpu->free(gpu, e);
     free(x), free(got), free(want);
 }
 
