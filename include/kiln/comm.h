@@ -66,9 +66,10 @@ int kiln_comm_have_nccl(void);
  *
  * Its calls take the semantics above, with these differences. Buffers are device memory of
  * the CUDA backend (its alloc) on its GPU; any other is KILN_ERR_ARG. Every operation is
- * queued on the backend's stream, after the ops called before it and before those called
- * after; a blocking call returns when its result is in place, a request completes when it is
- * (a CUDA event). MAX and MIN are NCCL's (fmaxf, fminf): a NaN meets a number and gives the
+ * queued on the communicator's own stream behind the ops called on the backend before it, and
+ * runs beside those called after it: a blocking call returns when its result is in place (ops
+ * called then see it); a started one's buffers are left alone until its request completes
+ * (a CUDA event), as for every kind. MAX and MIN are NCCL's (fmaxf, fminf): a NaN meets a number and gives the
  * number, so NaN does not propagate. BF16/F16 sums round once per combination as above, in
  * NCCL's order (ring, tree), or once in all over NVLink SHARP. send and recv take tags >= 0 but
  * do not match them: the messages between two ranks match in call order, counts must agree
