@@ -49,6 +49,35 @@ case_cuda_refuses_unsupported() {
     check "nothing saved" test ! -e w.st
 }
 
+# kiln eval and kiln sample on the GPU: without one, the reason and the CPU named, exit 1; an
+# unknown device or --teacher on the GPU: usage errors. The GPU run is test_cuda_train.sh's.
+case_eval_sample_device() {
+    need_fixture
+    run train $TINY --seq 16 --batch 2 --threads 1 --data "$DATA" --steps 2 --save w.st
+    expect_ok
+    if gpu_usable; then
+        echo "SKIP: a GPU is usable here (tests/gpu/test_cuda_train.sh checks eval and sample on it)"
+        exit 77
+    fi
+    run eval --weights w.st --data "$DATA" --batch 2 --seq 16 --device cuda
+    expect_rc 1
+    expect_err_re 'no NVIDIA driver|no CUDA GPU|built without CUDA|compute capability|update the driver|not built for GPU'
+    expect_err_re 'CPU|cpu'
+    run sample --weights w.st --tokens 4 --device cuda
+    expect_rc 1
+    expect_err_re 'no NVIDIA driver|no CUDA GPU|built without CUDA|compute capability|update the driver|not built for GPU'
+    run eval --weights w.st --data "$DATA" --batch 2 --seq 16 --device tpu
+    expect_usage
+    expect_err "--device is cpu or cuda" "tpu"
+    run sample --weights w.st --tokens 4 --device tpu
+    expect_usage
+    run eval --weights w.st --data "$DATA" --batch 2 --seq 16 --device cuda --teacher w.st
+    expect_usage
+    expect_err "--teacher"
+    run eval --weights w.st --data "$DATA" --batch 2 --seq 16 --device cpu
+    expect_ok
+}
+
 case_unknown_device() {
     need_fixture
     run $TRAIN --steps 3 --device tpu --save w.st

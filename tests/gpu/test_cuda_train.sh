@@ -9,7 +9,8 @@
 #      (relative) at every step, bf16 within 2%, and the loss falling
 #   3. the same GPU bf16 run again: the same losses, norms and saved weights, bit for bit
 #   4. resumed on the GPU from its step-10 checkpoint: the same saved weights as the whole run
-#   5. the GPU's weights on the CPU: `kiln eval` and `kiln sample` read them
+#   5. the GPU's weights on the CPU: `kiln eval` and `kiln sample` read them; then on the GPU
+#      (--device cuda): eval's loss within 1e-4 of the CPU's, and sample writes text
 #   6. a plan too large for the GPU: refused before the first step, saying how far short
 #   7. gpt2-124m, bf16, T=1024, the largest micro-batch --plan finds fits (at most 64): 20
 #      steps, the trainer's tokens/s, MFU and GPU memory
@@ -131,6 +132,29 @@ if run eval eval --weights gpu16.st --data "$VAL" --batch 4 --seq 128 --batches 
     ok "kiln eval and kiln sample read the GPU's weights ($(grep -m1 -i 'loss' eval.log))"
 else
     bad "kiln eval / sample on the GPU's weights (eval.log, sample.log)"
+fi
+
+# 5b. eval and sample on the GPU (--device cuda): the CPU's loss within 1e-4 (fp32), and text
+if run evalg eval --weights gpu16.st --data "$VAL" --batch 4 --seq 128 --batches 4 --device cuda &&
+    run sampleg sample --weights gpu16.st --tokens 24 --seed 1 --device cuda; then
+    lc=$(sed -n 's/.*| loss \([0-9.]*\) |.*/\1/p' eval.log)
+    lg=$(sed -n 's/.*| loss \([0-9.]*\) |.*/\1/p' evalg.log)
+    if [ -n "$lc" ] && [ -n "$lg" ] &&
+        awk -v a="$lc" -v b="$lg" 'BEGIN { d = (b - a) / a; if (d < 0) d = -d; exit !(d <= 1e-4) }'; then
+        ok "kiln eval on the GPU: loss $lg against the CPU's $lc"
+    else
+        bad "kiln eval on the GPU: loss '$lg' against the CPU's '$lc'"
+    fi
+    if [ "$(tail -n +2 sampleg.log | wc -c)" -gt 0 ]; then
+        tail -n +2 sample.log >s_cpu.txt
+        tail -n +2 sampleg.log >s_gpu.txt
+        cmp -s s_cpu.txt s_gpu.txt && same="the CPU's text" || same="text other than the CPU's"
+        ok "kiln sample on the GPU wrote $same (24 tokens, seed 1)"
+    else
+        bad "kiln sample on the GPU wrote nothing (sampleg.log)"
+    fi
+else
+    bad "kiln eval / sample on the GPU: $(grep -m1 'kiln' evalg.log sampleg.log 2>/dev/null)"
 fi
 
 # 6. too large for the GPU

@@ -16,12 +16,13 @@ static const char *usage =
     "usage: kiln eval [flags]\n\n"
     "Mean next-token loss (nats) and perplexity of a model over the windows of T+1 tokens of the\n"
     "token shards in --data, in file order, in whole batches of --batch windows (the last\n"
-    "windows that do not fill a batch are left out; --batch 1 takes every window).";
+    "windows that do not fill a batch are left out; --batch 1 takes every window). With\n"
+    "--device cuda the model is evaluated on the GPU (its weights copied there once).";
 
 int cmd_eval(int argc, char **argv) {
     const char *weights = "out/model.safetensors", *data = "data/brown/val_*.bin";
     int64_t B = 4, T = 64, batches = 0, heads = 0, threads = 0;
-    const char *precision = "fp32", *teacher = NULL;
+    const char *precision = "fp32", *teacher = NULL, *device = "cpu";
     const tool_flag flags[] = {
         {"weights", TOOL_FLAG_STRING, &weights,
          "model weights (safetensors; quantized ones run on the int8 kernel)"},
@@ -36,6 +37,7 @@ int cmd_eval(int argc, char **argv) {
          "(pruned, distilled, quantized) is from the one it came from"},
         {"precision", TOOL_FLAG_STRING, &precision,
          "fp32, bf16 or fp16: the dtype the weights are held and computed in"},
+        {"device", TOOL_FLAG_STRING, &device, "cpu or cuda: where the model is evaluated"},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
@@ -52,14 +54,26 @@ int cmd_eval(int argc, char **argv) {
         tool_report(argv[0], ps);
         return 2;
     }
-    tool_precision_note(dt);
+    if (strcmp(device, "cpu") && strcmp(device, "cuda")) {
+        fprintf(stderr, "kiln eval: --device is cpu or cuda, not '%s'\n", device);
+        return 2;
+    }
+    if (teacher && !strcmp(device, "cuda")) {
+        fprintf(stderr, "kiln eval: --teacher compares on the CPU: leave --device at cpu\n");
+        return 2;
+    }
+    if (!strcmp(device, "cpu"))
+        tool_precision_note(dt);
     tool_set_threads(threads);
     kiln_gpt *m = NULL;
     kiln_loader *l = NULL;
+    kiln_backend *be = NULL;
     /* The data first: a bad file is reported before the model's memory is taken. */
     kiln_status s = kiln_eval_loader_open(&l, data, B, T);
     if (!s)
-        s = tool_load_model(&m, weights, heads, B, T, dt);
+        s = tool_device_backend(device, &be);
+    if (!s)
+        s = tool_load_model_on(&m, weights, heads, B, T, dt, be);
     if (!s && T > kiln_gpt_max_seq(m)) {
         fprintf(stderr, "kiln eval: --seq %lld is beyond the model's context %lld\n", (long long)T,
                 (long long)kiln_gpt_max_seq(m));

@@ -15,7 +15,8 @@ static const char *usage =
     "usage: kiln sample [flags]\n\n"
     "Generate text from a model's weights, continuing --prompt (the start of a document when\n"
     "empty). Same seed, same weights, same text. Weights quantized by kiln compress quantize\n"
-    "run on the int8 kernel.";
+    "run on the int8 kernel. With --device cuda the model runs on the GPU (without the\n"
+    "generation cache there: each new token runs its whole window again).";
 
 typedef struct print_ctx {
     const kiln_tokenizer *tok;
@@ -45,7 +46,7 @@ int cmd_sample(int argc, char **argv) {
     const char *weights = "out/model.safetensors", *prompt = "", *tokenizer = NULL;
     int64_t count = 200, top_k = 40, seed = 1337, heads = 0, threads = 0;
     double temperature = 1.0;
-    const char *precision = "fp32";
+    const char *precision = "fp32", *device = "cpu";
     int timing = 0, cache = 1;
     const tool_flag flags[] = {
         {"weights", TOOL_FLAG_STRING, &weights, "model weights (safetensors, dense or quantized)"},
@@ -65,6 +66,7 @@ int cmd_sample(int argc, char **argv) {
         {"cache", TOOL_FLAG_BOOL, &cache,
          "keep each position's q, k and v so that a new token runs alone through the model "
          "(--no-cache: the whole window again for every token)"},
+        {"device", TOOL_FLAG_STRING, &device, "cpu or cuda: where the model runs"},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
@@ -93,13 +95,21 @@ int cmd_sample(int argc, char **argv) {
         tool_report(argv[0], ps);
         return 2;
     }
-    tool_precision_note(dt);
+    if (strcmp(device, "cpu") && strcmp(device, "cuda")) {
+        fprintf(stderr, "kiln sample: --device is cpu or cuda, not '%s'\n", device);
+        return 2;
+    }
+    if (!strcmp(device, "cpu"))
+        tool_precision_note(dt);
     tool_set_threads(threads);
     kiln_gpt *m = NULL;
     kiln_tokenizer *tok = NULL;
     kiln_tokens ids = {0};
     print_ctx pc = {0};
-    kiln_status s = tool_load_model(&m, weights, heads, 1, 0, dt);
+    kiln_backend *be = NULL;
+    kiln_status s = tool_device_backend(device, &be);
+    if (!s)
+        s = tool_load_model_on(&m, weights, heads, 1, 0, dt, be);
     if (s) {
         tool_report("sample", s);
         return 1;

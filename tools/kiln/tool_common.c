@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kiln/backend.h"
 #include "kiln/checkpoint.h"
 #include "kiln/compress.h"
 
@@ -44,12 +45,56 @@ void tool_set_threads(int64_t n) {
 
 kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int64_t B, int64_t T,
                             kiln_dtype dtype) {
+    return tool_load_model_on(out, path, heads, B, T, dtype, NULL);
+}
+
+kiln_status tool_device_backend(const char *device, kiln_backend **be) {
+    *be = NULL;
+    if (!strcmp(device, "cpu"))
+        return KILN_OK;
+    if (strcmp(device, "cuda"))
+        return kiln_error_setf(KILN_ERR_ARG, "--device is cpu or cuda, not '%s'", device);
+    char why[512];
+    if (kiln_cuda_available(why, sizeof why) != KILN_OK)
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED, "%s", why);
+    if (!(*be = kiln_backend_cuda()))
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "the CUDA backend could not start: run on the CPU (--device cpu)");
+    return KILN_OK;
+}
+
+/* The weights of path into m's slab on its backend: read on the host, then copied. */
+static kiln_status load_to_device(kiln_gpt *m, const char *path) {
+    kiln_backend *be = kiln_gpt_backend(m);
+    size_t bytes = (size_t)kiln_gpt_slab_len(m) * kiln_dtype_size(kiln_gpt_dtype(m));
+    void *h = malloc(bytes);
+    if (!h)
+        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate %.1f MiB to read %s into",
+                               (double)bytes / (1 << 20), path);
+    kiln_status s = kiln_gpt_load_slab(m, path, h, kiln_gpt_dtype(m));
+    if (s == KILN_OK) {
+        be->copy(be, kiln_gpt_params(m), h, bytes, KILN_COPY_TO_DEVICE);
+        s = be->synchronize(be);
+    }
+    free(h);
+    return s;
+}
+
+kiln_status tool_load_model_on(kiln_gpt **out, const char *path, int64_t heads, int64_t B,
+                               int64_t T, kiln_dtype dtype, kiln_backend *be) {
+    if (be && !be->device_memory)
+        be = NULL; /* the CPU's: loaded in place */
     /* A quantized file (kiln compress quantize) runs on the int8 kernel. */
     kiln_quant_type qt = KILN_QUANT_NONE;
     kiln_status qs = kiln_quant_probe(path, &qt, NULL);
     if (qs != KILN_OK)
         return qs;
     if (qt != KILN_QUANT_NONE) {
+        if (be)
+            return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                                   "%s is a quantized model (%s): it runs on the CPU's int8 "
+                                   "kernel (--device cpu)",
+                                   path, kiln_quant_type_name(qt));
         if (dtype != KILN_DTYPE_F32)
             return kiln_error_setf(KILN_ERR_ARG,
                                    "%s is a quantized model (%s): it computes in int8 and fp32, "
@@ -74,9 +119,9 @@ kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int
         return s;
     if (T <= 0 || T > cfg.max_seq_len)
         T = cfg.max_seq_len;
-    if ((s = kiln_gpt_create_inference(out, &cfg, B, T, dtype, NULL)) != KILN_OK)
+    if ((s = kiln_gpt_create_inference(out, &cfg, B, T, dtype, be)) != KILN_OK)
         return s;
-    s = kiln_gpt_load_safetensors(*out, path);
+    s = be ? load_to_device(*out, path) : kiln_gpt_load_safetensors(*out, path);
     if (s) {
         kiln_gpt_free(*out);
         *out = NULL;

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "kiln/backend.h"
 #include "kiln/model.h"
 #include "kiln/status.h"
 #include "kiln/tokenizer.h"
@@ -36,6 +37,13 @@ int64_t tool_cores(void);
  * model's context). heads > 0 overrides the head count for files without kiln metadata. */
 kiln_status tool_load_model(kiln_gpt **out, const char *path, int64_t heads, int64_t B, int64_t T,
                             kiln_dtype dtype);
+/* The same on a backend (NULL: the CPU): with device memory (CUDA) the weights are read into a
+ * host buffer and copied over; a quantized model runs on the CPU only. */
+kiln_status tool_load_model_on(kiln_gpt **out, const char *path, int64_t heads, int64_t B,
+                               int64_t T, kiln_dtype dtype, kiln_backend *be);
+/* The backend of a --device flag: "cpu" (NULL), or "cuda" (its reason, naming the CPU, when it
+ * cannot run here). KILN_ERR_ARG for any other name. */
+kiln_status tool_device_backend(const char *device, kiln_backend **be);
 
 /* A line on stderr when a precision runs on a slower path on this machine. */
 void tool_precision_note(kiln_dtype dt);
