@@ -340,13 +340,23 @@ static void test_nonblocking(void) {
     free(x), free(got), free(want);
 }
 
+/* Elements of device buffer d (n fp32) that are not v. */
+static int64_t not_all(const float *d, int64_t n, float v, const char *what) {
+    float *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+    download(got, d, n, F32);
+    for (int64_t i = 0; i < n; i++)
+        want[i] = v;
+    int64_t bad = mismatches(got, want, n, what);
+    free(got), free(want);
+    return bad;
+}
+
 /* A started collective runs after the backend's ops called before it (no synchronize between
  * them), beside those called after it on other buffers (on the communicator's own stream), and
  * its result is there for the ops called after the wait. */
 static void test_stream_order(void) {
     enum { n = 1 << 20 };
-    float *x = malloc(n * sizeof *x), *got = malloc(n * sizeof *got),
-          *want = malloc(n * sizeof *want);
+    float *x = malloc(n * sizeof *x);
     for (int i = 0; i < n; i++)
         x[i] = 1.0f;
     float *d = dev(n, F32), *e = dev(n, F32);
@@ -361,26 +371,17 @@ static void test_stream_order(void) {
         CHECK_OK(kiln_comm_wait(q));
     gpu->scale(gpu, d, 0.5f, n);
     CHECK_OK(gpu->synchronize(gpu));
-    download(got, d, n, F32);
-    for (int i = 0; i < n; i++)
-        want[i] = 1.5f * (float)N;
-    CHECK_INT_EQ(mismatches(got, want, n, "scale, allreduce, wait, scale"), 0);
-    download(got, e, n, F32);
-    for (int i = 0; i < n; i++)
-        want[i] = 256.0f;
-    CHECK_INT_EQ(mismatches(got, want, n, "the ops beside the collective"), 0);
+    CHECK_INT_EQ(not_all(d, n, 1.5f * (float)N, "scale, allreduce, wait, scale"), 0);
+    CHECK_INT_EQ(not_all(e, n, 256.0f, "the ops beside the collective"), 0);
     /* blocking: the ops called after it see its result without a wait of their own */
     upload(d, x, n, F32);
     gpu->scale(gpu, d, 3.0f, n);
     CHECK_OK(kiln_comm_allreduce(d, d, n, F32, SUM, nc));
     gpu->scale(gpu, d, 0.5f, n);
     CHECK_OK(gpu->synchronize(gpu));
-    download(got, d, n, F32);
-    for (int i = 0; i < n; i++)
-        want[i] = 1.5f * (float)N;
-    CHECK_INT_EQ(mismatches(got, want, n, "scale, blocking allreduce, scale"), 0);
+    CHECK_INT_EQ(not_all(d, n, 1.5f * (float)N, "scale, blocking allreduce, scale"), 0);
     gpu->free(gpu, d), gpu->free(gpu, e);
-    free(x), free(got), free(want);
+    free(x);
 }
 
 static void test_barrier(void) {
