@@ -16,10 +16,13 @@
  *
  * Version 1 is the same with bytes 40..55 reserved (zero): its tokenizer is unknown.
  *
- * The file is exactly 64 + N*W bytes. The reader memory-maps the file and checks all of
- * it before handing it out: size, magic, version, header checksum, fields, the token
- * checksum and that every id is below V. One pass over the tokens does both checks; it
- * runs at memory speed (bench/bench_loader.c measures it) and is paid once per open.
+ * The file is exactly 64 + N*W bytes. The reader checks all of it before handing it out:
+ * size, magic, version, header checksum, fields, the token checksum and that every id is
+ * below V. One pass over the tokens does both checks; it runs at memory speed
+ * (bench/bench_loader.c measures it) and is paid once per open. The reader then keeps the
+ * file open (one descriptor per shard) and reads ids with pread, never through a mapping:
+ * a file truncated while it is open gives an error naming it and its sizes then and now
+ * (a mapping would end the process with SIGBUS).
  *
  * The writer streams: ids go through a buffer into "<path>.tmp.<pid>", whose header
  * stays zero (so it never passes for a shard) until kiln_shard_writer_finish writes the
@@ -59,9 +62,9 @@ int kiln_shard_token_width(int64_t vocab_size);
 
 typedef struct kiln_shard kiln_shard; /* opaque; read-only after open, thread-safe */
 
-/* Map and verify the whole shard. Only a regular file is opened (kiln_file_open_regular: a
+/* Open and verify the whole shard. Only a regular file is opened (kiln_file_open_regular: a
  * FIFO or device is refused, never waited on). Errors name the file and what is wrong:
- * KILN_ERR_NOT_FOUND, KILN_ERR_IO (not a regular file, cannot open or map), KILN_ERR_FORMAT (size,
+ * KILN_ERR_NOT_FOUND, KILN_ERR_IO (not a regular file, cannot open or read), KILN_ERR_FORMAT (size,
  * magic, version, fields), KILN_ERR_CHECKSUM (header or token checksum; byte ranges and both hashes
  * in the message), KILN_ERR_RANGE (an id >= V, with its index and byte offset). */
 kiln_status kiln_shard_open(kiln_shard **out, const char *path);
@@ -69,9 +72,9 @@ void kiln_shard_close(kiln_shard *s); /* NULL is safe */
 
 const kiln_shard_info *kiln_shard_get_info(const kiln_shard *s);
 const char *kiln_shard_path(const kiln_shard *s);
-/* The mapped ids (token_width bytes each, little-endian), N of them. */
-const void *kiln_shard_data(const kiln_shard *s);
-/* Copy ids [start, start+n) into out as int32; KILN_ERR_RANGE when outside [0, N). */
+/* Read ids [start, start+n) into out as int32; KILN_ERR_RANGE when outside [0, N),
+ * KILN_ERR_IO when the file no longer holds them (truncated since it was opened: the
+ * message names the file, the bytes and its sizes then and now). */
 kiln_status kiln_shard_read(const kiln_shard *s, int64_t start, int64_t n, int32_t *out);
 
 /* Read and check only the header (size, magic, version, header checksum, fields), not the

@@ -1,4 +1,4 @@
-/* The training data loader: windows of T+1 tokens over memory-mapped shards.
+/* The training data loader: windows of T+1 tokens over token shards, read with pread.
  *
  * Shard s of n_s tokens holds floor((n_s - 1) / T) windows; window k starts at token k*T
  * (stride T: a window's last token is the next window's first, as a target then an
@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <xxhash.h>
 
@@ -42,6 +43,8 @@ struct kiln_loader {
     uint64_t perm_epoch; /* the epoch and seed perm was drawn for; valid when perm_valid */
     uint64_t perm_seed;
     int perm_valid;
+    int32_t *window;       /* [T+1] the window being read */
+    uint64_t content_hash; /* of every shard's token count and checksum, in order */
 };
 
 /* ---- finding the shards ---- */
@@ -354,7 +357,23 @@ static kiln_status check_config(const kiln_loader_config *c) {
     return KILN_OK;
 }
 
+/* Each open shard holds a descriptor (kiln/shard.h): the soft limit on open files raised
+ * toward the hard one when the shards would not fit under it. */
+static void reserve_files(int64_t n) {
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY)
+        return;
+    rlim_t want = (rlim_t)n + 256; /* and room for everything else the process opens */
+    if (r.rlim_max != RLIM_INFINITY && want > r.rlim_max)
+        want = r.rlim_max;
+    if (want > r.rlim_cur) {
+        r.rlim_cur = want;
+        (void)setrlimit(RLIMIT_NOFILE, &r);
+    }
+}
+
 static kiln_status open_shards(kiln_loader *l, const path_list *paths) {
+    reserve_files(paths->n);
     l->shards = calloc((size_t)paths->n, sizeof *l->shards);
     l->first_window = calloc((size_t)paths->n + 1, sizeof *l->first_window);
     if (!l->shards || !l->first_window)
@@ -394,6 +413,17 @@ static kiln_status open_shards(kiln_loader *l, const path_list *paths) {
         l->first_window[i + 1] = l->first_window[i] + (in->num_tokens - 1) / l->cfg.T;
     }
     l->num_windows = l->first_window[paths->n];
+    XXH3_state_t *h = XXH3_createState();
+    if (!h)
+        return kiln_error_setf(KILN_ERR_NOMEM, "loader: no memory");
+    XXH3_64bits_reset(h);
+    for (int i = 0; i < l->num_shards; i++) {
+        const kiln_shard_info *in = kiln_shard_get_info(l->shards[i]);
+        uint64_t rec[2] = {(uint64_t)in->num_tokens, in->data_hash};
+        XXH3_64bits_update(h, rec, sizeof rec);
+    }
+    l->content_hash = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
     return check_folders(l);
 }
 
@@ -410,6 +440,11 @@ kiln_status kiln_loader_open(kiln_loader **out, const kiln_loader_config *cfg) {
     kiln_status st;
     KILN_CHECK_GOTO(st, find_shards(cfg->path, &paths), fail);
     KILN_CHECK_GOTO(st, open_shards(l, &paths), fail);
+    if (!(l->window = malloc((size_t)(cfg->T + 1) * sizeof *l->window))) {
+        st = kiln_error_setf(KILN_ERR_NOMEM, "loader: no memory for a window of %lld tokens",
+                             (long long)(cfg->T + 1));
+        goto fail;
+    }
     int64_t per_batch = cfg->B * cfg->world;
     l->batches_per_epoch = l->num_windows / per_batch;
     if (l->batches_per_epoch < 1) {
@@ -448,6 +483,7 @@ void kiln_loader_close(kiln_loader *l) {
     free(l->shards);
     free(l->first_window);
     kiln_free(l->perm);
+    free(l->window);
     free(l);
 }
 
@@ -473,8 +509,8 @@ static void make_perm(kiln_loader *l) {
     l->perm_valid = 1;
 }
 
-/* Copy window w: inputs get tokens [0, T), targets [1, T+1). */
-static void copy_window(const kiln_loader *l, int64_t w, int32_t *inputs, int32_t *targets) {
+/* Read window w: inputs get tokens [0, T), targets [1, T+1). One pread of T+1 ids. */
+static kiln_status copy_window(kiln_loader *l, int64_t w, int32_t *inputs, int32_t *targets) {
     int lo = 0, hi = l->num_shards - 1; /* the shard s with first_window[s] <= w */
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
@@ -483,20 +519,11 @@ static void copy_window(const kiln_loader *l, int64_t w, int32_t *inputs, int32_
         else
             hi = mid - 1;
     }
-    const kiln_shard *s = l->shards[lo];
     int64_t T = l->cfg.T, start = (w - l->first_window[lo]) * T;
-    const void *data = kiln_shard_data(s);
-    if (kiln_shard_get_info(s)->token_width == 2) {
-        const uint16_t *p = (const uint16_t *)data + start;
-        for (int64_t t = 0; t < T; t++) {
-            inputs[t] = p[t];
-            targets[t] = p[t + 1];
-        }
-    } else {
-        const int32_t *p = (const int32_t *)data + start;
-        memcpy(inputs, p, (size_t)T * sizeof *p);
-        memcpy(targets, p + 1, (size_t)T * sizeof *p);
-    }
+    KILN_CHECK(kiln_shard_read(l->shards[lo], start, T + 1, l->window));
+    memcpy(inputs, l->window, (size_t)T * sizeof *inputs);
+    memcpy(targets, l->window + 1, (size_t)T * sizeof *targets);
+    return KILN_OK;
 }
 
 kiln_status kiln_loader_next(kiln_loader *l, int32_t *inputs, int32_t *targets) {
@@ -512,7 +539,7 @@ kiln_status kiln_loader_next(kiln_loader *l, int32_t *inputs, int32_t *targets) 
     int64_t first = ((int64_t)l->state.position * l->cfg.world + l->cfg.rank) * B;
     for (int64_t b = 0; b < B; b++) {
         int64_t w = l->cfg.shuffle ? (int64_t)l->perm[first + b] : first + b;
-        copy_window(l, w, inputs + b * T, targets + b * T);
+        KILN_CHECK(copy_window(l, w, inputs + b * T, targets + b * T)); /* the position stays */
     }
     l->state.position++;
     return KILN_OK;
@@ -548,4 +575,17 @@ kiln_status kiln_loader_set_state(kiln_loader *l, const kiln_loader_state *s) {
 
 int64_t kiln_loader_num_windows(const kiln_loader *l) {
     return l->num_windows;
+}
+
+uint64_t kiln_loader_content_hash(const kiln_loader *l) {
+    return l->content_hash;
+}
+int kiln_loader_num_shards(const kiln_loader *l) {
+    return l->num_shards;
+}
+const char *kiln_loader_shard_path(const kiln_loader *l, int i) {
+    return i >= 0 && i < l->num_shards ? kiln_shard_path(l->shards[i]) : NULL;
+}
+const kiln_shard_info *kiln_loader_shard_info(const kiln_loader *l, int i) {
+    return i >= 0 && i < l->num_shards ? kiln_shard_get_info(l->shards[i]) : NULL;
 }

@@ -1,5 +1,9 @@
-/* Token shards: the header, the verifying memory-mapped reader, the streaming writer.
- * The format is described in include/kiln/shard.h. */
+/* Token shards: the header, the verifying reader, the streaming writer.
+ * The format is described in include/kiln/shard.h.
+ *
+ * The reader keeps the file open and reads with pread, never through a mapping: a shard
+ * truncated while a run reads it then gives a short read, reported with the file and its
+ * sizes then and now, where a mapping would kill the process with SIGBUS. */
 #include "kiln/shard.h"
 
 #include <errno.h>
@@ -8,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -134,9 +137,8 @@ static kiln_status header_decode(const unsigned char *h, uint64_t file_bytes, co
 struct kiln_shard {
     char *path;
     kiln_shard_info info;
-    void *map; /* the whole file */
-    size_t map_bytes;
-    const unsigned char *tokens; /* map + header */
+    int fd;        /* open for the shard's life: every read sees the file checked at open */
+    uint64_t size; /* bytes when opened */
 };
 
 /* Largest id in ids[0..n) of the given width. Plain loops that the compiler vectorises. */
@@ -170,15 +172,44 @@ static int64_t first_out_of_range(const unsigned char *p, int64_t n, int width, 
     return -1;
 }
 
-/* Compare the computed checksum and largest id with the header; on a mismatch, find the
- * first out-of-range id in the mapping for the message. */
-static kiln_status check_tokens(const kiln_shard *s, uint64_t computed, uint32_t biggest) {
+/* A read of bytes [off, off+want) that failed (got < 0: errno) or came back short (got
+ * bytes): the file, the range, and the file's size when opened and now. */
+static kiln_status read_failed(const kiln_shard *s, uint64_t off, size_t want, ssize_t got) {
+    if (got < 0)
+        return kiln_error_setf(KILN_ERR_IO, "%s: reading bytes %llu..%llu failed: %s", s->path,
+                               (unsigned long long)off, (unsigned long long)(off + want),
+                               strerror(errno));
+    struct stat sb;
+    char now[64] = "of an unknown size";
+    if (fstat(s->fd, &sb) == 0)
+        snprintf(now, sizeof now, "%lld bytes", (long long)sb.st_size);
+    return kiln_error_setf(KILN_ERR_IO,
+                           "%s: bytes %llu..%llu could not be read (%lld of %zu came back): it "
+                           "was %llu bytes when kiln opened it and is %s now (truncated or "
+                           "rewritten while in use)",
+                           s->path, (unsigned long long)off, (unsigned long long)(off + want),
+                           (long long)got, want, (unsigned long long)s->size, now);
+}
+
+/* want bytes at off into buf, whole: a short read is an error naming the file. */
+static kiln_status pread_full(const kiln_shard *s, void *buf, size_t want, uint64_t off) {
+    size_t done = 0;
+    while (done < want) {
+        ssize_t got = pread(s->fd, (char *)buf + done, want - done, (off_t)(off + done));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return read_failed(s, off, want, got < 0 ? got : (ssize_t)done);
+        done += (size_t)got;
+    }
+    return KILN_OK;
+}
+
+/* The token pass's verdict: the computed checksum, and the first id >= V (bad < 0: none). */
+static kiln_status check_tokens(const kiln_shard *s, uint64_t computed, int64_t bad,
+                                uint32_t bad_id) {
     const kiln_shard_info *in = &s->info;
     size_t bytes = (size_t)in->num_tokens * (size_t)in->token_width;
-    int64_t bad = (uint64_t)biggest >= (uint64_t)in->vocab_size
-                      ? first_out_of_range(s->tokens, in->num_tokens, in->token_width,
-                                           (uint64_t)in->vocab_size)
-                      : -1;
     char hint[160] = "";
     if (bad >= 0)
         snprintf(hint, sizeof hint, "; token %lld (byte offset %lld) is out of range",
@@ -198,14 +229,15 @@ static kiln_status check_tokens(const kiln_shard *s, uint64_t computed, uint32_t
             "vocabulary of %lld ids",
             s->path, (long long)bad,
             (long long)(KILN_SHARD_HEADER_BYTES + bad * (int64_t)in->token_width),
-            (unsigned long long)id_at(s->tokens, bad, in->token_width), (long long)in->vocab_size);
+            (unsigned long long)bad_id, (long long)in->vocab_size);
     return KILN_OK;
 }
 
-/* One pass over the tokens, read through a small buffer: the checksum and the largest id.
- * Reading (not touching the mapping) keeps the check at copy speed; mapping pages in for
- * the first time costs more than the check itself on some machines (bench_loader). */
-static kiln_status verify_tokens(const kiln_shard *s, int fd) {
+/* One pass over the tokens, read through a small buffer: the checksum and the largest id
+ * (and, where that is out of range, the first id that is). Reading keeps the check at copy
+ * speed; mapping pages in for the first time costs more than the check itself on some
+ * machines (bench_loader). */
+static kiln_status verify_tokens(const kiln_shard *s) {
     const kiln_shard_info *in = &s->info;
     size_t bytes = (size_t)in->num_tokens * (size_t)in->token_width;
     XXH3_state_t *st = XXH3_createState();
@@ -216,24 +248,22 @@ static kiln_status verify_tokens(const kiln_shard *s, int fd) {
         goto done;
     }
     XXH3_64bits_reset(st);
-    uint32_t biggest = 0;
+    int64_t bad = -1;
+    uint32_t bad_id = 0;
     for (size_t off = 0; off < bytes;) {
         size_t want = bytes - off < VERIFY_CHUNK ? bytes - off : VERIFY_CHUNK;
-        ssize_t got = pread(fd, buf, want, (off_t)(KILN_SHARD_HEADER_BYTES + off));
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0 || (size_t)got % (size_t)in->token_width) {
-            status = kiln_error_setf(KILN_ERR_IO, "%s: reading the tokens at byte %zu failed: %s",
-                                     s->path, KILN_SHARD_HEADER_BYTES + off,
-                                     got < 0 ? strerror(errno) : "short read");
-            goto done;
+        KILN_CHECK_GOTO(status, pread_full(s, buf, want, KILN_SHARD_HEADER_BYTES + off), done);
+        XXH3_64bits_update(st, buf, want);
+        size_t n = want / (size_t)in->token_width;
+        if (bad < 0 && max_id(buf, n, in->token_width) >= (uint64_t)in->vocab_size) {
+            int64_t k =
+                first_out_of_range(buf, (int64_t)n, in->token_width, (uint64_t)in->vocab_size);
+            bad = (int64_t)(off / (size_t)in->token_width) + k;
+            bad_id = id_at(buf, k, in->token_width);
         }
-        XXH3_64bits_update(st, buf, (size_t)got);
-        uint32_t m = max_id(buf, (size_t)got / (size_t)in->token_width, in->token_width);
-        biggest = m > biggest ? m : biggest;
-        off += (size_t)got;
+        off += want;
     }
-    status = check_tokens(s, XXH3_64bits_digest(st), biggest);
+    status = check_tokens(s, XXH3_64bits_digest(st), bad, bad_id);
 done:
     XXH3_freeState(st);
     free(buf);
@@ -267,29 +297,14 @@ static kiln_status read_header(int fd, const char *path, uint64_t size,
     return KILN_OK;
 }
 
-/* Open, check the header, map, check the tokens. The checks read through the same file
- * descriptor that is mapped: a shard renamed over this path meanwhile does not mix in. */
-static kiln_status map_file(kiln_shard *s) {
-    int fd;
-    uint64_t size;
-    KILN_CHECK(open_shard_file(s->path, &fd, &size));
-    kiln_status st = KILN_OK;
+/* Open, check the header, check the tokens. Every later read goes through the same file
+ * descriptor: a shard renamed over this path meanwhile does not mix in. */
+static kiln_status open_checked(kiln_shard *s) {
+    KILN_CHECK(open_shard_file(s->path, &s->fd, &s->size));
     unsigned char h[KILN_SHARD_HEADER_BYTES] = {0};
-    KILN_CHECK_GOTO(st, read_header(fd, s->path, size, h), done);
-    KILN_CHECK_GOTO(st, header_decode(h, size, s->path, &s->info), done);
-    s->map_bytes = (size_t)size;
-    s->map = mmap(NULL, s->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (s->map == MAP_FAILED) {
-        s->map = NULL;
-        st = kiln_error_setf(KILN_ERR_IO, "%s: cannot map %zu bytes: %s", s->path, s->map_bytes,
-                             strerror(errno));
-        goto done;
-    }
-    s->tokens = (const unsigned char *)s->map + KILN_SHARD_HEADER_BYTES;
-    st = verify_tokens(s, fd);
-done:
-    close(fd);
-    return st;
+    KILN_CHECK(read_header(s->fd, s->path, s->size, h));
+    KILN_CHECK(header_decode(h, s->size, s->path, &s->info));
+    return verify_tokens(s);
 }
 
 kiln_status kiln_shard_open(kiln_shard **out, const char *path) {
@@ -301,8 +316,9 @@ kiln_status kiln_shard_open(kiln_shard **out, const char *path) {
         free(s);
         return kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory to open the shard", path);
     }
+    s->fd = -1;
     kiln_status st;
-    KILN_CHECK_GOTO(st, map_file(s), fail);
+    KILN_CHECK_GOTO(st, open_checked(s), fail);
     *out = s;
     return KILN_OK;
 fail:
@@ -313,8 +329,8 @@ fail:
 void kiln_shard_close(kiln_shard *s) {
     if (!s)
         return;
-    if (s->map)
-        munmap(s->map, s->map_bytes);
+    if (s->fd >= 0)
+        close(s->fd);
     free(s->path);
     free(s);
 }
@@ -325,21 +341,24 @@ const kiln_shard_info *kiln_shard_get_info(const kiln_shard *s) {
 const char *kiln_shard_path(const kiln_shard *s) {
     return s->path;
 }
-const void *kiln_shard_data(const kiln_shard *s) {
-    return s->tokens;
-}
+
+enum { READ_CHUNK = 4096 }; /* 2-byte ids read per pread before widening: 8 KiB on the stack */
 
 kiln_status kiln_shard_read(const kiln_shard *s, int64_t start, int64_t n, int32_t *out) {
     if (start < 0 || n < 0 || start > s->info.num_tokens - n)
         return kiln_error_setf(KILN_ERR_RANGE, "%s: tokens [%lld, %lld) are outside [0, %lld)",
                                s->path, (long long)start, (long long)(start + n),
                                (long long)s->info.num_tokens);
-    if (s->info.token_width == 2) {
-        const uint16_t *p = (const uint16_t *)(const void *)s->tokens + start;
-        for (int64_t i = 0; i < n; i++)
-            out[i] = p[i];
-    } else {
-        memcpy(out, s->tokens + 4 * start, (size_t)n * 4);
+    uint64_t off = KILN_SHARD_HEADER_BYTES + (uint64_t)start * (uint64_t)s->info.token_width;
+    if (s->info.token_width == 4)
+        return pread_full(s, out, (size_t)n * 4, off);
+    uint16_t buf[READ_CHUNK];
+    for (int64_t i = 0; i < n;) {
+        int64_t k = n - i < READ_CHUNK ? n - i : READ_CHUNK;
+        KILN_CHECK(pread_full(s, buf, (size_t)k * 2, off + (uint64_t)i * 2));
+        for (int64_t j = 0; j < k; j++)
+            out[i + j] = buf[j];
+        i += k;
     }
     return KILN_OK;
 }
