@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -499,33 +498,67 @@ void kiln__prep_inputs_free(prep_inputs *in) {
 kiln_status kiln__prep_reader_open(prep_reader *r, const prep_file *file) {
     memset(r, 0, sizeof *r);
     r->file = file;
+    r->fd = -1;
     if (file->kind != PREP_JSONL)
         return KILN_OK;
     return open_stream(file->path, &r->f);
 }
 
-/* A text file's bytes, mapped (an empty file maps nothing). */
-static kiln_status map_text(prep_reader *r) {
+/* The file changed size since the first pass listed it (was: its size then). */
+static kiln_status changed(const char *path, int64_t was, long long now, const char *when) {
+    return kiln_error_setf(KILN_ERR_IO,
+                           "%s was %lld bytes when kiln prepare listed it and is %lld bytes %s: "
+                           "it changed while kiln prepare ran (truncated or rewritten); nothing "
+                           "was written",
+                           path, (long long)was, now, when);
+}
+
+/* A text file's bytes, read whole into r->text: a short read, or a size other than the
+ * first pass's, is an error naming the file and both sizes. The descriptor stays open for
+ * the check at the end (end_text). */
+static kiln_status read_text(prep_reader *r) {
     const char *path = r->file->path;
-    int fd;
     uint64_t size;
-    KILN_CHECK(open_listed(path, &fd, &size));
-    kiln_status st = KILN_OK;
-    if (size > (uint64_t)SIZE_MAX) {
-        st = kiln_error_setf(KILN_ERR_NOMEM, "%s: %llu bytes cannot be mapped", path,
-                             (unsigned long long)size);
-    } else if (size > 0) {
-        void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            st = kiln_error_setf(KILN_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
-        } else {
-            madvise(m, (size_t)size, MADV_SEQUENTIAL);
-            r->map = m;
-            r->map_len = (size_t)size;
+    KILN_CHECK(open_listed(path, &r->fd, &size));
+    if (size != (uint64_t)r->file->size)
+        return changed(path, r->file->size, (long long)size, "now");
+    if (size >= (uint64_t)SIZE_MAX)
+        return kiln_error_setf(KILN_ERR_NOMEM, "%s: %llu bytes cannot be read into memory", path,
+                               (unsigned long long)size);
+    if (!(r->text = malloc((size_t)size + 1)))
+        return kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory for its %llu bytes", path,
+                               (unsigned long long)size);
+    size_t done = 0;
+    while (done < (size_t)size) {
+        ssize_t k = pread(r->fd, r->text + done, (size_t)size - done, (off_t)done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return kiln_error_setf(KILN_ERR_IO, "%s: cannot read at byte %zu: %s", path, done,
+                                   strerror(errno));
+        if (k == 0) {
+            struct stat sb;
+            return changed(path, r->file->size, fstat(r->fd, &sb) == 0 ? (long long)sb.st_size : -1,
+                           "now (reading stopped short at that point)");
         }
+        done += (size_t)k;
     }
-    close(fd);
-    r->bytes_read = (int64_t)r->map_len;
+    r->text_len = done;
+    r->bytes_read = (int64_t)done;
+    return KILN_OK;
+}
+
+/* After a text file's document was used: the file has the size it was read at, else the
+ * ids just made may not be of the file as it is (and a mapping would have died here). */
+static kiln_status end_text(prep_reader *r) {
+    struct stat sb;
+    if (r->fd < 0)
+        return KILN_OK;
+    kiln_status st = KILN_OK;
+    if (fstat(r->fd, &sb) == 0 && (uint64_t)sb.st_size != (uint64_t)r->file->size)
+        st = changed(r->file->path, r->file->size, (long long)sb.st_size, "now");
+    close(r->fd);
+    r->fd = -1;
     return st;
 }
 
@@ -534,10 +567,9 @@ static void drop_document(prep_reader *r) {
     r->json = NULL;
     free(r->owned);
     r->owned = NULL;
-    if (r->map)
-        munmap(r->map, r->map_len);
-    r->map = NULL;
-    r->map_len = 0;
+    free(r->text);
+    r->text = NULL;
+    r->text_len = 0;
 }
 
 kiln_status kiln__prep_reader_next(prep_reader *r, const char **text, size_t *len) {
@@ -545,12 +577,12 @@ kiln_status kiln__prep_reader_next(prep_reader *r, const char **text, size_t *le
     *len = 0;
     drop_document(r);
     if (r->done)
-        return KILN_OK;
+        return end_text(r);
     if (r->file->kind == PREP_TEXT) {
         r->done = 1;
-        KILN_CHECK(map_text(r));
-        *text = r->map ? r->map : "";
-        *len = r->map_len;
+        KILN_CHECK(read_text(r));
+        *text = r->text;
+        *len = r->text_len;
         return KILN_OK;
     }
     if (r->file->kind == PREP_BROWN) {
@@ -587,13 +619,19 @@ kiln_status kiln__prep_reader_next(prep_reader *r, const char **text, size_t *le
     if (ferror(r->f))
         return kiln_error_setf(KILN_ERR_IO, "%s: read error after line %lld: %s", r->file->path,
                                (long long)r->line_no, strerror(errno));
+    struct stat sb; /* the lines read were all the file's */
+    if (fstat(fileno(r->f), &sb) == 0 && (uint64_t)sb.st_size != (uint64_t)r->file->size)
+        return changed(r->file->path, r->file->size, (long long)sb.st_size, "now");
     return KILN_OK;
 }
 
 void kiln__prep_reader_close(prep_reader *r) {
     if (r->f)
         fclose(r->f);
+    if (r->fd >= 0)
+        close(r->fd);
     free(r->line);
     drop_document(r);
     memset(r, 0, sizeof *r);
+    r->fd = -1;
 }

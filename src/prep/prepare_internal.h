@@ -57,8 +57,10 @@ typedef struct prep_reader {
     void *json;  /* JSONL: the cJSON of the current line */
     char *owned; /* BROWN: the document's text */
     size_t owned_len;
-    void *map; /* TEXT: the file, mapped */
-    size_t map_len;
+    char *text; /* TEXT: the file's bytes, read whole (never mapped: a file truncated under
+                 * a mapping ends the process with SIGBUS) */
+    size_t text_len;
+    int fd; /* TEXT: the file, open until its end is checked (-1: none) */
     int done;
     int64_t bytes_read; /* on-disk bytes consumed so far */
 } prep_reader;

@@ -1,5 +1,7 @@
 /* kiln prepare interrupted: a run that is killed, or that fails half way, leaves the output
- * folder exactly as the previous run left it; the next run clears the dead run's staging. */
+ * folder exactly as the previous run left it; the next run clears the dead run's staging.
+ * An input truncated while prepare reads it ends the run with an error naming it (it used to
+ * die of SIGBUS with no message, leaving its staging folder behind). */
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -58,6 +60,7 @@ typedef struct hook {
     int fd;             /* >= 0: write a byte here at the first progress report, then stop */
     const char *unlink; /* else: delete this file at the first progress report */
     int fired;
+    const char *truncate; /* and: cut this file to 1000 bytes at the first progress report */
 } hook;
 
 static void on_progress(void *ctx, const kiln_prepare_progress *p) {
@@ -72,6 +75,8 @@ static void on_progress(void *ctx, const kiln_prepare_progress *p) {
     }
     if (h->unlink)
         unlink(h->unlink);
+    if (h->truncate && truncate(h->truncate, 1000) != 0)
+        _exit(6);
 }
 
 static kiln_status run(const char *out, const char **inputs, int n, hook *h) {
@@ -141,7 +146,7 @@ static void test_killed_and_failed_runs(void) {
     /* Failing half way (an input vanishes between the passes): same, and no staging left. */
     char later[512];
     path_in(later, sizeof later, "later.txt");
-    hook h = {-1, later, 0};
+    hook h = {-1, later, 0, NULL};
     const char *two[] = {"big.txt", "later.txt"};
     CHECK_STATUS(run("out", two, 2, &h), KILN_ERR_IO);
     CHECK_TRUE(strstr(kiln_error_message(), "later.txt") != NULL);
@@ -158,10 +163,57 @@ static void test_killed_and_failed_runs(void) {
     CHECK_TRUE(file_hash("out/train_000.bin") != before[0]);
 }
 
+/* An input cut short while prepare encodes it, in a child (the old reader died of SIGBUS):
+ * the child exits 0 when prepare failed, and leaves the message in trunc.msg. */
+static void test_input_truncated_mid_run(void) {
+    write_text("shrink.txt", 40000000, 5); /* 40 MB: the first progress report comes early */
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(self_exe, self_exe, "--truncate-child", dir, (char *)NULL);
+        _exit(5);
+    }
+    int status = 0;
+    CHECK_TRUE(waitpid(pid, &status, 0) == pid);
+    if (WIFSIGNALED(status))
+        fprintf(stderr, "prepare died of signal %d (%s)\n", WTERMSIG(status),
+                strsignal(WTERMSIG(status)));
+    CHECK_TRUE(WIFEXITED(status));
+    CHECK_INT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
+    char p[512];
+    path_in(p, sizeof p, "trunc.msg");
+    size_t n = 0;
+    char *msg = test_slurp(p, &n);
+    CHECK_TRUE(msg != NULL);
+    if (msg) {
+        fprintf(stderr, "(the error: %s)\n", msg);
+        CHECK_TRUE(strstr(msg, "shrink.txt") != NULL);
+        CHECK_TRUE(strstr(msg, "was 40000") != NULL && strstr(msg, "1000 bytes") != NULL);
+    }
+    free(msg);
+    CHECK_INT_EQ(count_entries("out_shrink", ".prepare.tmp."), 0);
+    CHECK_INT_EQ(count_entries("out_shrink", "train_"), 0);
+}
+
+static int truncate_child(const char *d) {
+    snprintf(dir, sizeof dir, "%s", d);
+    char p[512], m[512];
+    path_in(p, sizeof p, "shrink.txt");
+    path_in(m, sizeof m, "trunc.msg");
+    hook h = {-1, NULL, 0, p};
+    const char *in[] = {"shrink.txt"};
+    kiln_status st = run("out_shrink", in, 1, &h);
+    FILE *f = fopen(m, "w");
+    if (f) {
+        fputs(st == KILN_OK ? "(prepare succeeded)" : kiln_error_message(), f);
+        fclose(f);
+    }
+    return st != KILN_OK && h.fired ? 0 : 1;
+}
+
 /* The killed run: prepare big.txt into out, stopping at the first progress report. */
 static int child(const char *fd_arg, const char *d) {
     snprintf(dir, sizeof dir, "%s", d);
-    hook h = {atoi(fd_arg), NULL, 0};
+    hook h = {atoi(fd_arg), NULL, 0, NULL};
     const char *big[] = {"big.txt"};
     run("out", big, 1, &h);
     return 4; /* not reached: killed in the progress report */
@@ -170,10 +222,13 @@ static int child(const char *fd_arg, const char *d) {
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--child"))
         return child(argv[2], argv[3]);
+    if (argc == 3 && !strcmp(argv[1], "--truncate-child"))
+        return truncate_child(argv[2]);
     ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
     self_exe[n > 0 ? n : 0] = '\0';
     test_tmpdir(dir, sizeof dir, "fault_prepare");
     RUN_TEST(test_killed_and_failed_runs);
+    RUN_TEST(test_input_truncated_mid_run);
     test_rmtree(dir);
     TEST_MAIN_END();
 }
