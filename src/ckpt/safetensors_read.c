@@ -3,14 +3,18 @@
  * Every check happens at open, so that the accessors never meet a bad offset: the header
  * must be a JSON object of tensor entries (dtype, shape, data_offsets and nothing else) and
  * an optional __metadata__ object of strings; every entry's byte range must match its dtype
- * and shape; the ranges, sorted, must tile the data buffer exactly. */
+ * and shape; the ranges, sorted, must tile the data buffer exactly.
+ *
+ * A file is read whole into anonymous memory (pread), never mapped: a file truncated while a
+ * mapping of it is read ends the process with SIGBUS, where a short read is an error naming
+ * the file and its sizes. The memory is what the mapping's resident pages took (RSS counts
+ * both), and readers read every tensor anyway. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,7 +34,7 @@ struct kiln_safetensors {
     char *path;                 /* for messages */
     const unsigned char *bytes; /* the whole file */
     size_t size;
-    void *map; /* mmap'd region (NULL when opened over memory) */
+    void *map; /* the file's bytes, read into kiln_memory_map memory (NULL: opened over memory) */
     size_t map_len;
     const unsigned char *data; /* the data buffer: bytes + 8 + header length */
     size_t data_size;
@@ -366,6 +370,37 @@ kiln_status kiln_safetensors_open_memory(kiln_safetensors **out, const void *byt
     return KILN_OK;
 }
 
+/* The file's f->size bytes into memory of its own: a short read (the file truncated since it
+ * was opened) names the file, where the read stopped and its size now. */
+static kiln_status read_whole(kiln_safetensors *f, int fd) {
+    f->map = kiln_memory_map(f->size);
+    if (!f->map)
+        return kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory to read its %zu bytes", f->path,
+                               f->size);
+    f->map_len = f->size;
+    f->bytes = f->map;
+    size_t done = 0;
+    while (done < f->size) {
+        ssize_t k = pread(fd, (char *)f->map + done, f->size - done, (off_t)done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return kiln_error_setf(KILN_ERR_IO, "%s: cannot read at byte %zu: %s", f->path, done,
+                                   strerror(errno));
+        if (k == 0) {
+            struct stat sb;
+            return kiln_error_setf(KILN_ERR_IO,
+                                   "%s was %zu bytes when opened, but reading it stopped at byte "
+                                   "%zu and it is %lld bytes now (truncated or rewritten while "
+                                   "kiln read it)",
+                                   f->path, f->size, done,
+                                   fstat(fd, &sb) == 0 ? (long long)sb.st_size : -1LL);
+        }
+        done += (size_t)k;
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_safetensors_open(kiln_safetensors **out, const char *path) {
     if (!out || !path)
         return kiln_error_setf(KILN_ERR_ARG, "safetensors open: NULL argument");
@@ -377,7 +412,7 @@ kiln_status kiln_safetensors_open(kiln_safetensors **out, const char *path) {
     KILN_CHECK(kiln_file_open_regular(path, &fd, &size));
     if (size > (uint64_t)SIZE_MAX) {
         close(fd);
-        return kiln_error_setf(KILN_ERR_RANGE, "%s is too large to map", path);
+        return kiln_error_setf(KILN_ERR_RANGE, "%s is too large to read", path);
     }
     kiln_safetensors *f = NULL;
     kiln_status s = new_handle(&f, path);
@@ -386,16 +421,8 @@ kiln_status kiln_safetensors_open(kiln_safetensors **out, const char *path) {
         return s;
     }
     f->size = (size_t)size;
-    if (f->size >= 8) { /* shorter files fail in parse() with a clear message */
-        f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (f->map == MAP_FAILED) {
-            f->map = NULL;
-            s = kiln_error_setf(KILN_ERR_IO, "cannot map %s (%zu bytes): %s", path, f->size,
-                                strerror(errno));
-        }
-        f->map_len = f->size;
-        f->bytes = f->map;
-    }
+    if (f->size >= 8) /* shorter files fail in parse() with a clear message */
+        s = read_whole(f, fd);
     close(fd);
     if (s == KILN_OK)
         s = parse(f);
@@ -418,7 +445,7 @@ void kiln_safetensors_close(kiln_safetensors *f) {
     free(f->tensors);
     free(f->by_name);
     if (f->map)
-        munmap(f->map, f->map_len);
+        kiln_memory_unmap(f->map, f->map_len);
     free(f->path);
     free(f);
 }
