@@ -13,6 +13,7 @@
 #include "kiln/loader.h"
 #include "kiln/train.h"
 #include "train/metrics.h"
+#include "train/trainer_data.h"
 #include "train/trainer_internal.h"
 #include "train/watchdog.h"
 
@@ -777,7 +778,9 @@ kiln_status kiln__trainer_forward_backward(kiln_trainer *t, float S, double *los
     for (int64_t micro = 0; micro < t->micro; micro++) {
         float l = 0.0f;
         kiln_loader *ld = t->micro_loaders ? t->micro_loaders[micro] : t->train;
-        KILN_CHECK(kiln_loader_next(ld, t->inputs, t->targets));
+        kiln_status rd = kiln_loader_next(ld, t->inputs, t->targets);
+        if (rd != KILN_OK) /* the weights are still the last step's: kept, then the error */
+            return kiln__trainer_data_failed(t, rd);
         KILN_CHECK(kiln__trainer_distill_targets(t));
         int last = t->dp && !t->cfg.local_steps && micro == t->micro - 1;
         if (last)

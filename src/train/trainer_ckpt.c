@@ -15,6 +15,7 @@
 #include "kiln/checkpoint.h"
 #include "kiln/core.h"
 #include "train/trainer_ckpt.h"
+#include "train/trainer_data.h"
 #include "train/trainer_elastic.h"
 #include "train/trainer_internal.h"
 
@@ -170,6 +171,7 @@ static kiln_status write_state(kiln_trainer *t, const kiln__ckpt_writer *w, cons
     cJSON_AddNumberToObject(j, "zero", t->world > 1 ? t->cfg.dp.zero : 0);
     put_hex(j, "config_hash", kiln__trainer_config_hash(t, mc));
     put_hex(j, "data_hash", kiln__trainer_data_hash(t));
+    kiln__ckpt_put_data(t, j); /* the tokens' checksums, shard by shard */
     cJSON *m = cJSON_AddObjectToObject(j, "model");
     cJSON_AddNumberToObject(m, "n_layer", (double)mc->n_layer);
     cJSON_AddNumberToObject(m, "n_head", (double)mc->n_head);

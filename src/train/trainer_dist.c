@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kiln/core.h"
+#include "train/trainer_data.h"
 #include "train/trainer_elastic.h"
 #include "train/trainer_internal.h"
 
@@ -528,13 +529,72 @@ uint64_t kiln__trainer_data_hash(const kiln_trainer *t) {
     return XXH3_64bits(h.v, (size_t)h.n * sizeof h.v[0]);
 }
 
+/* What each rank's data is, to name the files when the ranks' data differ. */
+enum { DATA_NAME = 512 };
+typedef struct data_record {
+    uint64_t sizes, train, val; /* kiln__trainer_data_hash; each split's content hash */
+    char train_path[DATA_NAME], val_path[DATA_NAME];
+} data_record;
+
+/* Every rank found that some rank's data differ from rank 0's: all gather each rank's files
+ * and hashes, and all give the same error, naming the first such rank's file and rank 0's. */
+static kiln_status data_differ(kiln_trainer *t) {
+    data_record mine = {kiln__trainer_data_hash(t), kiln_loader_content_hash(t->train),
+                        t->val ? kiln_loader_content_hash(t->val) : 0, "", ""};
+    snprintf(mine.train_path, DATA_NAME, "%s", t->cfg.train_path ? t->cfg.train_path : "");
+    snprintf(mine.val_path, DATA_NAME, "%s", t->cfg.val_path ? t->cfg.val_path : "");
+    data_record *all = calloc((size_t)t->world, sizeof *all);
+    int64_t *counts = calloc((size_t)t->world, sizeof *counts);
+    kiln_status s = KILN_OK;
+    if (!all || !counts) {
+        s = kiln_error_setf(KILN_ERR_NOMEM, "data parallel: out of memory");
+        goto done;
+    }
+    for (int r = 0; r < t->world; r++)
+        counts[r] = (int64_t)(sizeof mine / 4); /* bytes moved as floats */
+    all[t->rank] = mine;
+    KILN_CHECK_GOTO(s, kiln_comm_allgather(all + t->rank, all, counts, KILN_DTYPE_F32, t->comm),
+                    done);
+    for (int r = 1; r < t->world; r++) {
+        const data_record *a = &all[r], *z = &all[0];
+        int val = a->train == z->train && a->val != z->val;
+        const char *pa = val ? a->val_path : a->train_path, *pz = val ? z->val_path : z->train_path;
+        if (a->sizes != z->sizes)
+            s = kiln_error_setf(KILN_ERR_CONFIG,
+                                "the ranks do not train on the same data: rank %d's training or "
+                                "validation data (%s, %s) differ in size from rank 0's (%s, %s); "
+                                "every rank must be given the same files",
+                                r, a->train_path, a->val_path[0] ? a->val_path : "none",
+                                z->train_path, z->val_path[0] ? z->val_path : "none");
+        else if (a->train != z->train || a->val != z->val)
+            s = kiln_error_setf(KILN_ERR_CONFIG,
+                                "the ranks do not train on the same data: rank %d's %s data %s "
+                                "holds other tokens than rank 0's %s (the same token count; "
+                                "content XXH3 %016llx and %016llx); every rank must be given the "
+                                "same files",
+                                r, val ? "validation" : "training", pa, pz,
+                                (unsigned long long)(val ? a->val : a->train),
+                                (unsigned long long)(val ? z->val : z->train));
+        if (s != KILN_OK)
+            break;
+    }
+    if (s == KILN_OK) /* the hashes differed, so some record does */
+        s = kiln_error_setf(KILN_ERR_CONFIG, "the ranks do not train on the same data");
+done:
+    free(all);
+    free(counts);
+    return s;
+}
+
 kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc) {
     if (t->world <= 1)
         return KILN_OK;
     const int K = 3;
     /* the training and its split over the ranks: both the same on every rank */
     uint64_t both[2] = {kiln__trainer_config_hash(t, mc), kiln__trainer_split_hash(t)};
-    uint64_t mine[3] = {XXH3_64bits(both, sizeof both), kiln__trainer_data_hash(t), 0};
+    /* the data by size and by content (the shards' checksums) */
+    uint64_t data[2] = {kiln__trainer_data_hash(t), kiln__trainer_content_hash(t)};
+    uint64_t mine[3] = {XXH3_64bits(both, sizeof both), XXH3_64bits(data, sizeof data), 0};
     kiln_gpt *m = t->model;
     /* ZeRO 3 from a seed: each rank made only its shard (the seed is in the configuration's
      * hash); otherwise every rank holds all the starting weights */
@@ -575,6 +635,10 @@ kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc)
             if (all[(size_t)r * K + k] != all[k] && used < sizeof differ - 16)
                 used += (size_t)snprintf(differ + used, sizeof differ - used, "%s%d",
                                          used ? ", " : "", r);
+        if (used && k == 1) {
+            s = data_differ(t);
+            goto done;
+        }
         if (used) {
             s = kiln_error_setf(KILN_ERR_CONFIG,
                                 "the ranks do not train the same model: the %s of rank(s) %s "

@@ -17,6 +17,7 @@
 #include "kiln/checkpoint.h"
 #include "kiln/core.h"
 #include "train/trainer_ckpt.h"
+#include "train/trainer_data.h"
 #include "train/trainer_elastic.h"
 #include "train/trainer_internal.h"
 
@@ -206,6 +207,7 @@ static kiln_status check_identity(kiln_trainer *t, const char *folder, const cJS
                                "%s is a checkpoint of a run on another data set (its training or "
                                "validation data differ from %s): not resumed",
                                folder, t->cfg.train_path);
+    KILN_CHECK(kiln__ckpt_check_data(t, folder, j));
     ckpt_run o;
     KILN_CHECK(read_run(folder, j, &o));
     if (o.global != kiln__trainer_global_batch(t)) {

@@ -414,6 +414,30 @@ case_rank_missing_data() {
     expect_err "nowhere" "rank 1 failed to start"
 }
 
+# A rank given a shard of the same size as rank 0's but other tokens (the same documents with
+# every letter shifted by one, through the byte tokenizer) is refused on every rank, naming
+# the rank's file and rank 0's; nothing is trained or saved.
+case_rank_other_data() {
+    need_mpi
+    mkdir other
+    for f in "$FIX"/in/*.txt; do tr 'a-z' 'b-za' <"$f" >"other/$(basename "$f")"; done
+    run prepare --tokenizer bytes --out o other
+    expect_ok
+    cp "$DATA" mine.bin
+    cp o/train_000.bin theirs.bin
+    check "the two shards have the same size" test "$(wc -c <mine.bin)" -eq "$(wc -c <theirs.bin)"
+    cp "$GOOD" keep.st
+    mpmd train $TINY --seq 16 --threads 1 --steps 5 --lr 1e-3 --data mine.bin --batch 2 \
+        --save keep.st -- train $TINY --seq 16 --threads 1 --steps 5 --lr 1e-3 \
+        --data theirs.bin --batch 2 --save keep.st
+    expect_rc 1
+    n=$(grep -c "rank 1's training data theirs.bin holds other tokens than rank 0's mine.bin" \
+        "$W/stderr")
+    [ "$n" -ge 2 ] && ok "every rank names both files ($n messages)" ||
+        bad "every rank names both files ($n messages)"
+    check "the --save file is untouched" same_file "$GOOD" keep.st
+}
+
 case_rank_killed() {
     need_mpi
     cp "$GOOD" keep.st
