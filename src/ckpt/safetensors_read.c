@@ -34,7 +34,7 @@ struct kiln_safetensors {
     char *path;                 /* for messages */
     const unsigned char *bytes; /* the whole file */
     size_t size;
-    void *map; /* the file's bytes, read into kiln_memory_map memory (NULL: opened over memory) */
+    void *map; /* the file's bytes, read into page-aligned memory (NULL: opened over memory) */
     size_t map_len;
     const unsigned char *data; /* the data buffer: bytes + 8 + header length */
     size_t data_size;
@@ -373,7 +373,9 @@ kiln_status kiln_safetensors_open_memory(kiln_safetensors **out, const void *byt
 /* The file's f->size bytes into memory of its own: a short read (the file truncated since it
  * was opened) names the file, where the read stopped and its size now. */
 static kiln_status read_whole(kiln_safetensors *f, int fd) {
-    f->map = kiln_memory_map(f->size);
+    /* page-aligned, as a mapping was: a tensor's alignment is its offset's in the file */
+    if (posix_memalign(&f->map, 4096, f->size) != 0)
+        f->map = NULL;
     if (!f->map)
         return kiln_error_setf(KILN_ERR_NOMEM, "%s: no memory to read its %zu bytes", f->path,
                                f->size);
@@ -444,8 +446,7 @@ void kiln_safetensors_close(kiln_safetensors *f) {
     free(f->meta);
     free(f->tensors);
     free(f->by_name);
-    if (f->map)
-        kiln_memory_unmap(f->map, f->map_len);
+    free(f->map);
     free(f->path);
     free(f);
 }
