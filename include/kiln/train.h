@@ -140,10 +140,16 @@ typedef struct kiln_train_config {
      * (the gradient norm doubling, the loss rising, spikes piling up, fp16's loss scale
      * collapsing within a window) are warned of on the console and in the metrics.
      * guard_window 0 or guard_z 0: no spike checks (non-finite steps are still skipped).
-     * fp16's overflows are the loss scaler's, not bad steps. */
+     * fp16's overflows are the loss scaler's, not bad steps. A gradient-norm spike of a run
+     * whose gradients are clipped (grad_clip > 0) is clipped and trains on, as PyTorch's
+     * clip_grad_norm_ lets it (an event line says so; it is no bad step), unless
+     * guard_skip_norm_spikes: healthy runs trip it (bench/bench_guards.py), and the clipped
+     * update is bounded. Whatever stops a run, its last good weights are saved (save_path, or
+     * a rescue file that the error names). */
     int64_t guard_window;
     float guard_z;
     int64_t guard_max_bad, guard_max_rollbacks;
+    int guard_skip_norm_spikes;
     /* Batches to skip: at the start of step `step`, `count` steps' worth of batches are
      * drawn and dropped (data known to be bad; a rollback adds its own). */
     const struct kiln_batch_skip *skip_batches;
@@ -174,6 +180,7 @@ typedef struct kiln_train_config {
     /* tests: a spike (gradients x100, loss x4) at the first visit of steps
      * [inject_spike_step, inject_spike_step + inject_spike_count) (0: never) */
     int64_t inject_spike_step, inject_spike_count;
+    int inject_spike_norm_only; /* tests: the spike in the gradients only, the loss as it is */
     /* Data parallelism. comm NULL (or a communicator of one rank) trains in this process
      * alone. With N ranks every rank runs the same configuration (checked at start: a hash
      * of the configuration, the data and the starting weights is compared across ranks), B
@@ -298,6 +305,7 @@ typedef struct kiln_step_info {
     float loss_scale;      /* fp16: the loss scale after the step (0: no loss scaling) */
     int skipped;           /* this step's update was skipped: an fp16 overflow, or a guard */
     const char *guard;     /* the guard that skipped it ("loss_spike", ...; NULL: none) */
+    int clipped_spike;     /* a gradient-norm spike that was clipped and updated (guard_z) */
     double guard_z;        /* the step's largest z-score (loss or gradient norm) */
     int64_t skipped_total; /* fp16: steps skipped so far */
     int world;             /* data-parallel ranks (1: one process) */

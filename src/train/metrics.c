@@ -233,6 +233,8 @@ static void format_into(char *buf, size_t cap, size_t *at, const kiln_step_info 
         PUT(", \"skipped\": 1");
     if (s->guard)
         PUT(", \"guard\": \"%s\", \"z\": %.3f", s->guard, s->guard_z);
+    else if (s->clipped_spike)
+        PUT(", \"clipped_spike\": 1, \"z\": %.3f", s->guard_z);
     if (s->world > 1)
         PUT(", \"world\": %d, \"comm_ms\": %.3f, \"comm_hidden\": %.4f, \"comm_bytes\": %llu, "
             "\"net_bytes\": %llu",
@@ -262,6 +264,8 @@ void kiln__train_metrics_console(FILE *log, const kiln_step_info *s) {
                 s->skipped && !s->guard ? " (overflow: step skipped)" : "");
     if (s->guard)
         fprintf(log, " | skipped: %s (z %.1f)", s->guard, s->guard_z);
+    else if (s->clipped_spike)
+        fprintf(log, " | norm spike clipped (z %.1f)", s->guard_z);
     if (s->world > 1)
         fprintf(log, " | comm %.1f ms (%.0f%% hidden)", s->comm_ms, 100.0 * s->comm_hidden);
     fprintf(log, "\n");

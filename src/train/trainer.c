@@ -826,6 +826,10 @@ static kiln_status clip_coefficient(kiln_trainer *t, float S, double sumsq, kiln
         return kiln_loss_scaler_update(&t->scaler, 0);
     }
     kiln_guard_verdict v = kiln__trainer_guard_check(t, mt);
+    if (v == KILN_GUARD_NORM_SPIKE && cfg->grad_clip > 0.0f && !cfg->guard_skip_norm_spikes) {
+        mt->clipped_spike = 1; /* clipped below: the update is bounded, and it applies */
+        v = KILN_GUARD_OK;
+    }
     if (v != KILN_GUARD_OK) {
         mt->skipped = 1;
         mt->guard = kiln__guard_verdict_name(v);

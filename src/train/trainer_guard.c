@@ -63,7 +63,8 @@ void kiln__trainer_guard_inject(kiln_trainer *t, int64_t step, double *loss, dou
         kiln_dp_shard_of(t->dp, t->rank, &lo, &hi);
     be->scale(be, kiln_gpt_grads(t->model) + lo, 100.0f, hi - lo);
     *sumsq *= 1e4;
-    *loss *= 4.0;
+    if (!c->inject_spike_norm_only)
+        *loss *= 4.0;
 }
 
 /* The verdict on a step, before its update: KILN_GUARD_OK lets it update. */
@@ -124,14 +125,26 @@ static kiln_status rollback_target(kiln_trainer *t, int64_t before, int64_t *ste
     return KILN_OK;
 }
 
-/* The run cannot go on: the bad steps' figures, and why there is no rollback. */
+/* The run cannot go on: the bad steps' figures, and why there is no rollback. The weights
+ * are still the last good step's (the bad steps did not update them): saved to --save first
+ * (or a rescue file), so that a run the guards stop never loses what it learned. */
 static kiln_status give_up(kiln_trainer *t, const kiln_step_info *mt, const char *why) {
-    char kept[96];
-    if (t->first_bad - 1 <= t->resumed_step)
+    char kept[1024];
+    int64_t good = t->first_bad - 1;
+    if (good <= t->resumed_step) {
         snprintf(kept, sizeof kept, "the weights are those the run started from");
-    else
-        snprintf(kept, sizeof kept, "the weights are those of step %lld",
-                 (long long)(t->first_bad - 1));
+    } else if (t->cfg.save_path) {
+        kiln_status s = kiln__trainer_maybe_save(t, good, 1);
+        if (s == KILN_OK)
+            snprintf(kept, sizeof kept, "the weights of step %lld are saved in %s", (long long)good,
+                     t->cfg.save_path);
+        else
+            snprintf(kept, sizeof kept, "the weights are those of step %lld: %s", (long long)good,
+                     kiln_error_message());
+    } else {
+        snprintf(kept, sizeof kept, "the weights are those of step %lld (no --save file)",
+                 (long long)good);
+    }
     return kiln_error_setf(KILN_ERR_RANGE,
                            "%lld bad steps in a row, from step %lld to step %lld (the last: %s, "
                            "loss %g, gradient norm %g): %s; %s (the bad steps did not update "
@@ -214,11 +227,22 @@ kiln_status kiln__trainer_guard_after(kiln_trainer *t, const kiln_step_info *mt,
         for (int k = KILN_GUARD_NONFINITE_LOSS; k <= KILN_GUARD_NORM_SPIKE; k++)
             if (!strcmp(mt->guard, kiln__guard_verdict_name((kiln_guard_verdict)k)))
                 v = (kiln_guard_verdict)k;
+    /* a clipped norm spike trained on: counted with the spikes (the rate's warning), kept
+     * out of the history it was judged against, and no bad step */
+    kiln_guard_verdict rec = mt->clipped_spike ? KILN_GUARD_NORM_SPIKE : v;
     double ratio = 0.0;
-    int warn = kiln__guard_record(&t->guard, mt->step, v, mt->loss, mt->grad_norm,
+    int warn = kiln__guard_record(&t->guard, mt->step, rec, mt->loss, mt->grad_norm,
                                   mt->loss_scale, &ratio);
     if (warn)
         report_warnings(t, mt->step, warn, ratio);
+    if (mt->clipped_spike) {
+        char line[256];
+        snprintf(line, sizeof line,
+                 "{\"event\": \"clipped_spike\", \"step\": %lld, \"grad_norm\": %.6g, \"z\": "
+                 "%.3f}",
+                 (long long)mt->step, mt->grad_norm, mt->guard_z);
+        event_line(t, line);
+    }
     if (v == KILN_GUARD_OK) {
         t->bad_run = 0;
         return KILN_OK;

@@ -61,11 +61,39 @@ case_rollback_skips_batches() {
     no_temp_files ck
 }
 
+# A gradient-norm spike alone, in a run whose gradients are clipped (--grad-clip 1, the
+# default), is clipped and trains on, as PyTorch's clipping does; three in a row do not stop
+# the run. --guard-skip-norm-spikes skips them as before.
+case_clipped_norm_spike_trains_on() {
+    need_fixture
+    run $TRAIN --metrics m.jsonl --save w.st --inject-spike 21:3 --inject-spike-norm-only --guard-window 20
+    expect_ok
+    check "step 21 updated, its norm clipped" sh -c "grep '^{\"step\": 21,' m.jsonl | grep -q '\"clipped_spike\": 1'"
+    check "no step skipped" sh -c "! grep -q '\"skipped\"' m.jsonl"
+    check "a clipped_spike event" grep -q '"event": "clipped_spike", "step": 23' m.jsonl
+    expect_out_re 'step +22/40 .*norm spike clipped'
+    check "the run saved its weights" test -s w.st
+    run $TRAIN --metrics m2.jsonl --save w2.st --inject-spike 21 --inject-spike-norm-only --guard-window 20 \
+        --guard-skip-norm-spikes
+    expect_ok
+    check "--guard-skip-norm-spikes skips it" sh -c "grep '^{\"step\": 21,' m2.jsonl | grep -q '\"guard\": \"grad_norm_spike\"'"
+    # without clipping nothing bounds the update: the spike is skipped
+    run $TRAIN --metrics m3.jsonl --save w3.st --inject-spike 21 --inject-spike-norm-only --guard-window 20 \
+        --grad-clip 0
+    expect_ok
+    check "--grad-clip 0 skips it" sh -c "grep '^{\"step\": 21,' m3.jsonl | grep -q '\"guard\": \"grad_norm_spike\"'"
+}
+
 case_no_checkpoint_stops() {
     need_fixture
     run $TRAIN --save w.st --inject-spike 21:3 --guard-window 20
     expect_fail
-    expect_err "3 bad steps in a row" "from step 21 to step 23" "no --checkpoint-dir" "step 20"
+    expect_err "3 bad steps in a row" "from step 21 to step 23" "no --checkpoint-dir" "step 20" \
+        "saved in w.st"
+    check "the last good weights (step 20) are in the --save file" test -s w.st
+    run eval --weights w.st --data $DATA --batch 2 --seq 16 --threads 1
+    expect_ok
+    rm -f w.st
     # the rollback budget spent: the same stop, saying why
     run $TRAIN --save w.st --inject-spike 21:3 --guard-window 20 --checkpoint-dir ck --checkpoint-every 10 \
         --guard-max-rollbacks 0

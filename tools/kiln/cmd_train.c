@@ -450,6 +450,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     double distill_alpha = cfg.distill_alpha, distill_temp = cfg.distill_temperature;
     int64_t guard_window = cfg.guard_window, guard_max_bad = cfg.guard_max_bad;
     int64_t guard_rollbacks = cfg.guard_max_rollbacks;
+    int guard_skip_norm = cfg.guard_skip_norm_spikes, spike_norm_only = 0;
     double guard_z = cfg.guard_z;
     const char *skip_batches = NULL, *inject_spike = NULL;
     double prune = 0.0;
@@ -556,11 +557,16 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
          "the newest checkpoint before them and skip their batches (no checkpoint: stop)"},
         {"guard-max-rollbacks", TOOL_FLAG_INT, &guard_rollbacks,
          "stability guard: rollbacks allowed before the run stops as diverging"},
+        {"guard-skip-norm-spikes", TOOL_FLAG_BOOL, &guard_skip_norm,
+         "stability guard: a gradient-norm spike skips its update as a loss spike does (off: "
+         "with --grad-clip it is clipped and trains on, as in PyTorch)"},
         {"skip-batches", TOOL_FLAG_STRING, &skip_batches,
          "drop the batches of COUNT steps at the start of step STEP: STEP:COUNT[,STEP:COUNT...] "
          "(data known to be bad)"},
         {"inject-spike", TOOL_FLAG_STRING, &inject_spike,
          "fault injection: a loss and gradient spike at steps STEP[:COUNT] (their first visit)"},
+        {"inject-spike-norm-only", TOOL_FLAG_BOOL, &spike_norm_only,
+         "fault injection: --inject-spike's spike in the gradient norm alone"},
         {"prune-sparsity", TOOL_FLAG_FLOAT, &prune,
          "magnitude pruning: the fraction of the blocks' matrix weights set to zero by "
          "--prune-end (0: none)"},
@@ -689,10 +695,12 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     cfg.guard_z = (float)guard_z;
     cfg.guard_max_bad = guard_max_bad;
     cfg.guard_max_rollbacks = guard_rollbacks;
+    cfg.guard_skip_norm_spikes = guard_skip_norm;
     cfg.skip_batches = skips;
     cfg.nskip_batches = nskips;
     cfg.inject_spike_step = spike_at;
     cfg.inject_spike_count = spike_count;
+    cfg.inject_spike_norm_only = spike_norm_only;
     int has_ckpt_dir = ckpt_dir && ckpt_dir[0];
     if (ckpt_every < 0 || ckpt_keep < 1 || ckpt_keep_every < 0 ||
         has_ckpt_dir != (ckpt_every > 0) ||
