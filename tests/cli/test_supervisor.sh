@@ -4,8 +4,8 @@
 # weights) and exits 3; resumed, it ends with the same --save bytes as a run never stopped; a
 # second SIGTERM while stopping exits 143 at once with nothing half-written. kiln run restarts
 # a command killed with SIGKILL with --resume (same final bytes, goodput printed), gives up
-# after --restarts with the command's status, passes exit 3 and its signals on, and exits 127
-# for a command that cannot be executed.
+# after --restarts with the command's status, passes exit 3 and its signals on, exits 127
+# for a command that cannot be executed, and does not restart one that exits 2 (a usage error).
 . "$(dirname "$0")/lib.sh"
 
 # About 50 ms a step: a signal lands in the middle of a run.
@@ -155,6 +155,17 @@ case_run_gives_up() {
     expect_rc 7
     expect_err "giving up after 2 restarts" "exit 7"
     check "two restarts" test "$(grep -c 'restart [0-9] of 2' "$W/stderr")" -eq 2
+}
+
+# A command that fails on its own arguments (exit 2) fails the same way every time: no
+# restart, the reason said, the command's status passed on.
+case_run_usage_error_not_restarted() {
+    need_fixture
+    run run --restarts 3 --backoff 0.1 -- "$KILN" train --steps -5 --data "$DATA"
+    expect_rc 2
+    expect_err "--steps" "usage error" "not restarting"
+    check "no restart" sh -c "! grep -q 'restart 1' '$W/stderr'"
+    check "the command ran once" test "$(grep -c 'kiln train: ' "$W/stderr")" -eq 1
 }
 
 case_run_exec_fails() {

@@ -27,9 +27,10 @@ static const char *usage =
     "after a backoff (doubling from --backoff up to --max-backoff seconds) the command starts\n"
     "again, with `--resume D` added when it has --checkpoint-dir D, no --resume, and D holds a\n"
     "checkpoint; at most --restarts times, then kiln run exits with the command's last status.\n"
-    "A command that cannot be executed exits 127 at once. At the end it prints the goodput:\n"
-    "the time of the steps kept (from the command's --metrics file, a step redone after a\n"
-    "restart counted once) over the wall time.\n\n"
+    "A command that cannot be executed exits 127 at once, and one that exits 2 (a usage error:\n"
+    "its own arguments are wrong, so it would fail again) is not restarted: kiln run exits 2.\n"
+    "At the end it prints the goodput: the time of the steps kept (from the command's --metrics\n"
+    "file, a step redone after a restart counted once) over the wall time.\n\n"
     "Hangs: exit 4 (kiln train's watchdog found a hung step) and exit 5 (it stopped a run with\n"
     "a straggling rank, --straggler-exit) are restarted like a crash, and counted apart. With\n"
     "--stale-s S, a heartbeat file (--heartbeat, else the command's own --heartbeat, rank 0's\n"
@@ -443,6 +444,13 @@ int cmd_run(int argc, char **argv) {
         rc = shell_status(status);
         if (!stale && (rc == 0 || rc == TOOL_EXIT_PREEMPTED || stop_signal))
             break;
+        if (!stale && rc == TOOL_EXIT_USAGE) { /* the same arguments would fail the same way */
+            fprintf(stderr,
+                    "kiln run: the command ended with exit 2, a usage error: its arguments are "
+                    "wrong, and running it again would fail the same way; not restarting "
+                    "(its message is above)\n");
+            break;
+        }
         ends[end_kind(rc, stale)]++;
         char what[160];
         describe(what, sizeof what, status);

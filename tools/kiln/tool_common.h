@@ -12,6 +12,9 @@
 #include "kiln/tokenizer.h"
 #include "kiln/train.h"
 
+/* Every subcommand's exit status for a usage error: a flag or argument it cannot take. The
+ * same arguments fail the same way again, so kiln run does not restart such a command. */
+#define TOOL_EXIT_USAGE 2
 /* kiln train's exit status when a signal (SIGTERM, SIGUSR1, SIGINT: a scheduler's
  * preemption) stopped it between steps and the steps so far were saved: "resume me". A
  * scheduler requeues the job (Slurm: sbatch --requeue); kiln run passes it on. */
