@@ -24,6 +24,7 @@ typedef enum kiln_status {
     KILN_ERR_UNSUPPORTED = -10,
     KILN_ERR_NOT_FOUND = -11,  /* a named thing (file, tensor, preset) does not exist */
     KILN_ERR_INTERNAL = -12,
+    KILN_ERR_BUSY = -13,       /* held by another process (a checkpoint folder another run owns) */
 } kiln_status;
 
 /* A short fixed name for the code, never NULL. */

@@ -242,6 +242,10 @@ typedef struct kiln_train_result {
     size_t device_used, device_planned;
     int64_t skipped_steps; /* fp16: steps skipped for overflow */
     float loss_scale;      /* fp16: the loss scale at the end */
+    /* checkpoints that were due and not written (each was a warning), the step of the first of
+     * them and why; and the step of the newest checkpoint written or resumed from (0: none) */
+    int64_t checkpoints_missed, first_missed_step, checkpoint_step;
+    char missed_why[512];
 } kiln_train_result;
 
 /* Run the training: kiln_trainer_create, cfg->steps steps, the result. Everything is checked

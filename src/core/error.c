@@ -21,6 +21,7 @@ const char *kiln_status_str(kiln_status s) {
     case KILN_ERR_UNSUPPORTED: return "unsupported";
     case KILN_ERR_NOT_FOUND: return "not found";
     case KILN_ERR_INTERNAL: return "internal error";
+    case KILN_ERR_BUSY: return "in use";
     }
     return "unknown status";
 }
@@ -57,4 +58,21 @@ kiln_status kiln_error_wrapf(kiln_status s, const char *fmt, ...) {
         error_msg[n + 2 + m] = '\0';
     }
     return s;
+}
+
+void kiln__warn(FILE *log, const char *fmt, ...) {
+    if (!log)
+        return;
+    char text[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    fflush(log); /* the console's lines so far come first */
+    fprintf(stderr, "kiln: warning: %s\n", text);
+    fflush(stderr);
+    if (log != stdout && log != stderr) {
+        fprintf(log, "kiln: warning: %s\n", text);
+        fflush(log);
+    }
 }

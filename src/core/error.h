@@ -3,6 +3,8 @@
 #ifndef KILN_CORE_ERROR_H
 #define KILN_CORE_ERROR_H
 
+#include <stdio.h>
+
 #include "kiln/status.h"
 
 #define KILN_CHECK(expr)                 \
@@ -19,5 +21,10 @@
         if ((st) != KILN_OK)             \
             goto label;                  \
     } while (0)
+
+/* A warning, as one line "kiln: warning: <text>" on stderr, where warnings belong; on `log`
+ * too when that is a file of the caller's own (not stdout or stderr). A NULL log: nothing
+ * (the caller asked for quiet: a library user without a log, a rank other than 0). */
+void kiln__warn(FILE *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

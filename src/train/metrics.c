@@ -134,11 +134,11 @@ void kiln__metrics_line(kiln__metrics *m, const char *line, FILE *log) {
         m->failing = 0;
         return;
     }
-    if (!m->failing && log)
-        fprintf(log,
-                "warning: cannot write metrics to %s: %s; training goes on and the lines are "
-                "kept in memory and written when the file takes them again\n",
-                m->path, strerror(err));
+    if (!m->failing)
+        kiln__warn(log,
+                   "cannot write metrics to %s: %s; training goes on and the lines are kept in "
+                   "memory and written when the file takes them again",
+                   m->path, strerror(err));
     m->failing = 1;
 }
 
@@ -173,18 +173,15 @@ static void rescue(kiln__metrics *m, FILE *log) {
         int ok = off == m->len && fsync(fd) == 0;
         ok = close(fd) == 0 && ok;
         if (ok) {
-            if (log)
-                fprintf(log,
-                        "metrics: %lld line(s) that %s would not take are in %s (append them to "
-                        "it)\n",
-                        (long long)m->lines, m->path, p);
+            kiln__warn(log, "metrics: %lld line(s) that %s would not take are in %s (append "
+                            "them to it)",
+                       (long long)m->lines, m->path, p);
             return;
         }
         unlink(p);
     }
-    if (log)
-        fprintf(log, "metrics: %lld line(s) could not be written anywhere: they are lost\n",
-                (long long)m->lines);
+    kiln__warn(log, "metrics: %lld line(s) could not be written anywhere: they are lost",
+               (long long)m->lines);
 }
 
 void kiln__metrics_close(kiln__metrics *m, FILE *log) {
@@ -193,9 +190,9 @@ void kiln__metrics_close(kiln__metrics *m, FILE *log) {
     int err = 0;
     if (flush_kept(m, &err) != 0)
         rescue(m, log);
-    if (m->dropped && log)
-        fprintf(log, "metrics: %lld line(s) were dropped while %s could not be written\n",
-                (long long)m->dropped, m->path);
+    if (m->dropped)
+        kiln__warn(log, "metrics: %lld line(s) were dropped while %s could not be written",
+                   (long long)m->dropped, m->path);
     close(m->fd);
     free(m->keep);
     free(m->path);

@@ -102,6 +102,7 @@ void kiln_trainer_free(kiln_trainer *t) {
         return;
     kiln__watchdog_stop(t->wd);
     kiln__trainer_checkpoint_free(t); /* first: its thread reads the model's tensors */
+    kiln__trainer_ckpt_unlock(t);
     kiln__metrics_close(t->metrics, t->cfg.log);
     kiln__guard_free(&t->guard);
     kiln__trainer_prune_free(t);
@@ -604,6 +605,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
     t->last_val_loss = NAN;
     if (cfg->B < 1 || cfg->T < 1 || cfg->grad_accum < 1 || cfg->steps < 0)
         return kiln_error_setf(KILN_ERR_CONFIG, "batch, sequence, accumulation must be positive");
+    KILN_CHECK(kiln__trainer_ckpt_lock(t)); /* before any work: a folder in use stops us now */
     if (cfg->eval_every < 0 || (cfg->eval_every > 0 && !cfg->val_path))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "evaluating every %lld steps needs validation data (a val_path), "
@@ -1003,6 +1005,10 @@ void kiln_trainer_result(const kiln_trainer *t, kiln_train_result *res) {
     }
     res->skipped_steps = t->scaler.skipped;
     res->loss_scale = t->scaler.scale;
+    res->checkpoints_missed = t->ckpt_missed;
+    res->first_missed_step = t->ckpt_first_missed;
+    res->checkpoint_step = t->ckpt_step;
+    snprintf(res->missed_why, sizeof res->missed_why, "%s", t->ckpt_why);
 }
 
 /* No steps: the data, the model and the plan are checked; nothing is trained, and nothing is

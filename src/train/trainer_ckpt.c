@@ -1,9 +1,12 @@
 /* Writing checkpoints: the whole training state, every rank's part of it, in a folder per step
  * that appears complete or not at all (trainer_ckpt.h has the format). */
+#define _GNU_SOURCE /* renameat2 */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -121,14 +124,46 @@ void kiln__ckpt_remove_folder(const char *path) {
     (void)rmdir(path);
 }
 
-/* Rank 0, first: the checkpoint folder exists, a temporary folder from a write that died is
- * gone, and the new temporary folder is empty. */
+/* Rank 0, first: the checkpoint folder exists (again, if removed under the run), a temporary
+ * folder of this run's from a write that failed is gone, and the new one is empty. */
 static kiln_status prepare_folder(kiln_trainer *t, const char *tmp) {
     KILN_CHECK(make_dir(t->cfg.checkpoint_dir));
     (void)kiln__sync_parent(t->cfg.checkpoint_dir); /* a new folder's own entry is durable */
     kiln__ckpt_remove_folder(tmp);
     KILN_CHECK(make_dir(tmp));
     return KILN_OK;
+}
+
+/* A published folder taken out of the names a resume reads, in one rename, before its files
+ * go: a kill midway leaves a hidden folder that the next prune removes, never a step folder
+ * with part of its files. */
+static void retire_folder(kiln_trainer *t, const char *path, int64_t step) {
+    char gone[KILN__CKPT_PATH];
+    snprintf(gone, sizeof gone, "%s/.step_%08lld.gone.%ld", t->cfg.checkpoint_dir,
+             (long long)step, t->ckpt_owner);
+    kiln__ckpt_remove_folder(gone);
+    if (rename(path, gone) == 0)
+        kiln__ckpt_remove_folder(gone);
+    else if (errno != ENOENT)
+        kiln__ckpt_remove_folder(path); /* cannot rename: as before, file by file */
+}
+
+/* pid in ".step_<8 digits>.{tmp,gone}[.<pid>]" (0: none, -1: not such a name). */
+static long hidden_owner(const char *name) {
+    long long step;
+    int used = 0;
+    if (strncmp(name, ".step_", 6) || sscanf(name, ".step_%8lld%n", &step, &used) != 1 ||
+        used != 14)
+        return -1;
+    const char *rest = name + used;
+    if (strcmp(rest, ".tmp") == 0) /* the name before folders were named after their writer */
+        return 0;
+    if (strncmp(rest, ".tmp.", 5) && strncmp(rest, ".gone.", 6))
+        return -1;
+    rest = strchr(rest + 1, '.') + 1;
+    char *end;
+    long pid = strtol(rest, &end, 10);
+    return *rest >= '0' && *rest <= '9' && *end == '\0' ? pid : -1;
 }
 
 static int loaders_of(const kiln_trainer *t, int r) {
@@ -285,17 +320,20 @@ kiln_status kiln__ckpt_list(const char *dir, int64_t **steps, int *count) {
 }
 
 /* After a new checkpoint is complete: older ones beyond the last K go, except every M-th;
- * and temporary folders that writes killed midway left behind (one run writes a folder). */
+ * and the hidden folders that writes and removals killed midway left behind. The folder is
+ * this run's (its lock): another writer's can only be a dead one's, except where the file
+ * system gave no lock, where a folder whose writer lives on this machine is left alone. */
 static void prune(kiln_trainer *t, int64_t newest) {
     int64_t *steps = NULL, keep = t->cfg.checkpoint_keep > 0 ? t->cfg.checkpoint_keep : 3;
     int n = 0;
     DIR *d = opendir(t->cfg.checkpoint_dir);
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        size_t len = strlen(e->d_name);
         char p[KILN__CKPT_PATH];
-        if (strncmp(e->d_name, ".step_", 6) || len < 10 || strcmp(e->d_name + len - 4, ".tmp") ||
-            kiln__ckpt_path(p, t->cfg.checkpoint_dir, e->d_name) != KILN_OK)
+        long pid = hidden_owner(e->d_name);
+        if (pid < 0 || kiln__ckpt_path(p, t->cfg.checkpoint_dir, e->d_name) != KILN_OK)
+            continue;
+        if (!t->ckpt_locked && pid > 0 && pid != t->ckpt_owner && kill((pid_t)pid, 0) == 0)
             continue;
         kiln__ckpt_remove_folder(p);
     }
@@ -310,7 +348,7 @@ static void prune(kiln_trainer *t, int64_t newest) {
         char p[4096];
         snprintf(p, sizeof p, "%s/" KILN__CKPT_STEP_FMT, t->cfg.checkpoint_dir,
                  (long long)steps[i]);
-        kiln__ckpt_remove_folder(p);
+        retire_folder(t, p, steps[i]);
     }
     free(steps);
 }
@@ -318,9 +356,14 @@ static void prune(kiln_trainer *t, int64_t newest) {
 /* Rank 0, the end: the folder renamed to its name, the rename made durable, latest. */
 static kiln_status publish(kiln_trainer *t, const char *tmp, const char *final, int64_t step) {
     struct stat sb;
-    if (stat(final, &sb) == 0) /* the same step written by an earlier run: replaced */
-        kiln__ckpt_remove_folder(final);
-    if (rename(tmp, final) != 0)
+    if (stat(final, &sb) == 0) { /* the same step written by an earlier run: replaced */
+        /* in one exchange where the file system can: the step's name never goes missing */
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0)
+            kiln__ckpt_remove_folder(tmp); /* the old folder, now under the hidden name */
+        else
+            retire_folder(t, final, step);
+    }
+    if (stat(tmp, &sb) == 0 && rename(tmp, final) != 0)
         return kiln_error_setf(KILN_ERR_IO, "cannot rename %s to %s: %s", tmp, final,
                                strerror(errno));
     KILN_CHECK(kiln__sync_parent(final));
@@ -364,17 +407,19 @@ static void warn(kiln_trainer *t, int64_t step, int own) {
     char *tail = strstr(why, " (its message says why)"); /* the agreement's "rank 0 stops too" */
     if (tail)
         tail[strlen(" (its message says why)")] = '\0';
+    t->ckpt_missed++;
+    if (t->ckpt_missed == 1) {
+        t->ckpt_first_missed = step;
+        snprintf(t->ckpt_why, sizeof t->ckpt_why, "%.500s", why);
+    }
     FILE *out = t->rank == 0 ? t->cfg.log : own ? stderr : NULL;
-    if (!out)
-        return;
     char who[32] = "";
     if (t->rank != 0)
         snprintf(who, sizeof who, "rank %d: ", t->rank);
-    fprintf(out,
-            "warning: %sthe checkpoint of step %lld was not written: %s; training goes on (older "
-            "checkpoints are kept; the next is tried at the next interval)\n",
-            who, (long long)step, why);
-    fflush(out);
+    kiln__warn(out,
+               "%sthe checkpoint of step %lld was not written: %s; training goes on (older "
+               "checkpoints are kept; the next is tried at the next interval)",
+               who, (long long)step, why);
 }
 
 /* A step of writing on every rank, then whether all succeeded: a failure is a warning. */
@@ -583,8 +628,12 @@ kiln_status kiln__trainer_checkpoint(kiln_trainer *t, int64_t step) {
         (step % cfg->checkpoint_every != 0 && step != cfg->steps))
         return KILN_OK;
     KILN_CHECK(kiln__trainer_checkpoint_now(t, step));
-    if (step == cfg->steps || t->stopping) /* the run's end waits for its last checkpoint */
-        return kiln__trainer_checkpoint_poll(t, step, 1);
+    if (step != cfg->steps && !t->stopping)
+        return KILN_OK;
+    KILN_CHECK(kiln__trainer_checkpoint_poll(t, step, 1)); /* the end waits for its last one */
+    /* the run's result is nowhere it was asked to be: written to a file that says so */
+    if (step == cfg->steps && t->ckpt_step != step && !cfg->save_path)
+        return kiln__trainer_rescue_final(t, step);
     return KILN_OK;
 }
 
@@ -608,7 +657,8 @@ kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step) {
     j->step = step;
     j->rank = t->rank;
     j->model = t->model;
-    snprintf(j->tmp, sizeof j->tmp, "%s/.step_%08lld.tmp", cfg->checkpoint_dir, (long long)step);
+    snprintf(j->tmp, sizeof j->tmp, "%s/.step_%08lld.tmp.%ld", cfg->checkpoint_dir,
+             (long long)step, t->ckpt_owner);
     snprintf(w->final, sizeof w->final, "%s/" KILN__CKPT_STEP_FMT, cfg->checkpoint_dir,
              (long long)step);
     /* tests: KILN_TEST_CHECKPOINT_{DELAY_MS,FAIL,KILL}: a slow writer; a failed write, or a

@@ -14,7 +14,13 @@
  * Replicas (state.json's "replicas", each naming the file it copies, with its own size and
  * hash): optim_rank<R>.replica.bin, written by rank (R + 1) mod world from the bytes rank R
  * sent it, and model.replica.safetensors, written by rank 1 (one process: both by itself, on
- * request). A resume takes a bad file from its good replica and rewrites it. */
+ * request). A resume takes a bad file from its good replica and rewrites it.
+ *
+ * A folder has one writer: the run whose rank 0 holds an flock on DIR/kiln.lock
+ * (trainer_lock.c). A step is assembled in DIR/.step_<8 digits>.tmp.<pid of rank 0> and
+ * renamed to its name complete; a published folder that goes (replaced by the same step, or
+ * pruned) is first renamed to DIR/.step_<8 digits>.gone.<pid>, so that no name a resume looks
+ * at ever holds part of a checkpoint. */
 #ifndef KILN_TRAIN_TRAINER_CKPT_H
 #define KILN_TRAIN_TRAINER_CKPT_H
 
@@ -47,6 +53,8 @@ _Static_assert(sizeof(kiln__ckpt_header) == KILN__CKPT_HEADER, "header layout");
 
 /* "step_00000020" */
 #define KILN__CKPT_STEP_FMT "step_%08lld"
+/* the owner's lock file in the checkpoint folder */
+#define KILN__CKPT_LOCK "kiln.lock"
 
 #include "kiln/status.h"
 

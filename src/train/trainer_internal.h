@@ -57,6 +57,15 @@ struct kiln_trainer {
     signed char *part_state;
     uint64_t *part_ticket, *part_used, part_clock;
     int64_t ckpt_step;    /* the step of the last checkpoint written or resumed from (0: none) */
+    /* the checkpoint folder's lock (trainer_lock.c), held by rank 0; every rank's name for
+     * the temporary folders: rank 0's pid */
+    int ckpt_locked, ckpt_lock_fd;
+    size_t ckpt_dir_made; /* the length of the first folder of the path the lock made (0: none) */
+    /* checkpoints that were due and not written: how many, the first, and why */
+    int64_t ckpt_missed, ckpt_first_missed;
+    char ckpt_why[512];
+    long ckpt_owner;
+    char ckpt_lock_path[4096];
     int64_t resumed_step; /* the step this process started from (0: not resumed) */
     int stopping;         /* the ranks agreed to stop after the last step (cfg.stop_flag) */
     int agreed_failure;   /* an agreement (kiln__trainer_agree) found a rank that failed */
@@ -175,6 +184,15 @@ kiln_status kiln__trainer_checkpoint_start(kiln_trainer *t);
 /* The writer thread joined and the staging freed (a write in flight is waited for, never
  * published: its temporary folder is removed by the next checkpoint). */
 void kiln__trainer_checkpoint_free(kiln_trainer *t);
+/* At the start, every rank: rank 0 makes the checkpoint folder and takes its lock; a folder
+ * another run holds (KILN_ERR_BUSY) or one that can never be written stops every rank. A
+ * fault that may pass (a full disk) is a warning and the run goes on unlocked. */
+kiln_status kiln__trainer_ckpt_lock(kiln_trainer *t);
+/* Every rank, after the last step's checkpoint was not written and no --save file was asked
+ * for: the weights go to a rescue file (TMPDIR, /tmp or here), and the error names it. */
+kiln_status kiln__trainer_rescue_final(kiln_trainer *t, int64_t step);
+/* Rank 0 releases the lock (its file removed); a no-op where none is held. */
+void kiln__trainer_ckpt_unlock(kiln_trainer *t);
 
 
 /* ---- trainer_dist.c ---- */

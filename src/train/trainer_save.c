@@ -80,6 +80,23 @@ static void sleep_ms(double ms) {
         ;
 }
 
+/* Rank 0: the weights into a file of their own, kiln-rescue-step<N>-<pid>-<base>, in TMPDIR,
+ * else /tmp, else the current folder (the disk that failed may be any of them); 1 and its
+ * name in p when one was written. */
+static int write_rescue(kiln_trainer *t, int64_t step, const float *master, const char *base,
+                        char *p, size_t cap) {
+    const char *dirs[3] = {getenv("TMPDIR"), "/tmp", "."};
+    for (int i = 0; i < 3; i++) {
+        if (!dirs[i] || !dirs[i][0])
+            continue;
+        snprintf(p, cap, "%s/kiln-rescue-step%lld-%ld-%s", dirs[i], (long long)step,
+                 (long)getpid(), base);
+        if (write_weights(t, p, master) == KILN_OK)
+            return 1;
+    }
+    return 0;
+}
+
 /* The end: tries with waits, then a rescue file. Returns KILN_OK when path was written, else
  * an error that names the rescue file (or says none could be written). */
 static kiln_status write_at_end(kiln_trainer *t, int64_t step, const float *master,
@@ -87,9 +104,8 @@ static kiln_status write_at_end(kiln_trainer *t, int64_t step, const float *mast
     const kiln_train_config *cfg = &t->cfg;
     double wait = SAVE_END_WAIT_MS;
     for (int k = 0; k < SAVE_END_TRIES; k++, wait *= 2) {
-        if (cfg->log)
-            fprintf(cfg->log, "saving to %s failed (%s); trying again in %.1f s\n",
-                    cfg->save_path, first_why, wait / 1e3);
+        kiln__warn(cfg->log, "saving to %s failed (%s); trying again in %.1f s", cfg->save_path,
+                   first_why, wait / 1e3);
         sleep_ms(wait);
         if (write_weights(t, cfg->save_path, master) == KILN_OK)
             return KILN_OK;
@@ -97,26 +113,70 @@ static kiln_status write_at_end(kiln_trainer *t, int64_t step, const float *mast
     }
     const char *base = strrchr(cfg->save_path, '/');
     base = base ? base + 1 : cfg->save_path;
-    const char *dirs[3] = {getenv("TMPDIR"), "/tmp", "."};
-    for (int i = 0; i < 3; i++) {
-        if (!dirs[i] || !dirs[i][0])
-            continue;
-        char p[4096];
-        snprintf(p, sizeof p, "%s/kiln-rescue-step%lld-%ld-%s", dirs[i], (long long)step,
-                 (long)getpid(), base);
-        if (write_weights(t, p, master) == KILN_OK)
-            return kiln_error_setf(KILN_ERR_IO,
-                                   "cannot save the weights of step %lld to %s (%s; tried %d "
-                                   "times); they are in %s instead: move them there when it "
-                                   "can take them",
-                                   (long long)step, cfg->save_path, first_why,
-                                   SAVE_END_TRIES + 1, p);
-    }
+    char p[4096];
+    if (write_rescue(t, step, master, base, p, sizeof p))
+        return kiln_error_setf(KILN_ERR_IO,
+                               "cannot save the weights of step %lld to %s (%s; tried %d "
+                               "times); they are in %s instead: move them there when it "
+                               "can take them",
+                               (long long)step, cfg->save_path, first_why, SAVE_END_TRIES + 1, p);
     return kiln_error_setf(KILN_ERR_IO,
                            "cannot save the weights of step %lld to %s (%s; tried %d times), nor "
                            "to a file in TMPDIR, /tmp or the current folder: they are lost%s",
                            (long long)step, cfg->save_path, first_why, SAVE_END_TRIES + 1,
                            cfg->checkpoint_dir ? " unless a checkpoint holds them" : "");
+}
+
+/* Every rank: the weights to write, from the fp32 master weights when there are some: the
+ * exact values, in any dtype (with ZeRO each rank holds a shard of them: gathered into *full
+ * first). ZeRO 3's working weights are gathered from every rank (*s: how that went). Rank 0
+ * writes; weights_end undoes this. */
+static kiln_status weights_begin(kiln_trainer *t, float **master, float **full, kiln_status *s) {
+    *master = kiln_optim_master(t->opt);
+    *full = NULL;
+    *s = KILN_OK;
+    int64_t n = kiln_gpt_slab_len(t->model);
+    if (*master && (t->shard_lo != 0 || t->shard_hi != n)) {
+        KILN_CHECK(kiln__trainer_gather_master(t, full));
+        *master = *full;
+    }
+    if (!*master)
+        *s = kiln__trainer_zero3_need_all(t);
+    return KILN_OK;
+}
+
+static void weights_end(kiln_trainer *t, const float *master, float *full, kiln_status *s) {
+    free(full);
+    if (*s == KILN_OK && !master)
+        *s = kiln__trainer_zero3_drop_all(t);
+}
+
+kiln_status kiln__trainer_rescue_final(kiln_trainer *t, int64_t step) {
+    float *master = NULL, *full = NULL;
+    kiln_status s;
+    KILN_CHECK(weights_begin(t, &master, &full, &s));
+    char p[4096] = "";
+    int written = s == KILN_OK && t->rank == 0 &&
+                  write_rescue(t, step, master, "model.safetensors", p, sizeof p);
+    weights_end(t, master, full, &s);
+    KILN_CHECK(s);
+    if (t->rank != 0)
+        return kiln_error_setf(KILN_ERR_IO, "the last checkpoint was not written (rank 0 says "
+                                            "where the weights are)");
+    if (written)
+        return kiln_error_setf(KILN_ERR_IO,
+                               "the checkpoint of step %lld, the last, was not written to %s (%s), "
+                               "and no --save file was asked for: the weights of step %lld are in "
+                               "%s instead (kiln train --init %s goes on from them, without the "
+                               "optimizer's state)",
+                               (long long)step, t->cfg.checkpoint_dir, t->ckpt_why, (long long)step,
+                               p, p);
+    return kiln_error_setf(KILN_ERR_IO,
+                           "the checkpoint of step %lld, the last, was not written to %s (%s), and "
+                           "the weights could not be written to TMPDIR, /tmp or the current "
+                           "folder either: the newest checkpoint in %s is all that is kept",
+                           (long long)step, t->cfg.checkpoint_dir, t->ckpt_why,
+                           t->cfg.checkpoint_dir);
 }
 
 /* Whether any rank's value is set (rank 0's write is everyone's business: the retries gather
@@ -152,16 +212,8 @@ kiln_status kiln__trainer_maybe_save(kiln_trainer *t, int64_t step, int force) {
     if (s == KILN_ERR_RANGE)
         return not_saved(t, step);
     KILN_CHECK(s);
-    /* from the fp32 master weights when there are some: the exact values, in any dtype
-     * (with ZeRO each rank holds a shard of them: gathered first). Rank 0 writes. */
-    float *master = kiln_optim_master(t->opt), *full = NULL;
-    int64_t n = kiln_gpt_slab_len(t->model);
-    if (master && (t->shard_lo != 0 || t->shard_hi != n)) {
-        KILN_CHECK(kiln__trainer_gather_master(t, &full));
-        master = full;
-    }
-    if (!master) /* ZeRO 3: the working weights from every rank first */
-        s = kiln__trainer_zero3_need_all(t);
+    float *master = NULL, *full = NULL;
+    KILN_CHECK(weights_begin(t, &master, &full, &s));
     int failed = 0;
     char why[512] = "";
     kiln_status w = KILN_OK;
@@ -174,9 +226,7 @@ kiln_status kiln__trainer_maybe_save(kiln_trainer *t, int64_t step, int force) {
                 w = write_at_end(t, step, master, why, sizeof why);
         }
     }
-    free(full);
-    if (s == KILN_OK && !master)
-        s = kiln__trainer_zero3_drop_all(t);
+    weights_end(t, master, full, &s);
     if (s == KILN_OK && !last)
         s = any_rank(t, &failed);
     KILN_CHECK(s);
@@ -185,12 +235,10 @@ kiln_status kiln__trainer_maybe_save(kiln_trainer *t, int64_t step, int force) {
     if (failed && !last) {
         t->save_failures++;
         t->save_retry_at = step + (1LL << (t->save_failures < 10 ? t->save_failures - 1 : 9));
-        if (cfg->log)
-            fprintf(cfg->log,
-                    "warning: cannot save the weights of step %lld to %s: %s; training goes on "
-                    "(the weights are in memory; the save is tried again at step %lld and at "
-                    "the end)\n",
-                    (long long)step, cfg->save_path, why, (long long)t->save_retry_at);
+        kiln__warn(cfg->log,
+                   "cannot save the weights of step %lld to %s: %s; training goes on (the "
+                   "weights are in memory; the save is tried again at step %lld and at the end)",
+                   (long long)step, cfg->save_path, why, (long long)t->save_retry_at);
         return KILN_OK;
     }
     if (t->save_failures > 0 && cfg->log)

@@ -177,7 +177,7 @@ class Chaos:
         if not same(ref, out):
             self.fail(f"run {r}'s final weights differ from the uninterrupted run's")
         for d in os.listdir(ck) if os.path.isdir(ck) else []:
-            if d.startswith(".") and d.endswith(".tmp"):
+            if re.fullmatch(r"\.step_[0-9]{8}\.(tmp|gone)(\.[0-9]+)?", d):
                 self.say(f"note: {d} is a write that was killed (never loaded)")
         return made
 

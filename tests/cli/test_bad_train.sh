@@ -243,8 +243,10 @@ case_write_errors_say_why() {
         # kept and written elsewhere at the end
         TMPDIR=$W train --metrics /dev/full --save ""
         expect_ok
-        expect_out "/dev/full" "No space left on device" "training goes on"
-        expect_out_re "3 line\(s\) that /dev/full would not take are in .*full.unwritten-"
+        expect_err "warning: cannot write metrics to /dev/full" "No space left on device" \
+            "training goes on"
+        expect_err_re "3 line\(s\) that /dev/full would not take are in .*full.unwritten-"
+        check "no warning on stdout alone" sh -c "! grep -q warning '$W/stdout'"
         check "the kept lines are in the temporary folder" sh -c "grep -c '\"step\"' $W/full.unwritten-* | grep -qx 3"
         run_to /dev/full sample --weights "$GOOD" --tokens 5
         expect_fail

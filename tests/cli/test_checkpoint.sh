@@ -4,7 +4,10 @@
 # rounding); a damaged newest checkpoint, or a `latest` naming a missing folder, gives way to
 # the newest good one with a message; a checkpoint of another model is refused with nothing
 # overwritten, and another setting named; only the last K are kept (and every M-th); a checkpoint
-# folder that cannot be written is a warning and the run finishes. More steps: a finished run
+# folder that can never be written is refused at the start; one run owns a folder at a time,
+# and a dead owner's lock is taken over; a run that missed checkpoints says so in its last
+# line, and one whose last checkpoint failed with no --save keeps its weights in a rescue
+# file. More steps: a finished run
 # extended (the schedule's total followed or kept), a checkpoint at --steps: nothing to do. Another
 # split of the same global batch in one process (B x micro-batches) reads on where it should.
 # The writer thread: a checkpoint written while training goes on resumes byte-identical, a kill
@@ -204,15 +207,89 @@ case_keep_last() {
         test "$(ls ck | tr '\n' ' ')" = "latest step_00000020 step_00000035 step_00000040 "
 }
 
-case_unwritable_dir_warns() {
+# A --checkpoint-dir that can never hold a checkpoint (a file, a folder under a file, a folder
+# without write permission) stops the run before its first step, naming the path; nothing is
+# trained or saved.
+case_unwritable_dir_refused() {
     need_fixture
     : >afile
-    run $TRAIN --checkpoint-dir afile/ck --checkpoint-every 10 --save w.st
+    mkdir -p ro
+    for d in afile afile/ck; do
+        run $TRAIN --checkpoint-dir $d --checkpoint-every 10 --save w.st
+        expect_fail
+        expect_err "the checkpoint folder $d cannot be" "afile is not a folder"
+        check "no step was trained" sh -c "! grep -q 'step ' '$W/stdout'"
+        check "nothing was saved" test ! -e w.st
+    done
+    if [ "$(id -u)" -ne 0 ]; then # root writes anywhere
+        chmod a-w ro
+        run $TRAIN --checkpoint-dir ro/ck --checkpoint-every 10 --save w.st
+        expect_fail
+        expect_err "cannot create the checkpoint folder ro/ck" "Permission denied"
+        chmod u+w ro
+    fi
+}
+
+# Warnings go to stderr; the last line of a run that finished without every checkpoint it was
+# asked for says so (the run's weights are in the --save file: exit 0). With no --save file
+# the final weights go to a rescue file the error names (exit 1): never lost, never silent.
+case_missed_checkpoints_said_last() {
+    need_fixture
+    run $TRAIN --save ref.st
     expect_ok
-    expect_out_re 'warning: the checkpoint of step 10 was not written: .*afile/ck.*training goes on'
-    check "every interval is tried again (4 warnings)" \
-        test "$(grep -c 'warning: the checkpoint' "$W/stdout")" -eq 4
-    check "the run saved its weights" test -s w.st
+    export KILN_TEST_CHECKPOINT_FAIL=20
+    run $TRAIN $CK --save w.st
+    expect_ok
+    expect_err_re 'kiln: warning: the checkpoint of step 20 was not written: .*injected failure.*training goes on'
+    check "no warning on stdout" sh -c "! grep -q 'warning' '$W/stdout'"
+    check "the last line says a checkpoint is missing: $(tail -n 1 "$W/stderr")" \
+        sh -c "tail -n 1 '$W/stderr' | grep -q 'finished, but 1 checkpoint asked for was not written (the first at step 20: .*injected failure.*); the newest in ck is step 40; the final weights are in the --save file'"
+    rm -rf ck
+    export KILN_TEST_CHECKPOINT_FAIL=40
+    TMPDIR=$W run $TRAIN $CK --save ""
+    unset KILN_TEST_CHECKPOINT_FAIL
+    expect_fail
+    expect_err "the checkpoint of step 40, the last, was not written to ck" "injected failure" \
+        "no --save file was asked for" "are in $W/kiln-rescue-step40-"
+    check "the rescued weights are the run's" same_file ref.st "$(ls "$W"/kiln-rescue-step40-*)"
+    check "latest names step 30" grep -qx step_00000030 ck/latest
+}
+
+# One run owns a checkpoint folder: a second run given it while the first trains is refused
+# at once (exit 2, so kiln run does not restart it), naming the owner's pid and host; the
+# first finishes undisturbed, with every published folder whole. The owner's lock goes with
+# it, however it ends: after a SIGKILL the next run takes the lock over and resumes.
+case_folder_has_one_owner() {
+    need_fixture
+    run $SLOW --steps 30 --save ref.st
+    expect_ok
+    LAST="kiln $SLOW --steps 30 --checkpoint-dir ck --checkpoint-every 1 --save a.st (background)"
+    printf '$ %s\n' "$LAST" >>"$W/log"
+    "$KILN" $SLOW --steps 30 --checkpoint-dir ck --checkpoint-every 1 --save a.st \
+        --metrics m.jsonl </dev/null >a.out 2>a.err &
+    _a=$!
+    wait_step 3
+    run $SLOW --steps 30 --seed 2 --checkpoint-dir ck --checkpoint-every 1 --save b.st
+    expect_usage
+    expect_err "the checkpoint folder ck is in use by another run (pid $_a on host $(hostname)" \
+        "give each run a --checkpoint-dir of its own"
+    check "the refused run saved nothing" test ! -e b.st
+    wait $_a
+    check "the owner finished (status $?)" grep -q "done: 30 steps" a.out
+    check "the owner's weights are an undisturbed run's" same_file ref.st a.st
+    for f in ck/step_*; do
+        check "$f is whole" test -s $f/state.json -a -s $f/model.safetensors -a -s $f/optim_rank0.bin
+    done
+    check "latest names the owner's last step" grep -qx step_00000030 ck/latest
+    check "the lock went with its owner" test ! -e ck/kiln.lock
+    # killed: its lock file stays, the lock does not
+    rm -rf ck m.jsonl
+    kill_after_21 $SLOW --steps 40 $CK --save res.st
+    check "the killed run's lock file is left" grep -q '"pid"' ck/kiln.lock
+    run $SLOW --steps 40 $CK --save res.st --resume ck
+    expect_ok
+    expect_out "taking over the lock of pid"
+    expect_out_re 'resumed from ck/step_00000020'
 }
 
 # The writer thread: each checkpoint is written while training goes on (a writer slowed down
@@ -245,13 +322,14 @@ case_killed_during_write() {
     RC=$?
     check "the run was killed during the step-20 write (status $RC)" test "$RC" -eq 137
     check "its step-20 folder is half written, under its temporary name" \
-        test -f ck/.step_00000020.tmp/optim_rank0.bin -a ! -e ck/step_00000020
+        test -f ck/.step_00000020.tmp.*/optim_rank0.bin -a ! -e ck/step_00000020
     check "latest names step 10" grep -qx step_00000010 ck/latest
     run $TRAIN $CK --resume ck --save w.st
     expect_ok
     expect_out_re 'resumed from ck/step_00000010: step 10 of 40'
     check "the resumed run's weights equal the uninterrupted run's" same_file ref.st w.st
-    check "the half-written folder is gone" test ! -e ck/.step_00000020.tmp
+    check "the half-written folder is gone: $(ls -A ck | tr '\n' ' ')" \
+        sh -c "! ls -A ck | grep -q '^\.step_'"
 }
 
 # A background write that fails: a warning, training goes on, older checkpoints kept.
@@ -261,7 +339,7 @@ case_background_write_fails() {
     run $TRAIN $CK --save w.st
     unset KILN_TEST_CHECKPOINT_FAIL
     expect_ok
-    expect_out_re 'warning: the checkpoint of step 20 was not written: .*injected failure.*training goes on'
+    expect_err_re 'warning: the checkpoint of step 20 was not written: .*injected failure.*training goes on'
     check "the others are written: $(ls ck | tr '\n' ' ')" \
         test "$(ls -A ck | tr '\n' ' ')" = "latest step_00000010 step_00000030 step_00000040 "
     check "the run saved its weights" test -s w.st

@@ -28,9 +28,9 @@ case_save_rescued() {
     mount_full 64 # the weights take 120 KiB
     TMPDIR=$W run $TRAIN --save full/w.st --save-every 10
     expect_fail
-    expect_out "warning: cannot save the weights of step 10 to full/w.st" "No space left" \
+    expect_err "warning: cannot save the weights of step 10 to full/w.st" "No space left" \
         "training goes on"
-    expect_out_re "trying again in 0.5 s"
+    expect_err_re "trying again in 0.5 s"
     expect_err "cannot save the weights of step 40 to full/w.st" "tried 4 times" \
         "they are in $W/kiln-rescue-step40-"
     check "the run reached its last step" grep -q "step    40/40" "$W/stdout"
@@ -61,7 +61,7 @@ case_disk_frees_up() {
     wait "$_job"
     RC=$?
     expect_ok
-    expect_out "warning: cannot save the weights of step 5 to full/w.st"
+    expect_err "warning: cannot save the weights of step 5 to full/w.st"
     expect_out "saving to full/w.st works again"
     check "the final weights are in full/w.st, equal to an undisturbed run's" same_file ref.st full/w.st
     unmount_full
@@ -75,7 +75,9 @@ case_checkpoints_stop_fitting() {
     mount_full 800
     run $TRAIN --save w.st --checkpoint-dir full/ck --checkpoint-every 10 --metrics full/m.jsonl
     expect_ok
-    expect_out "warning: the checkpoint of step 20 was not written"
+    expect_err "warning: the checkpoint of step 20 was not written"
+    check "the last line says the run lacks checkpoints it was asked for" \
+        sh -c "tail -n 1 '$W/stderr' | grep -q 'finished, but 3 checkpoints asked for were not written (the first at step 20: .*); the newest in full/ck is step 10; the final weights are in the --save file'"
     check "the run's weights are saved" same_file ref.st w.st
     check "latest still names the step-10 checkpoint" grep -qx step_00000010 full/ck/latest
     check "no temporary checkpoint folder is left" sh -c "! ls -A full/ck | grep -q tmp"

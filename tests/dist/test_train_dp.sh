@@ -577,6 +577,39 @@ case_killed_during_write() {
     check "no temporary folder is left" test -z "$(ls -A ck | grep '\.tmp')"
 }
 
+# One run owns a checkpoint folder under mpirun too: rank 0 holds the lock for all its ranks
+# (whose checkpoint files go into the folder beside rank 0's), and a second mpirun given the
+# folder is refused on every rank at once, naming the owner; the owner ends undisturbed with
+# every published folder whole.
+case_folder_has_one_owner() {
+    need_mpi
+    SLOW="train --layers 2 --heads 4 --embd 128 --context 64 --peak-gflops 100 --seq 64 \
+--batch 12 --threads 1 --data $DATA --steps 30 --zero 1 --checkpoint-dir ck --checkpoint-every 1"
+    LAST="mpirun -np 2 kiln $SLOW --save a.st (in the background)"
+    printf '$ %s\n' "$LAST" >>"$W/log"
+    "$MPIRUN" $MPIFLAGS -np 2 "$KILN" $SLOW --save a.st --metrics m.jsonl </dev/null >a.out \
+        2>a.err &
+    _job=$!
+    wait_step 2
+    owner=$(sed -n 's/.*"pid": \([0-9]*\).*/\1/p' ck/kiln.lock)
+    check "the lock names a rank of the first run (pid $owner)" kill -0 "${owner:-0}"
+    mpi 2 $SLOW --seed 2 --save b.st
+    expect_rc 2
+    n=$(grep -c "the checkpoint folder ck is in use by another run (pid $owner on host" "$W/stderr")
+    [ "$n" -ge 1 ] && ok "the refusal names the owner ($n messages)" ||
+        bad "the refusal names the owner ($n messages)"
+    check "every rank of the refused run stopped too" grep -q "rank 0 failed to take the checkpoint folder" "$W/stderr"
+    check "the refused run saved nothing" test ! -e b.st
+    wait "$_job"
+    RC=$?
+    check "the owner finished (status $RC)" test "$RC" -eq 0
+    for f in ck/step_*; do
+        check "$f is whole" test -s $f/state.json -a -s $f/optim_rank0.bin -a -s $f/optim_rank1.bin
+    done
+    check "no temporary folder or lock is left: $(ls -A ck | tr '\n' ' ')" \
+        sh -c "! ls -A ck | grep -q -e '^\.' -e lock"
+}
+
 # mpi_signal_at N SIG ARGS...: mpirun -np 2 kiln ARGS (writing m.jsonl) in the background,
 # mpirun sent SIG once step N is done; mpirun's status in RC.
 mpi_signal_at() {

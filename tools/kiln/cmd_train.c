@@ -942,7 +942,9 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         kiln_trainer_free(tr);
         kiln_comm_free(comm);
         free(per_rank);
-        return 1;
+        /* a checkpoint folder another run owns: starting again would be refused the same
+         * way, so kiln run does not restart it (exit 2, like a usage error) */
+        return s == KILN_ERR_BUSY ? TOOL_EXIT_USAGE : 1;
     }
     kiln_trainer_free(tr);
     kiln_comm_free(comm);
@@ -962,6 +964,19 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         printf("GPU memory: %.0f MiB taken by the run (planned %.0f MiB)\n",
                (double)res.device_used / (1024.0 * 1024.0),
                (double)res.device_planned / (1024.0 * 1024.0));
+    if (res.checkpoints_missed > 0) { /* the last line: the run is not all it was asked to be */
+        char newest[64] = "none";
+        if (res.checkpoint_step > 0)
+            snprintf(newest, sizeof newest, "step %lld", (long long)res.checkpoint_step);
+        fflush(stdout);
+        fprintf(stderr,
+                "kiln train: warning: finished, but %lld checkpoint%s asked for %s not written "
+                "(the first at step %lld: %s); the newest in %s is %s%s\n",
+                (long long)res.checkpoints_missed, res.checkpoints_missed == 1 ? "" : "s",
+                res.checkpoints_missed == 1 ? "was" : "were", (long long)res.first_missed_step,
+                res.missed_why, cfg.checkpoint_dir, newest,
+                cfg.save_path ? "; the final weights are in the --save file" : "");
+    }
     return 0;
 }
 
