@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -166,6 +167,38 @@ static long temp_owner(const char *name, const char *base) {
     return *end == '\0' ? pid : 0;
 }
 
+/* flock cannot be had on this file system, so the writer could not lock either. */
+static int flock_unsupported(int err) {
+    return err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS || err == EINVAL;
+}
+
+/* Seconds since st's last write. */
+static double age_s(const struct stat *st) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (double)(now.tv_sec - st->st_mtim.tv_sec) +
+           (double)(now.tv_nsec - st->st_mtim.tv_nsec) * 1e-9;
+}
+
+/* Whether the temporary `full`, of a process that is not alive on this machine, has no
+ * writer left. Its writer holds a flock from creation to commit or abort, so one we can
+ * lock is dead, on whatever host it ran (the lock travels where the file system supports
+ * locks); a file younger than 2 s may be a writer's between its open and its flock. Without
+ * locks, only a temporary left unwritten for a minute is taken for a dead writer's. */
+static int temp_abandoned(const char *full, int *fd) {
+    *fd = -1;
+    struct stat st;
+    if (lstat(full, &st) != 0 || !S_ISREG(st.st_mode) || age_s(&st) < 2.0)
+        return 0;
+    *fd = open(full, O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (*fd < 0) /* not ours to open (another user's): it cannot be locked to tell */
+        return age_s(&st) >= 60.0;
+    if (flock(*fd, LOCK_EX | LOCK_NB) == 0)
+        return 1; /* held until *fd closes, after the unlink */
+    /* EWOULDBLOCK: a live writer elsewhere holds it */
+    return flock_unsupported(errno) && age_s(&st) >= 60.0;
+}
+
 int kiln__remove_stale_temps(const char *path) {
     char dir[4096];
     parent_of(path, dir, sizeof dir);
@@ -177,22 +210,21 @@ int kiln__remove_stale_temps(const char *path) {
     if (!d)
         return 0;
     int removed = 0;
-    time_t now = time(NULL);
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         long pid = temp_owner(e->d_name, base);
         if (pid == 0 || pid == (long)getpid())
             continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-            continue; /* alive (or not ours to ask about) */
+            continue; /* alive here (or not ours to ask about) */
         char full[8192];
         if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= sizeof full)
             continue;
-        struct stat st;
-        if (lstat(full, &st) != 0 || !S_ISREG(st.st_mode) || now - st.st_mtime < 60)
-            continue;
-        if (unlink(full) == 0)
+        int fd;
+        if (temp_abandoned(full, &fd) && unlink(full) == 0)
             removed++;
+        if (fd >= 0)
+            close(fd);
     }
     closedir(d);
     return removed;
@@ -216,8 +248,13 @@ kiln_status kiln__atomic_open(kiln__atomic_file *f, const char *path) {
     for (int tries = 0; tries < 100; tries++) {
         snprintf(f->tmp, cap, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
         f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (f->fd >= 0)
+        if (f->fd >= 0) {
+            /* Held until the close at commit or abort: while it is, no other process's
+             * kiln__remove_stale_temps takes the file for a dead writer's. A file system
+             * without locks leaves the age rule alone to protect it. */
+            (void)flock(f->fd, LOCK_EX | LOCK_NB);
             return KILN_OK;
+        }
         if (errno != EEXIST) {
             kiln_status s =
                 kiln_error_setf(KILN_ERR_IO, "cannot create %s: %s", f->tmp, strerror(errno));

@@ -4,8 +4,10 @@
  * temporary beside the target ("<target>.tmp.<pid>.<n>", created exclusively), which is
  * flushed, closed and renamed over the target, and the folder is then flushed so the
  * rename itself is durable. Any failure removes the temporary, so the target is either the
- * old file, byte for byte, or the complete new one. Temporaries of the same target left by
- * processes that died mid-write are removed when the next write of that target starts. */
+ * old file, byte for byte, or the complete new one. The writer holds an exclusive flock on
+ * its temporary from creation to commit or abort, so that temporaries of the same target
+ * left by processes that died mid-write (a SIGKILL, a lost node) are told from live ones
+ * and removed when the next write of that target starts. */
 #ifndef KILN_CORE_FS_H
 #define KILN_CORE_FS_H
 
@@ -30,7 +32,8 @@ typedef struct kiln__atomic_file {
     { -1, NULL, NULL }
 
 /* Check that `path` may be replaced (kiln_file_check_replaceable), remove stale temporaries
- * of it, and create a new temporary. On failure f is released. */
+ * of it, and create a new temporary, flock'ed (LOCK_EX) until commit or abort where the file
+ * system has locks. On failure f is released. */
 kiln_status kiln__atomic_open(kiln__atomic_file *f, const char *path);
 /* Append n bytes; pwrite writes at a byte offset (a header filled in last). */
 kiln_status kiln__atomic_write(kiln__atomic_file *f, const void *data, size_t n);
@@ -44,10 +47,12 @@ void kiln__atomic_abort(kiln__atomic_file *f);
 /* Write bytes to `path` whole or not at all (open, write, commit). */
 kiln_status kiln__write_file_atomic(const char *path, const void *data, size_t size);
 
-/* Remove "<path>.tmp.<pid>[.<n>]" files beside `path` whose process no longer exists on
- * this machine and that have not been written for a minute (a temporary on a shared file
- * system may belong to a live process elsewhere; one being written stays fresh). Returns
- * the number removed. */
+/* Remove "<path>.tmp.<pid>[.<n>]" files beside `path` whose writer is dead: the pid is no
+ * live process on this machine and the file's flock can be taken (a live writer on another
+ * host holds it, where the shared file system supports locks). One younger than 2 s is kept
+ * (its writer may be between its open and its flock). Where locks are unsupported (ENOLCK,
+ * EOPNOTSUPP, ENOSYS, EINVAL) or the file cannot be opened to lock, only one not written
+ * for a minute is removed. Returns the number removed. */
 int kiln__remove_stale_temps(const char *path);
 
 #endif
