@@ -4,7 +4,7 @@
     /usr/bin/python3 bench/bench_quant.py --weights W [--kiln build/kiln]
         [--data 'data/brown/val_*.bin'] [--batch 8] [--seq 64] [--threads 2] [--group 32]
         [--eval-batches 40] [--sample-tokens 200] [--rounds 3] [--loss-batches 0]
-        [--work bench_quant_work]
+        [--work build/bench_quant]
 
 Quantizes W with `kiln compress quantize --type int8` and `--type int4 --group G`, then for
 the dense file and each quantized one prints, in one table:
@@ -64,7 +64,8 @@ def main():
     ap.add_argument("--sample-tokens", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--wait-policy", choices=("default", "passive", "active"), default="default")
-    ap.add_argument("--work", default="bench_quant_work")
+    ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench_quant"),
+                    help="where the quantized files go (outside the source tree)")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     kiln = args.kiln
