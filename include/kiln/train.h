@@ -318,6 +318,10 @@ typedef struct kiln_step_info {
     double comm_hidden;    /* the fraction of comm_ms that overlapped compute */
     uint64_t comm_bytes;   /* payload bytes this rank sent */
     uint64_t net_bytes;    /* of those, what left the process as messages (not shared memory) */
+    double elapsed_s;      /* wall time since this process's trainer was made (all of it:
+                              evaluations, saves and checkpoints too) */
+    double eta_s;          /* the time the steps left would take at this process's wall time
+                              per step so far (NaN: not known yet, before its second step) */
 } kiln_step_info;
 
 /* Everything kiln_train checks and builds before its first step: the configuration, the

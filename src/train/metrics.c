@@ -237,6 +237,8 @@ static void format_into(char *buf, size_t cap, size_t *at, const kiln_step_info 
             "\"net_bytes\": %llu",
             s->world, s->comm_ms, s->comm_hidden, (unsigned long long)s->comm_bytes,
             (unsigned long long)s->net_bytes);
+    if (s->elapsed_s > 0)
+        PUT(", \"elapsed_s\": %.3f", s->elapsed_s);
     PUT("}");
 }
 
@@ -244,6 +246,16 @@ void kiln__train_metrics_format(char *buf, size_t cap, const kiln_step_info *s) 
     size_t at = 0;
     buf[0] = '\0';
     format_into(buf, cap, &at, s);
+}
+
+/* Seconds as m:ss, or h:mm:ss from an hour on. */
+static const char *clock_text(char *buf, size_t cap, double seconds) {
+    long long t = (long long)(seconds + 0.5);
+    if (t >= 3600)
+        snprintf(buf, cap, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, cap, "%lld:%02lld", t / 60, t % 60);
+    return buf;
 }
 
 void kiln__train_metrics_console(FILE *log, const kiln_step_info *s) {
@@ -265,6 +277,12 @@ void kiln__train_metrics_console(FILE *log, const kiln_step_info *s) {
         fprintf(log, " | norm spike clipped (z %.1f)", s->guard_z);
     if (s->world > 1)
         fprintf(log, " | comm %.1f ms (%.0f%% hidden)", s->comm_ms, 100.0 * s->comm_hidden);
+    if (s->elapsed_s > 0) {
+        char el[32], left[32];
+        fprintf(log, " | %s elapsed", clock_text(el, sizeof el, s->elapsed_s));
+        if (isfinite(s->eta_s))
+            fprintf(log, ", %s left", clock_text(left, sizeof left, s->eta_s));
+    }
     fprintf(log, "\n");
     fflush(log);
 }

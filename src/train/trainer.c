@@ -751,6 +751,7 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
         kiln_trainer_free(t);
         return s;
     }
+    t->wall0_ms = kiln_time_ms();
     *out = t;
     return KILN_OK;
 }
@@ -924,6 +925,16 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
         mt.val_loss = (float)vl;
     }
     mt.rss = kiln_peak_rss();
+    double now = kiln_time_ms();
+    mt.elapsed_s = (now - t->wall0_ms) / 1e3;
+    mt.eta_s = NAN;
+    if (t->first_end_step == 0) {
+        t->first_end_ms = now;
+        t->first_end_step = mt.step;
+    } else if (mt.step > t->first_end_step) {
+        double per_ms = (now - t->first_end_ms) / (double)(mt.step - t->first_end_step);
+        mt.eta_s = per_ms * (double)(cfg->steps - mt.step) / 1e3;
+    }
     kiln__train_metrics_console(cfg->log, &mt);
     if (t->metrics) {
         char line[1024];

@@ -41,6 +41,10 @@ struct kiln_trainer {
     int64_t steps_done;
     float first_loss, last_loss, last_val_loss;
     double later_ms; /* the time of the steps after the first, ms */
+    /* wall clock (kiln_time_ms) when the trainer was made and when this process's first step
+     * ended (at its console line), for the elapsed time and the estimate of the time left */
+    double wall0_ms, first_end_ms;
+    int64_t first_end_step;
     /* data parallelism (trainer_dist.c): world 1 and dp NULL in one process */
     kiln_comm *comm;
     kiln_comm *dcomm; /* several ranks on GPUs: NCCL's, for the slabs (comm keeps the rest) */

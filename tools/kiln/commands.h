@@ -13,6 +13,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_status(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_compress(int argc, char **argv);
