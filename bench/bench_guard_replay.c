@@ -2,8 +2,11 @@
  * (train/guard.c) fed each step's loss and gradient norm in turn, as the trainer feeds it.
  * Used by bench_guards.py to weigh guard settings against healthy and diverging runs.
  *
- *   bench_guard_replay [--window N] [--z X] [--norm-skip 0|1] [--max-bad N] METRICS.jsonl
+ *   bench_guard_replay [--window N] [--z X] [--norm-skip 0|1] [--ceiling NATS] [--max-bad N]
+ *                      METRICS.jsonl
  *
+ * --ceiling NATS (0: off) replays the ceiling as the trainer sets it: from the second step, the
+ * first step's loss plus NATS.
  * --norm-skip 0 replays "a gradient-norm spike of a clipped run trains on": such a verdict is
  * counted apart (clipped_spikes) and is no bad step. Prints one JSON object: bad_steps (steps
  * judged bad), first_bad (the first such step, 0: none), stop_step (the step at which
@@ -30,7 +33,7 @@ static double field(const char *line, const char *key) {
 
 int main(int argc, char **argv) {
     long window = 50, max_bad = 3;
-    double z = 6.0;
+    double z = 6.0, ceiling = 0.0;
     int norm_skip = 1;
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -40,13 +43,15 @@ int main(int argc, char **argv) {
             z = atof(argv[++i]);
         else if (!strcmp(argv[i], "--norm-skip") && i + 1 < argc)
             norm_skip = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ceiling") && i + 1 < argc)
+            ceiling = atof(argv[++i]);
         else if (!strcmp(argv[i], "--max-bad") && i + 1 < argc)
             max_bad = atol(argv[++i]);
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
             fprintf(stderr, "usage: bench_guard_replay [--window N] [--z X] [--norm-skip 0|1] "
-                            "[--max-bad N] METRICS.jsonl\n");
+                            "[--ceiling NATS] [--max-bad N] METRICS.jsonl\n");
             return 2;
         }
     }
@@ -70,6 +75,8 @@ int main(int argc, char **argv) {
         double loss = field(line, "loss"), norm = field(line, "grad_norm");
         double zs = 0.0, ratio = 0.0;
         kiln_guard_verdict v = kiln__guard_check(&g, loss, norm, &zs);
+        if (ceiling > 0.0 && g.ceiling == 0.0 && isfinite(loss)) /* after the first step */
+            g.ceiling = loss + ceiling;
         if (v == KILN_GUARD_NORM_SPIKE && !norm_skip) {
             clipped++;
             in_a_row = 0;

@@ -144,10 +144,13 @@ typedef struct kiln_train_config {
      * whose gradients are clipped (grad_clip > 0) is clipped and trains on, as PyTorch's
      * clip_grad_norm_ lets it (an event line says so; it is no bad step), unless
      * guard_skip_norm_spikes: healthy runs trip it (bench/bench_guards.py), and the clipped
-     * update is bounded. Whatever stops a run, its last good weights are saved (save_path, or
-     * a rescue file that the error names). */
+     * update is bounded. guard_ceiling (nats; 0: off): from the second step on, a loss more
+     * than this above the run's first loss is bad whatever the history (a model worse than
+     * it was untrained: a divergence, which the spike checks, wanting half a window of
+     * history, miss when it comes early). Whatever stops a run, its last good weights are
+     * saved (save_path, or a rescue file that the error names). */
     int64_t guard_window;
-    float guard_z;
+    float guard_z, guard_ceiling;
     int64_t guard_max_bad, guard_max_rollbacks;
     int guard_skip_norm_spikes;
     /* Batches to skip: at the start of step `step`, `count` steps' worth of batches are

@@ -30,6 +30,7 @@ const char *kiln__guard_verdict_name(kiln_guard_verdict v) {
     case KILN_GUARD_NONFINITE_GRAD: return "nonfinite_grad";
     case KILN_GUARD_LOSS_SPIKE: return "loss_spike";
     case KILN_GUARD_NORM_SPIKE: return "grad_norm_spike";
+    case KILN_GUARD_LOSS_CEILING: return "loss_above_start";
     }
     return "unknown";
 }
@@ -60,8 +61,9 @@ void kiln__guard_free(kiln_guard *g) {
     memset(g, 0, sizeof *g);
 }
 
-void kiln__guard_reset(kiln_guard *g) {
+void kiln__guard_reset(kiln_guard *g) { /* the ceiling stays: the run's start is the same */
     g->count = g->head = 0;
+    g->above = 0;
     g->nspikes = g->spike_head = 0;
     g->scale_max = 0.0;
     g->scale_max_step = 0;
@@ -93,6 +95,8 @@ kiln_guard_verdict kiln__guard_check(const kiln_guard *g, double loss, double no
         return KILN_GUARD_NONFINITE_LOSS;
     if (!isfinite(norm))
         return KILN_GUARD_NONFINITE_GRAD;
+    if (g->ceiling > 0.0 && loss > g->ceiling && g->above + 1 >= KILN_GUARD_CEILING_RUN)
+        return KILN_GUARD_LOSS_CEILING;
     if (g->window == 0 || g->z <= 0.0 || g->count < min_history(g) || g->count < 2)
         return KILN_GUARD_OK;
     double mean = 0.0;
@@ -145,6 +149,7 @@ static int due(kiln_guard *g, int bit, int64_t step) {
 int kiln__guard_record(kiln_guard *g, int64_t step, kiln_guard_verdict v, double loss,
                        double norm, double loss_scale, double *ratio) {
     *ratio = 0.0;
+    g->above = g->ceiling > 0.0 && loss > g->ceiling ? g->above + 1 : 0;
     if (g->window == 0)
         return 0;
     int warn = 0;

@@ -15,7 +15,13 @@ typedef enum kiln_guard_verdict {
     KILN_GUARD_NONFINITE_GRAD, /* a gradient is (their norm is not finite) */
     KILN_GUARD_LOSS_SPIKE,     /* the loss is z standard deviations above the window's mean */
     KILN_GUARD_NORM_SPIKE,     /* the same for the gradient norm (on its logarithm) */
+    KILN_GUARD_LOSS_CEILING,   /* the loss stayed above the ceiling: worse than the run's start */
 } kiln_guard_verdict;
+
+/* Steps in a row above the ceiling that make a divergence: healthy runs' early loss spikes
+ * rise above it for a step or two (bench/bench_guards.py: 24 of 64 runs for one step, 3 for
+ * two in a row, none for three), diverging ones stay there. */
+#define KILN_GUARD_CEILING_RUN 3
 
 /* A name for metrics and console lines: "nonfinite_loss", "loss_spike", ... */
 const char *kiln__guard_verdict_name(kiln_guard_verdict v);
@@ -31,6 +37,11 @@ enum {
 typedef struct kiln_guard {
     int64_t window; /* good steps kept (the history); 0: no spike checks or trends */
     double z;       /* the spike threshold in standard deviations; 0: no spike checks */
+    /* a loss above it for KILN_GUARD_CEILING_RUN steps in a row is bad, with no history
+     * needed (0: none); the trainer sets the run's first loss plus a margin: a model worse
+     * than it was untrained. above: the steps in a row above it so far */
+    double ceiling;
+    int64_t above;
     /* the last `window` good steps: loss and log(gradient norm), a ring */
     double *loss, *lnorm;
     int64_t count, head;

@@ -40,6 +40,7 @@ kiln_train_config kiln_train_config_default(void) {
     c.checkpoint_keep = 3;
     c.guard_window = 50;
     c.guard_z = 6.0f;
+    c.guard_ceiling = 1.0f;
     c.guard_max_bad = 3;
     c.guard_max_rollbacks = 3;
     c.distill_alpha = 0.5f;

@@ -70,6 +70,11 @@ void kiln__trainer_guard_inject(kiln_trainer *t, int64_t step, double *loss, dou
 /* The verdict on a step, before its update: KILN_GUARD_OK lets it update. */
 kiln_guard_verdict kiln__trainer_guard_check(kiln_trainer *t, kiln_step_info *mt) {
     double z = 0.0;
+    /* from the second step (of the run, resumed or not): its first loss is known */
+    float margin = t->cfg.guard_ceiling;
+    t->guard.ceiling = margin > 0.0f && t->steps_done > 0 && isfinite(t->first_loss)
+                           ? (double)t->first_loss + (double)margin
+                           : 0.0;
     kiln_guard_verdict v = kiln__guard_check(&t->guard, mt->loss, mt->grad_norm, &z);
     mt->guard_z = z;
     return v;
@@ -224,7 +229,7 @@ kiln_status kiln__trainer_guard_after(kiln_trainer *t, const kiln_step_info *mt,
         t->high_water = mt->step;
     kiln_guard_verdict v = KILN_GUARD_OK;
     if (mt->guard)
-        for (int k = KILN_GUARD_NONFINITE_LOSS; k <= KILN_GUARD_NORM_SPIKE; k++)
+        for (int k = KILN_GUARD_NONFINITE_LOSS; k <= KILN_GUARD_LOSS_CEILING; k++)
             if (!strcmp(mt->guard, kiln__guard_verdict_name((kiln_guard_verdict)k)))
                 v = (kiln_guard_verdict)k;
     /* a clipped norm spike trained on: counted with the spikes (the rate's warning), kept

@@ -54,6 +54,38 @@ static void test_verdicts(void) {
     kiln__guard_free(&g);
 }
 
+/* The ceiling: a loss above it for KILN_GUARD_CEILING_RUN steps in a row is bad from the
+ * first steps on, before any history; fewer in a row (an early spike) are not; a step below it
+ * starts the count again; a rollback's reset too. */
+static void test_ceiling(void) {
+    kiln_guard g;
+    double z = 0.0, r = 0.0;
+    CHECK_OK(kiln__guard_init(&g, 50, 6.0));
+    g.ceiling = 6.0; /* a first loss of 5, a margin of 1 nat */
+    for (int round = 0; round < 2; round++) {
+        for (int k = 1; k < KILN_GUARD_CEILING_RUN; k++) { /* a spike of a step or two: trains */
+            CHECK_INT_EQ(kiln__guard_check(&g, 8.0, 2.0, &z), KILN_GUARD_OK);
+            kiln__guard_record(&g, k, KILN_GUARD_OK, 8.0, 2.0, 0.0, &r);
+        }
+        if (round == 0) { /* back below: the count starts again */
+            CHECK_INT_EQ(kiln__guard_check(&g, 4.0, 2.0, &z), KILN_GUARD_OK);
+            kiln__guard_record(&g, 3, KILN_GUARD_OK, 4.0, 2.0, 0.0, &r);
+        }
+    }
+    CHECK_INT_EQ(kiln__guard_check(&g, 8.0, 2.0, &z), KILN_GUARD_LOSS_CEILING);
+    CHECK_INT_EQ(kiln__guard_check(&g, 5.9, 2.0, &z), KILN_GUARD_OK); /* below it: fine */
+    CHECK_STR_EQ(kiln__guard_verdict_name(KILN_GUARD_LOSS_CEILING), "loss_above_start");
+    kiln__guard_record(&g, 9, KILN_GUARD_LOSS_CEILING, 8.0, 2.0, 0.0, &r);
+    CHECK_INT_EQ(kiln__guard_check(&g, 8.0, 2.0, &z), KILN_GUARD_LOSS_CEILING); /* it stays */
+    kiln__guard_reset(&g);
+    CHECK_INT_EQ(kiln__guard_check(&g, 8.0, 2.0, &z), KILN_GUARD_OK);
+    g.ceiling = 0.0; /* off: never */
+    for (int k = 0; k < 5; k++)
+        kiln__guard_record(&g, 20 + k, KILN_GUARD_OK, 80.0, 2.0, 0.0, &r);
+    CHECK_INT_EQ(kiln__guard_check(&g, 80.0, 2.0, &z), KILN_GUARD_OK);
+    kiln__guard_free(&g);
+}
+
 static void test_warnings(void) {
     kiln_guard g;
     double r = 0.0;
@@ -142,6 +174,7 @@ static void test_metrics_kept(void) {
 
 int main(void) {
     RUN_TEST(test_verdicts);
+    RUN_TEST(test_ceiling);
     RUN_TEST(test_warnings);
     RUN_TEST(test_metrics_kept);
     TEST_MAIN_END();
