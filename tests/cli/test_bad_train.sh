@@ -143,6 +143,60 @@ case_model_json_vocab() {
     expect_out_re '^model: .*vocabulary 256 '
 }
 
+# A numeric flag out of its range is named alone, with its value and its limit, as a usage
+# error: the messages used to list every limit of a group of flags ("--batch, --seq,
+# --grad-accum must be >= 1 and --steps, --lr, --warmup, ... >= 0") and leave the user to
+# find which. Each line: the command, the flag, its value, then the limit's text.
+case_flag_out_of_range_named() {
+    while IFS='|' read -r cmd flag value limit; do
+        # shellcheck disable=SC2086
+        run $cmd --"$flag" "$value"
+        expect_usage
+        expect_err "--$flag $value: must be $limit"
+        others=$(grep -o -E -e '--[a-z][a-z0-9-]*' "$W/stderr" | sort -u | grep -v -x -e "--$flag")
+        if [ -z "$others" ]; then
+            ok "the message about --$flag names no other flag"
+        else
+            bad "the message about --$flag names no other flag (it names $others)"
+        fi
+    done <<'EOF'
+train|steps|-1|>= 0
+train|batch|0|1..1048576
+train|seq|-16|1..1048576
+train|grad-accum|0|>= 1
+train|lr|-1|a finite number >= 0
+train|warmup|-1|>= 0
+train|min-lr-frac|-0.5|in [0, 1]
+train|lr-total-steps|-3|>= 0
+train|threads|5000|0..4096
+train|eval-every|-1|>= 0
+train|grad-clip|nan|>= 0
+train|guard-z|-1|in [0, 1e+06]
+train|checkpoint-keep|0|>= 1
+train|prune-sparsity|1|in [0, 1)
+train|zero|4|0..3
+train|loss-scale|inf|a finite number > 0
+train|beta2|1|in [0, 1)
+train|straggler-window|2|3..1024
+eval|batches|-1|>= 0
+eval|seq|0|1..1048576
+sample|tokens|-3|0..1073741824
+sample|temperature|-1|in [0, 1e+30)
+sample|top-k|-1|>= 0
+prepare|val-fraction|1|in [0, 1)
+bench peak|seconds|0|> 0
+run|restarts|-1|>= 0
+compress prune|multiple|0|1..4096
+compress lowrank|energy|1.5|in (0, 1]
+tokenizer encode|max-input|0|>= 1
+tokenizer train|vocab|100|>= 257
+EOF
+    # --help shows each limit
+    run train --help
+    expect_out_re '--steps N .*; >= 0\)$'
+    expect_out_re '--threads N .*; 0\.\.4096\)$'
+}
+
 # A prompt longer than the model's context is refused up front with both counts, not cut
 # to its tail.
 case_long_prompt() {

@@ -80,9 +80,10 @@ case_bad_input() {
     expect_err 'would leave 0 of 2 heads'
     run $PRUNE --heads 1.5 --out z.st
     expect_rc 2
-    expect_err 'fractions from 0 to 1'
+    expect_err '--heads 1.5: must be in [0, 1]'
     run $PRUNE --mlp -0.1 --out z.st
     expect_rc 2
+    expect_err '--mlp -0.1: must be in [0, 1]'
     run $PRUNE --out z.st
     expect_rc 2
     expect_err 'nothing to remove'

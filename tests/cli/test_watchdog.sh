@@ -124,11 +124,11 @@ case_bad_flags() {
     expect_fail
     expect_err "rank 1" "1 rank"
     run $QUICK --hang-factor 2
-    expect_fail
-    expect_err "hang factor"
+    expect_usage
+    expect_err "--hang-factor 2 is below --hang-warn-factor 5"
     run $QUICK --straggler-factor 0.5
-    expect_fail
-    expect_err "straggler factor"
+    expect_usage
+    expect_err "--straggler-factor 0.5: must be 0 (off) or in (1, 1e+06)"
     run $QUICK --heartbeat "$W/no/such/dir/hb.json"
     expect_fail
     expect_err "no/such/dir/hb.json"

@@ -638,7 +638,8 @@ static void test_command(void) {
     CHECK_INT_EQ(run_kiln("--tokenizer bytes --out o2 cli.jsonl", out, sizeof out), 1);
     CHECK_TRUE(strstr(out, "cli.jsonl:2: \"text\" is not a string") != NULL);
     CHECK_INT_EQ(run_kiln("--binary maybe cli.txt", out, sizeof out), 2);
-    CHECK_INT_EQ(run_kiln("--val-fraction 1 cli.txt", out, sizeof out), 1);
+    CHECK_INT_EQ(run_kiln("--val-fraction 1 cli.txt", out, sizeof out), 2); /* a usage error */
+    CHECK_TRUE(strstr(out, "kiln prepare: --val-fraction 1: must be in [0, 1)") != NULL);
     CHECK_INT_EQ(run_kiln("--help", out, sizeof out), 0);
     CHECK_TRUE(strstr(out, "--val-fraction") != NULL);
 }

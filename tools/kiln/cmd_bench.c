@@ -26,15 +26,15 @@ int cmd_bench(int argc, char **argv) {
     const char *dtype_name = "fp32";
     const tool_flag flags[] = {
         {"dtype", TOOL_FLAG_STRING, &dtype_name, "precision of the products: fp32 or bf16"},
-        {"seconds", TOOL_FLAG_FLOAT, &seconds, "time to spend measuring"},
-        {"max-dim", TOOL_FLAG_INT, &max_dim, "largest square product"},
-        {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)"},
+        {"seconds", TOOL_FLAG_FLOAT, &seconds, "time to spend measuring", TOOL_ABOVE(0)},
+        {"max-dim", TOOL_FLAG_INT, &max_dim, "largest square product", TOOL_MIN(64)},
+        {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)", TOOL_RANGE(0, 4096)},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
     if (rc)
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
-    if (npos != 1 || strcmp(argv[1], "peak") != 0 || seconds <= 0 || max_dim < 64) {
+    if (npos != 1 || strcmp(argv[1], "peak") != 0) {
         fprintf(stderr, "kiln bench: say `kiln bench peak` (see --help)\n");
         return 2;
     }

@@ -33,7 +33,8 @@ int cmd_compress(int argc, char **argv) {
         {"type", TOOL_FLAG_STRING, &type_name, "int8 or int4"},
         {"group", TOOL_FLAG_INT, &group,
          "int4: inputs per scale (a multiple of 8 dividing n_embd)"},
-        {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata"},
+        {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata",
+         TOOL_MIN(0)},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
@@ -55,11 +56,10 @@ int cmd_compress(int argc, char **argv) {
         return 2;
     }
     if (type == KILN_QUANT_INT4 && (group < 8 || group > 4096 || group % 8)) {
-        fprintf(stderr,
-                "kiln compress quantize: --group must be a multiple of 8 from 8 to 4096, "
-                "got %lld\n",
-                (long long)group);
-        return 2;
+        char v[32];
+        snprintf(v, sizeof v, "%lld", (long long)group);
+        return tool_flag_refuse("kiln compress quantize", "group", v,
+                                "a multiple of 8 from 8 to 4096 (with --type int4)");
     }
     if ((s = tool_refuse_same_file(weights, out)) != KILN_OK) {
         tool_report("compress", s);

@@ -43,17 +43,19 @@ static void print_report(const kiln_lowrank_report *rep, int64_t before, int64_t
 
 int cmd_compress_lowrank(int argc, char **argv) {
     const char *weights = NULL, *out = NULL, *matrices = "qkv,attproj,fc,fcproj";
-    double energy = -1.0; /* -1: not given */
+    double energy = -1.0; /* -1: not given (the table's ranges refuse it given) */
     int64_t rank = -1, heads = 0;
     const tool_flag flags[] = {
         {"weights", TOOL_FLAG_STRING, &weights, "the dense model (safetensors)"},
         {"out", TOOL_FLAG_STRING, &out, "the factored file to write"},
         {"energy", TOOL_FLAG_FLOAT, &energy,
-         "fraction (0, 1] of the squared singular values each layer keeps"},
-        {"rank", TOOL_FLAG_INT, &rank, "one rank for every kind listed, instead of --energy"},
+         "fraction of the squared singular values each layer keeps", TOOL_RANGE_ABOVE(0, 1)},
+        {"rank", TOOL_FLAG_INT, &rank, "one rank for every kind listed, instead of --energy",
+         TOOL_MIN(1)},
         {"matrices", TOOL_FLAG_STRING, &matrices,
          "kinds to factor, comma-separated: qkv, attproj, fc, fcproj"},
-        {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata"},
+        {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata",
+         TOOL_MIN(0)},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
@@ -72,15 +74,6 @@ int cmd_compress_lowrank(int argc, char **argv) {
     int by_rank = rank != -1, by_energy = energy != -1.0;
     if (by_rank == by_energy) {
         fprintf(stderr, "kiln compress lowrank: give --energy E or --rank R (one of them)\n");
-        return 2;
-    }
-    if (by_energy && !(energy > 0.0 && energy <= 1.0)) {
-        fprintf(stderr, "kiln compress lowrank: --energy must be in (0, 1], got %g\n", energy);
-        return 2;
-    }
-    if (by_rank && rank < 1) {
-        fprintf(stderr, "kiln compress lowrank: --rank must be at least 1, got %lld\n",
-                (long long)rank);
         return 2;
     }
     if ((s = tool_refuse_same_file(weights, out)) != KILN_OK) {

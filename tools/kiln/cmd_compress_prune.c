@@ -40,16 +40,22 @@ int cmd_compress_prune(int argc, char **argv) {
     const tool_flag flags[] = {
         {"weights", TOOL_FLAG_STRING, &weights, "the dense model (safetensors)"},
         {"out", TOOL_FLAG_STRING, &out, "the pruned model to write"},
-        {"heads", TOOL_FLAG_FLOAT, &heads_frac, "fraction of each layer's heads to remove"},
-        {"mlp", TOOL_FLAG_FLOAT, &mlp_frac, "fraction of each layer's MLP neurons to remove"},
+        {"heads", TOOL_FLAG_FLOAT, &heads_frac, "fraction of each layer's heads to remove",
+         TOOL_RANGE(0, 1)},
+        {"mlp", TOOL_FLAG_FLOAT, &mlp_frac, "fraction of each layer's MLP neurons to remove",
+         TOOL_RANGE(0, 1)},
         {"importance", TOOL_FLAG_STRING, &imp_name, "taylor or magnitude"},
         {"data", TOOL_FLAG_STRING, &data, "calibration token shards (taylor)"},
-        {"batches", TOOL_FLAG_INT, &batches, "calibration batches (taylor)"},
-        {"batch", TOOL_FLAG_INT, &B, "sequences per calibration batch"},
-        {"seq", TOOL_FLAG_INT, &T, "tokens per calibration sequence (0: min(context, 256))"},
-        {"multiple", TOOL_FLAG_INT, &multiple, "kept MLP neurons rounded to a multiple of this"},
-        {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)"},
-        {"n-head", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata"},
+        {"batches", TOOL_FLAG_INT, &batches, "calibration batches (taylor)",
+         TOOL_RANGE(1, 1000000)},
+        {"batch", TOOL_FLAG_INT, &B, "sequences per calibration batch", TOOL_RANGE(1, 4096)},
+        {"seq", TOOL_FLAG_INT, &T, "tokens per calibration sequence (0: min(context, 256))",
+         TOOL_RANGE(0, 1 << 20)},
+        {"multiple", TOOL_FLAG_INT, &multiple, "kept MLP neurons rounded to a multiple of this",
+         TOOL_RANGE(1, 4096)},
+        {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)", TOOL_RANGE(0, 4096)},
+        {"n-head", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata",
+         TOOL_MIN(0)},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
@@ -66,18 +72,8 @@ int cmd_compress_prune(int argc, char **argv) {
         fprintf(stderr, "%s: --weights W and --out P are required (see --help)\n", me);
         return 2;
     }
-    if (!(heads_frac >= 0.0 && heads_frac <= 1.0) || !(mlp_frac >= 0.0 && mlp_frac <= 1.0)) {
-        fprintf(stderr, "%s: --heads and --mlp are fractions from 0 to 1, got %g and %g\n", me,
-                heads_frac, mlp_frac);
-        return 2;
-    }
     if (heads_frac == 0.0 && mlp_frac == 0.0) {
         fprintf(stderr, "%s: nothing to remove: give --heads or --mlp a fraction above 0\n", me);
-        return 2;
-    }
-    if (batches < 1 || batches > 1000000 || B < 1 || B > 4096 || T < 0 || T > (1 << 20) ||
-        multiple < 1 || multiple > 4096 || threads < 0 || threads > 4096 || heads < 0) {
-        fprintf(stderr, "%s: bad --batches, --batch, --seq, --multiple or --threads\n", me);
         return 2;
     }
     if ((s = tool_refuse_same_file(weights, out)) != KILN_OK) {

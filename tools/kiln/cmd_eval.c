@@ -27,11 +27,13 @@ int cmd_eval(int argc, char **argv) {
         {"weights", TOOL_FLAG_STRING, &weights,
          "model weights (safetensors; quantized ones run on the int8 kernel)"},
         {"data", TOOL_FLAG_STRING, &data, "token shards: file, folder or glob"},
-        {"batch", TOOL_FLAG_INT, &B, "sequences per batch"},
-        {"seq", TOOL_FLAG_INT, &T, "tokens per sequence"},
-        {"batches", TOOL_FLAG_INT, &batches, "batches to evaluate (0: every whole batch)"},
-        {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata"},
-        {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)"},
+        {"batch", TOOL_FLAG_INT, &B, "sequences per batch", TOOL_RANGE(1, 1 << 20)},
+        {"seq", TOOL_FLAG_INT, &T, "tokens per sequence", TOOL_RANGE(1, 1 << 20)},
+        {"batches", TOOL_FLAG_INT, &batches, "batches to evaluate (0: every whole batch)",
+         TOOL_MIN(0)},
+        {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata",
+         TOOL_MIN(0)},
+        {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)", TOOL_RANGE(0, 4096)},
         {"teacher", TOOL_FLAG_STRING, &teacher,
          "also KL(teacher || model) in nats per token over the same windows: how far this model "
          "(pruned, distilled, quantized) is from the one it came from"},
@@ -43,9 +45,8 @@ int cmd_eval(int argc, char **argv) {
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);
     if (rc)
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
-    if (npos || B < 1 || T < 1 || B > (1 << 20) || T > (1 << 20) || batches < 0 || threads < 0 ||
-        threads > 4096) {
-        fprintf(stderr, "kiln eval: bad arguments (see --help)\n");
+    if (npos) {
+        fprintf(stderr, "kiln eval: unexpected argument '%s' (see --help)\n", argv[1]);
         return 2;
     }
     kiln_dtype dt = KILN_DTYPE_F32;

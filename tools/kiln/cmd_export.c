@@ -28,7 +28,8 @@ int cmd_export(int argc, char **argv) {
         {"tokenizer", TOOL_FLAG_STRING, &tokenizer,
          "gpt2, bytes or a tokenizer file (none: chosen by the vocabulary size)"},
         {"name", TOOL_FLAG_STRING, &name, "the model's name in the file (general.name)"},
-        {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata"},
+        {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata",
+         TOOL_MIN(0)},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos, usage);

@@ -126,11 +126,11 @@ int cmd_prepare(int argc, char **argv) {
         {"tokenizer", TOOL_FLAG_STRING, &tokenizer, "gpt2, bytes, or a tokenizer file"},
         {"out", TOOL_FLAG_STRING, &out, "output folder; none: data/<corpus name>"},
         {"val-fraction", TOOL_FLAG_FLOAT, &cfg.val_fraction,
-         "share of documents for validation, in [0, 1)"},
+         "share of documents for validation, in [0, 1)", TOOL_RANGE_BELOW(0, 1)},
         {"seed", TOOL_FLAG_INT, &seed, "seed of the train/val split"},
-        {"shard-tokens", TOOL_FLAG_INT, &shard_tokens, "tokens per shard"},
+        {"shard-tokens", TOOL_FLAG_INT, &shard_tokens, "tokens per shard", TOOL_MIN(1)},
         {"binary", TOOL_FLAG_STRING, &binary, "binary input files: error, skip or encode"},
-        {"threads", TOOL_FLAG_INT, &threads, "encoding threads (0: all)"},
+        {"threads", TOOL_FLAG_INT, &threads, "encoding threads (0: all)", TOOL_RANGE(0, 4096)},
     };
     int npos = 0;
     int rc =
@@ -147,11 +147,6 @@ int cmd_prepare(int argc, char **argv) {
         cfg.binary = KILN_PREPARE_BINARY_ENCODE;
     else {
         fprintf(stderr, "kiln: --binary wants error, skip or encode, got '%s'\n", binary);
-        return 2;
-    }
-    if (threads < 0 || threads > 4096) {
-        fprintf(stderr, "kiln: --threads wants a count in [0, 4096], got %lld\n",
-                (long long)threads);
         return 2;
     }
     cfg.seed = (uint64_t)seed;

@@ -103,6 +103,7 @@ int tool_replay(const kiln_train_config *cfg, int64_t step, const char *run_log,
 /* kiln replay --step N <the run's kiln train flags> */
 int cmd_replay(int argc, char **argv) {
     int64_t step = 0;
+    const char *bad = NULL; /* a --step given out of range */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest)
         return 1;
@@ -120,10 +121,16 @@ int cmd_replay(int argc, char **argv) {
         char *end = NULL;
         long long x = strtoll(v, &end, 10);
         step = end != v && !*end && x >= 2 && x <= (1LL << 40) ? x : -1;
+        bad = step < 0 ? v : NULL;
     }
     int help = 0;
     for (int i = 1; i < n; i++)
         help |= !strcmp(rest[i], "--help") || !strcmp(rest[i], "-h");
+    if (bad && !help) {
+        free(rest);
+        return tool_flag_refuse("kiln replay", "step", bad,
+                                "a whole number 2..1099511627776 (a step after a checkpoint)");
+    }
     if (step <= 0 && !help) {
         fprintf(stderr, "kiln replay: --step N (2 or more: a step after a checkpoint) is "
                         "required\n\n%s\n",

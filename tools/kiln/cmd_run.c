@@ -368,20 +368,25 @@ int cmd_run(int argc, char **argv) {
     const char *heartbeat = NULL;
     int fewer = 0;
     const tool_flag flags[] = {
-        {"restarts", TOOL_FLAG_INT, &restarts, "restarts after a crash before giving up"},
-        {"backoff", TOOL_FLAG_FLOAT, &backoff, "seconds before the first restart (then doubled)"},
-        {"max-backoff", TOOL_FLAG_FLOAT, &max_backoff, "the longest wait between restarts, s"},
+        {"restarts", TOOL_FLAG_INT, &restarts, "restarts after a crash before giving up",
+         TOOL_MIN(0)},
+        {"backoff", TOOL_FLAG_FLOAT, &backoff, "seconds before the first restart (then doubled)",
+         TOOL_RANGE(0, 1e6)},
+        {"max-backoff", TOOL_FLAG_FLOAT, &max_backoff, "the longest wait between restarts, s",
+         TOOL_RANGE(0, 1e6)},
         {"heartbeat", TOOL_FLAG_STRING, &heartbeat,
          "with --stale-s: the heartbeat file to watch (default: the command's --heartbeat, "
          "PATH.rank0 under mpirun -np N > 1)"},
         {"stale-s", TOOL_FLAG_FLOAT, &stale_s,
          "a heartbeat not renewed for this many seconds: kill and restart the command (0: "
-         "not watched)"},
+         "not watched)",
+         TOOL_RANGE(0, 1e7)},
         {"term-grace", TOOL_FLAG_FLOAT, &grace_s,
-         "seconds between SIGTERM and SIGKILL to a frozen command"},
+         "seconds between SIGTERM and SIGKILL to a frozen command", TOOL_RANGE(0, 1e6)},
         {"fewer-ranks", TOOL_FLAG_BOOL, &fewer,
          "restart a failed `mpirun -np N` command on N - 1 ranks (down to --min-ranks)"},
-        {"min-ranks", TOOL_FLAG_INT, &min_ranks, "with --fewer-ranks: the fewest ranks"},
+        {"min-ranks", TOOL_FLAG_INT, &min_ranks, "with --fewer-ranks: the fewest ranks",
+         TOOL_RANGE(1, 1 << 20)},
     };
     int dash = 1;
     while (dash < argc && strcmp(argv[dash], "--"))
@@ -394,16 +399,6 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "kiln run: %s (see --help)\n",
                 npos ? "arguments before `--`: the command goes after it"
                      : "no command after `--`");
-        return 2;
-    }
-    if (restarts < 0 || !(backoff >= 0) || !(max_backoff >= 0) || backoff > 1e6 ||
-        max_backoff > 1e6) {
-        fprintf(stderr, "kiln run: --restarts, --backoff and --max-backoff must be >= 0\n");
-        return 2;
-    }
-    if (!(stale_s >= 0) || stale_s > 1e7 || !(grace_s >= 0) || grace_s > 1e6 || min_ranks < 1 ||
-        min_ranks > (1 << 20)) {
-        fprintf(stderr, "kiln run: --stale-s and --term-grace must be >= 0 and --min-ranks >= 1\n");
         return 2;
     }
     int n = argc - dash - 1;

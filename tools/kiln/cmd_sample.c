@@ -51,14 +51,16 @@ int cmd_sample(int argc, char **argv) {
     const tool_flag flags[] = {
         {"weights", TOOL_FLAG_STRING, &weights, "model weights (safetensors, dense or quantized)"},
         {"prompt", TOOL_FLAG_STRING, &prompt, "text to continue"},
-        {"tokens", TOOL_FLAG_INT, &count, "tokens to generate"},
-        {"temperature", TOOL_FLAG_FLOAT, &temperature, "softmax temperature (0: most likely)"},
-        {"top-k", TOOL_FLAG_INT, &top_k, "sample among the k most likely (0: all)"},
+        {"tokens", TOOL_FLAG_INT, &count, "tokens to generate", TOOL_RANGE(0, 1 << 30)},
+        {"temperature", TOOL_FLAG_FLOAT, &temperature, "softmax temperature (0: most likely)",
+         TOOL_RANGE_BELOW(0, 1e30)},
+        {"top-k", TOOL_FLAG_INT, &top_k, "sample among the k most likely (0: all)", TOOL_MIN(0)},
         {"seed", TOOL_FLAG_INT, &seed, "seed of the draws"},
         {"tokenizer", TOOL_FLAG_STRING, &tokenizer,
          "gpt2, bytes or a tokenizer file (none: chosen by the vocabulary size)"},
-        {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata"},
-        {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)"},
+        {"heads", TOOL_FLAG_INT, &heads, "head count, for weights without kiln metadata",
+         TOOL_MIN(0)},
+        {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)", TOOL_RANGE(0, 4096)},
         {"precision", TOOL_FLAG_STRING, &precision,
          "fp32, bf16 or fp16: the dtype the weights are held and computed in"},
         {"timing", TOOL_FLAG_BOOL, &timing,
@@ -74,19 +76,6 @@ int cmd_sample(int argc, char **argv) {
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
     if (npos) {
         fprintf(stderr, "kiln sample: unexpected argument '%s' (see --help)\n", argv[1]);
-        return 2;
-    }
-    if (count < 0 || count > (1LL << 30)) {
-        fprintf(stderr, "kiln sample: --tokens must be 0..2^30, got %lld\n", (long long)count);
-        return 2;
-    }
-    if (!(temperature >= 0.0 && temperature < 1e30)) { /* also refuses nan and inf */
-        fprintf(stderr, "kiln sample: --temperature must be a finite number >= 0, got %g\n",
-                temperature);
-        return 2;
-    }
-    if (heads < 0 || top_k < 0 || threads < 0 || threads > 4096) {
-        fprintf(stderr, "kiln sample: --heads and --top-k must be >= 0, --threads 0..4096\n");
         return 2;
     }
     kiln_dtype dt = KILN_DTYPE_F32;

@@ -34,13 +34,6 @@ static int64_t default_max_input(void) {
     "bytes of one input (a file or stdin) read into memory; the default is an eighth of this "     \
     "machine's memory"
 
-static int check_max_input(const char *cmd, int64_t max_input) {
-    if (max_input >= 1)
-        return 0;
-    fprintf(stderr, "kiln tokenizer %s: --max-input must be at least 1 byte\n", cmd);
-    return 2;
-}
-
 /* All of stdin, at most max bytes: more is an error, not a machine out of memory. */
 static kiln_status read_stdin(size_t max, char **out, size_t *len) {
     /* Room for max + 1 bytes at most: one past the limit tells that there is more. */
@@ -164,8 +157,9 @@ static int tok_cmd_encode(int argc, char **argv) {
     int64_t threads = 0, max_input = default_max_input();
     tool_flag flags[] = {
         {"tokenizer", TOOL_FLAG_STRING, &spec, "gpt2, bytes, or a trained tokenizer file"},
-        {"threads", TOOL_FLAG_INT, &threads, "threads to encode with (0: OpenMP's default)"},
-        {"max-input", TOOL_FLAG_INT, &max_input, MAX_INPUT_HELP},
+        {"threads", TOOL_FLAG_INT, &threads, "threads to encode with (0: OpenMP's default)",
+         TOOL_MIN(0)},
+        {"max-input", TOOL_FLAG_INT, &max_input, MAX_INPUT_HELP, TOOL_MIN(1)},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, 3, argc, argv, &npos,
@@ -174,12 +168,6 @@ static int tok_cmd_encode(int argc, char **argv) {
                               "spaced, one line per FILE.");
     if (rc)
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
-    if (threads < 0) {
-        fprintf(stderr, "kiln tokenizer encode: --threads must be >= 0\n");
-        return 2;
-    }
-    if (check_max_input("encode", max_input))
-        return 2;
     if (threads > 0)
         omp_set_num_threads((int)threads);
     kiln_tokenizer *t = NULL;
@@ -231,7 +219,7 @@ static int tok_cmd_decode(int argc, char **argv) {
     int64_t max_input = default_max_input();
     tool_flag flags[] = {
         {"tokenizer", TOOL_FLAG_STRING, &spec, "gpt2, bytes, or a trained tokenizer file"},
-        {"max-input", TOOL_FLAG_INT, &max_input, MAX_INPUT_HELP},
+        {"max-input", TOOL_FLAG_INT, &max_input, MAX_INPUT_HELP, TOOL_MIN(1)},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, 2, argc, argv, &npos,
@@ -244,8 +232,6 @@ static int tok_cmd_decode(int argc, char **argv) {
         fprintf(stderr, "kiln tokenizer decode: one FILE at most\n");
         return 2;
     }
-    if (check_max_input("decode", max_input))
-        return 2;
     kiln_tokenizer *t = NULL;
     char *text = NULL;
     size_t len = 0;
@@ -327,11 +313,12 @@ static int tok_cmd_train(int argc, char **argv) {
     const char *out = "tokenizer.kbpe", *binary = "error";
     tool_flag flags[] = {
         {"vocab", TOOL_FLAG_INT, &vocab,
-         "vocabulary size: 256 bytes + merges + <|endoftext|> (required, >= 257)"},
+         "vocabulary size: 256 bytes + merges + <|endoftext|> (required)", TOOL_MIN(257)},
         {"out", TOOL_FLAG_STRING, &out, "file to write the tokenizer to"},
         {"binary", TOOL_FLAG_STRING, &binary, "binary input files: error, skip or encode"},
         {"max-input", TOOL_FLAG_INT, &max_input,
-         "bytes read from stdin (-) at most; the default is an eighth of this machine's memory"},
+         "bytes read from stdin (-) at most; the default is an eighth of this machine's memory",
+         TOOL_MIN(1)},
     };
     int npos = 0;
     int rc = tool_flags_parse(flags, 4, argc, argv, &npos,
@@ -342,7 +329,7 @@ static int tok_cmd_train(int argc, char **argv) {
                               "line), and - for stdin.");
     if (rc)
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
-    if (npos < 1 || vocab < 257) {
+    if (npos < 1 || vocab == 0) {
         fprintf(stderr, "kiln tokenizer train: give --vocab N (N >= 257) and at least one FILE\n");
         return 2;
     }
@@ -351,8 +338,6 @@ static int tok_cmd_train(int argc, char **argv) {
                 binary);
         return 2;
     }
-    if (check_max_input("train", max_input))
-        return 2;
     double t0 = kiln_time_ms();
     kiln_bpe_trainer *tr = NULL;
     kiln_tokenizer *t = NULL;

@@ -1,6 +1,8 @@
 #include "flags.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,63 @@ static void print_default(const tool_flag *f) {
     }
 }
 
+/* The command a usage names: "usage: kiln compress prune --weights ..." gives "kiln
+ * compress prune". */
+static void command_name(const char *usage, char *out, size_t cap) {
+    const char *p = usage && !strncmp(usage, "usage: ", 7) ? usage + 7 : "kiln";
+    size_t n = 0;
+    for (const char *q = p; *q;) {
+        const char *w = q;
+        while (islower((unsigned char)*q))
+            q++;
+        if (q == w || (*q && *q != ' ' && *q != '\n'))
+            break;
+        n = (size_t)(q - p);
+        if (*q != ' ')
+            break;
+        q++;
+    }
+    snprintf(out, cap, "%.*s", (int)(n ? n : 4), n ? p : "kiln");
+}
+
+static int range_number(char *out, size_t cap, double x, int integer) {
+    return integer ? snprintf(out, cap, "%lld", (long long)x) : snprintf(out, cap, "%g", x);
+}
+
+/* What r asks for, as in "must be >= 0", "must be 0..4096", "must be in [0, 1)". */
+static void range_text(char *out, size_t cap, tool_flag_range r, int integer) {
+    char lo[32], hi[32];
+    range_number(lo, sizeof lo, r.lo, integer);
+    range_number(hi, sizeof hi, r.hi, integer);
+    if (isinf(r.hi))
+        snprintf(out, cap, "%s%s %s", r.hi_open ? "a finite number " : "",
+                 r.lo_open ? ">" : ">=", lo);
+    else if (integer && !r.lo_open && !r.hi_open)
+        snprintf(out, cap, "%s..%s", lo, hi);
+    else
+        snprintf(out, cap, "in %c%s, %s%c", r.lo_open ? '(' : '[', lo, hi, r.hi_open ? ')' : ']');
+}
+
+static int in_range(double v, tool_flag_range r) {
+    if (!r.set)
+        return 1;
+    return (r.lo_open ? v > r.lo : v >= r.lo) && (r.hi_open ? v < r.hi : v <= r.hi);
+}
+
+int tool_flag_refuse(const char *cmd, const char *flag, const char *value, const char *limit) {
+    fprintf(stderr, "%s: --%s %s: must be %s\n", cmd, flag, value, limit);
+    return TOOL_FLAGS_ERROR;
+}
+
+int tool_flag_check(const char *cmd, const char *flag, double v, int integer, tool_flag_range r) {
+    if (in_range(v, r))
+        return 0;
+    char value[32], limit[96];
+    range_number(value, sizeof value, v, integer);
+    range_text(limit, sizeof limit, r, integer);
+    return tool_flag_refuse(cmd, flag, value, limit);
+}
+
 void tool_flags_help(const tool_flag *flags, int nflags, const char *usage) {
     printf("%s\n\nflags:\n", usage);
     for (int i = 0; i < nflags; i++) {
@@ -41,33 +100,47 @@ void tool_flags_help(const tool_flag *flags, int nflags, const char *usage) {
             snprintf(left, sizeof left, "--%s%s", f->name, arg);
         printf("  %-24s %s (default: ", left, f->help);
         print_default(f);
+        if (f->range.set) {
+            char limit[96];
+            range_text(limit, sizeof limit, f->range, f->type == TOOL_FLAG_INT);
+            printf("; %s", limit);
+        }
         printf(")\n");
     }
     printf("  %-24s %s\n", "--help, -h", "print this help");
     printf("(an on/off flag --[no-]NAME also takes --NAME=on or --NAME=off)\n");
 }
 
-static int set_value(const tool_flag *f, const char *v) {
+/* A parsed number outside the flag's range: named with the text given. */
+static int out_of_range(const char *cmd, const tool_flag *f, double x, const char *v) {
+    if (in_range(x, f->range))
+        return TOOL_FLAGS_OK;
+    char limit[96];
+    range_text(limit, sizeof limit, f->range, f->type == TOOL_FLAG_INT);
+    return tool_flag_refuse(cmd, f->name, v, limit);
+}
+
+static int set_value(const char *cmd, const tool_flag *f, const char *v) {
     char *end = NULL;
     errno = 0;
     switch (f->type) {
     case TOOL_FLAG_INT: {
         long long x = strtoll(v, &end, 10);
         if (errno || end == v || *end) {
-            fprintf(stderr, "kiln: --%s wants an integer, got '%s'\n", f->name, v);
+            fprintf(stderr, "%s: --%s wants an integer, got '%s'\n", cmd, f->name, v);
             return TOOL_FLAGS_ERROR;
         }
         *(int64_t *)f->ptr = x;
-        return TOOL_FLAGS_OK;
+        return out_of_range(cmd, f, (double)x, v);
     }
     case TOOL_FLAG_FLOAT: {
         double x = strtod(v, &end);
         if (errno || end == v || *end) {
-            fprintf(stderr, "kiln: --%s wants a number, got '%s'\n", f->name, v);
+            fprintf(stderr, "%s: --%s wants a number, got '%s'\n", cmd, f->name, v);
             return TOOL_FLAGS_ERROR;
         }
         *(double *)f->ptr = x;
-        return TOOL_FLAGS_OK;
+        return out_of_range(cmd, f, x, v);
     }
     case TOOL_FLAG_STRING: *(const char **)f->ptr = v; return TOOL_FLAGS_OK;
     case TOOL_FLAG_BOOL:
@@ -76,7 +149,7 @@ static int set_value(const tool_flag *f, const char *v) {
         } else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "off")) {
             *(int *)f->ptr = 0;
         } else {
-            fprintf(stderr, "kiln: --%s wants on or off, got '%s'\n", f->name, v);
+            fprintf(stderr, "%s: --%s wants on or off, got '%s'\n", cmd, f->name, v);
             return TOOL_FLAGS_ERROR;
         }
         return TOOL_FLAGS_OK;
@@ -86,6 +159,8 @@ static int set_value(const tool_flag *f, const char *v) {
 
 int tool_flags_parse(const tool_flag *flags, int nflags, int argc, char **argv, int *npos,
                      const char *usage) {
+    char cmd[64];
+    command_name(usage, cmd, sizeof cmd);
     int pos = 1;
     for (int i = 1; i < argc; i++) {
         char *a = argv[i];
@@ -106,7 +181,7 @@ int tool_flags_parse(const tool_flag *flags, int nflags, int argc, char **argv, 
         const char *eq = strchr(a + 2, '=');
         size_t len = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
         if (len >= sizeof name) {
-            fprintf(stderr, "kiln: unknown flag %s\n", a);
+            fprintf(stderr, "%s: unknown flag %s\n", cmd, a);
             return TOOL_FLAGS_ERROR;
         }
         memcpy(name, a + 2, len);
@@ -123,7 +198,7 @@ int tool_flags_parse(const tool_flag *flags, int nflags, int argc, char **argv, 
                     negated = 1;
                 }
         if (!f) {
-            fprintf(stderr, "kiln: unknown flag --%s (see --help)\n", name);
+            fprintf(stderr, "%s: unknown flag --%s (see --help)\n", cmd, name);
             return TOOL_FLAGS_ERROR;
         }
         if (f->type == TOOL_FLAG_BOOL && !eq) {
@@ -133,12 +208,12 @@ int tool_flags_parse(const tool_flag *flags, int nflags, int argc, char **argv, 
         const char *v = eq ? eq + 1 : NULL;
         if (!v) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "kiln: --%s needs a value\n", name);
+                fprintf(stderr, "%s: --%s needs a value\n", cmd, name);
                 return TOOL_FLAGS_ERROR;
             }
             v = argv[++i];
         }
-        int rc = set_value(f, v);
+        int rc = set_value(cmd, f, v);
         if (rc)
             return rc;
     }

@@ -1,8 +1,10 @@
 /* Command-line flags for kiln's subcommands: a table of flags, each with a type, a
- * pointer holding its default, and help text. --help prints every flag with its default. */
+ * pointer holding its default, help text and, for a number, the range it must lie in.
+ * --help prints every flag with its default and range. */
 #ifndef KILN_TOOL_FLAGS_H
 #define KILN_TOOL_FLAGS_H
 
+#include <math.h>
 #include <stdint.h>
 
 typedef enum tool_flag_type {
@@ -12,11 +14,45 @@ typedef enum tool_flag_type {
     TOOL_FLAG_BOOL,   /* int; "--name" sets 1, "--no-name" sets 0 */
 } tool_flag_type;
 
+/* The values a numeric flag takes: from lo to hi, each bound in or out (open). hi INFINITY
+ * with hi_open takes finite numbers only. NaN is in no range. Unset (all zero: an entry
+ * that leaves it out): any value. */
+typedef struct tool_flag_range {
+    int set;
+    int lo_open, hi_open;
+    double lo, hi;
+} tool_flag_range;
+
+/* >= a (infinity included) */
+#define TOOL_MIN(a)                                                                                \
+    { 1, 0, 0, (a), INFINITY }
+/* > a */
+#define TOOL_ABOVE(a)                                                                              \
+    { 1, 1, 0, (a), INFINITY }
+/* a finite number >= a, > a */
+#define TOOL_FINITE_MIN(a)                                                                         \
+    { 1, 0, 1, (a), INFINITY }
+#define TOOL_FINITE_ABOVE(a)                                                                       \
+    { 1, 1, 1, (a), INFINITY }
+/* a..b, both in */
+#define TOOL_RANGE(a, b)                                                                           \
+    { 1, 0, 0, (a), (b) }
+/* [a, b) and (a, b] */
+#define TOOL_RANGE_BELOW(a, b)                                                                     \
+    { 1, 0, 1, (a), (b) }
+#define TOOL_RANGE_ABOVE(a, b)                                                                     \
+    { 1, 1, 0, (a), (b) }
+
+/* A table's entry for a flag that takes any value ends after its help: positional
+ * initializers that stop early (range all zero) are this table's idiom, not a mistake. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
 typedef struct tool_flag {
     const char *name; /* without the leading "--" */
     tool_flag_type type;
     void *ptr;
     const char *help;
+    tool_flag_range range; /* TOOL_FLAG_INT and TOOL_FLAG_FLOAT: checked as it is parsed */
 } tool_flag;
 
 enum { TOOL_FLAGS_OK = 0, TOOL_FLAGS_HELP = 1, TOOL_FLAGS_ERROR = 2 };
@@ -24,10 +60,19 @@ enum { TOOL_FLAGS_OK = 0, TOOL_FLAGS_HELP = 1, TOOL_FLAGS_ERROR = 2 };
 /* Parse argv[1..argc) against flags. Arguments that are not flags are positional: they
  * are moved, in order, to argv[1..*npos]. "--name value" and "--name=value" both work.
  * Returns TOOL_FLAGS_HELP after printing help for --help/-h, TOOL_FLAGS_ERROR after
- * printing the reason for an unknown flag or a bad value. */
+ * printing the reason for an unknown flag or a bad value: one out of its range is named
+ * alone with its value and the range ("kiln train: --steps -1: must be >= 0"), the
+ * command's name being the lowercase words that follow "usage: " in usage. */
 int tool_flags_parse(const tool_flag *flags, int nflags, int argc, char **argv, int *npos,
                      const char *usage);
 void tool_flags_help(const tool_flag *flags, int nflags, const char *usage);
+
+/* A check of one value that the table cannot make (it applies only with another flag, or
+ * its range is not one interval): 0 when v lies in r, else TOOL_FLAGS_ERROR after
+ * "<cmd>: --<flag> <v>: must be <r>" on stderr. integer: v is a count, printed as one. */
+int tool_flag_check(const char *cmd, const char *flag, double v, int integer, tool_flag_range r);
+/* The same message for a limit in words: "<cmd>: --<flag> <value>: must be <limit>". */
+int tool_flag_refuse(const char *cmd, const char *flag, const char *value, const char *limit);
 
 /* Print "kiln: <what>: <status>: <message>" to stderr. */
 void tool_report(const char *what, int status);

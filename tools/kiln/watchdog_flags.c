@@ -42,9 +42,20 @@ int tool_watchdog_flags_apply(const tool_watchdog_flags *f, kiln_watchdog_config
     c->hang_factor = f->hang;
     c->hang_min_s = f->hang_min_s;
     c->straggler_factor = f->straggler;
-    c->straggler_window =
-        f->straggler_window < 0 || f->straggler_window > 1 << 20 ? -1 : (int)f->straggler_window;
+    c->straggler_window = (int)f->straggler_window; /* 3..1024, by the flag table */
     c->straggler_exit = f->straggler_exit;
+    if (!(f->hang >= f->warn)) {
+        fprintf(stderr,
+                "kiln train: --hang-factor %g is below --hang-warn-factor %g: a step is "
+                "warned about before it is hung\n",
+                f->hang, f->warn);
+        return 2;
+    }
+    if (!(f->straggler == 0 || (f->straggler > 1 && f->straggler < 1e6))) {
+        char v[32];
+        snprintf(v, sizeof v, "%g", f->straggler);
+        return tool_flag_refuse("kiln train", "straggler-factor", v, "0 (off) or in (1, 1e+06)");
+    }
     if (!f->on && (c->heartbeat_path || f->inject_hang || f->inject_slow || f->straggler_exit)) {
         fprintf(stderr, "kiln train: --heartbeat, --straggler-exit and the fault injections need "
                         "the watchdog: drop --no-watchdog\n");

@@ -28,18 +28,21 @@ int tool_watchdog_flags_apply(const tool_watchdog_flags *f, kiln_watchdog_config
     {"heartbeat", TOOL_FLAG_STRING, &(f).heartbeat,                                             \
      "write a JSON heartbeat (step, times, health) to this file every --heartbeat-s "           \
      "(several ranks: PATH.rank<R>)"},                                                          \
-    {"heartbeat-s", TOOL_FLAG_FLOAT, &(f).heartbeat_s, "seconds between heartbeats"},          \
+    {"heartbeat-s", TOOL_FLAG_FLOAT, &(f).heartbeat_s, "seconds between heartbeats",    \
+     TOOL_RANGE_ABOVE(0, 1e6)},          \
     {"hang-warn-factor", TOOL_FLAG_FLOAT, &(f).warn,                                            \
-     "warn on stderr when a step runs this many times the median step"},                        \
+     "warn on stderr when a step runs this many times the median step", TOOL_RANGE(1, 1e6)},                        \
     {"hang-factor", TOOL_FLAG_FLOAT, &(f).hang,                                                 \
-     "a step this many times the median (and --hang-min-s) is hung: exit 4"},                   \
+     "a step this many times the median (and --hang-min-s) is hung: exit 4 (at least "         \
+     "--hang-warn-factor)", TOOL_RANGE(1, 1e6)},                   \
     {"hang-min-s", TOOL_FLAG_FLOAT, &(f).hang_min_s,                                            \
-     "never call a step hung before this many seconds (the only limit for the first steps)"},  \
+     "never call a step hung before this many seconds (the only limit for the first steps)",  \
+     TOOL_RANGE_ABOVE(0, 1e7)},  \
     {"straggler-factor", TOOL_FLAG_FLOAT, &(f).straggler,                                       \
      "data parallel: a rank whose compute time per step is this many times the other ranks' "  \
-     "over a window is a straggler (0: off)"},                                                  \
+     "over a window is a straggler (0: off; else above 1)"},                                                  \
     {"straggler-window", TOOL_FLAG_INT, &(f).straggler_window,                                  \
-     "data parallel: steps in a rank's median compute time"},                                   \
+     "data parallel: steps in a rank's median compute time", TOOL_RANGE(3, 1024)},                                   \
     {"straggler-exit", TOOL_FLAG_BOOL, &(f).straggler_exit,                                     \
      "data parallel: a rank that stays a straggler another window ends the run after a "       \
      "checkpoint, exit 5 (for kiln run --fewer-ranks)"},                                        \
