@@ -87,6 +87,9 @@ typedef struct kiln_train_config {
     float grad_clip;     /* 0: no clipping */
     uint64_t seed;
     const char *metrics_path; /* JSON Lines, one object per step (NULL: none) */
+    /* TensorBoard: a folder for an events.out.tfevents.* file of the same scalars, written
+     * by rank 0 as the steps go (NULL: none); a write that fails later is a warning */
+    const char *tensorboard_dir;
     const char *save_path;    /* final weights (NULL: not saved); weights that are not
                                  finite, or give a non-finite loss, are never saved: the
                                  run stops and the file keeps the last good weights */

@@ -344,3 +344,35 @@ kiln_status kiln__write_file_atomic(const char *path, const void *data, size_t s
     }
     return kiln__atomic_commit(&f);
 }
+
+kiln_status kiln__make_dirs(const char *path, const char *what, int *err, size_t *made) {
+    char p[4096];
+    *err = 0;
+    *made = 0;
+    if ((size_t)snprintf(p, sizeof p, "%s", path) >= sizeof p)
+        return kiln_error_setf(KILN_ERR_ARG, "%s's path is too long", what);
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        struct stat sb;
+        if (mkdir(p, 0777) == 0) {
+            if (!*made)
+                *made = strlen(p);
+        } else if (errno != EEXIST) {
+            *err = errno;
+            return kiln_error_setf(KILN_ERR_IO, "cannot create %s %s: %s", what, p,
+                                   strerror(errno));
+        }
+        if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            *err = ENOTDIR;
+            return kiln_error_setf(KILN_ERR_IO, "%s %s cannot be made: %s is not a folder",
+                                   what, path, p);
+        }
+        *s = c;
+        if (c == '\0')
+            break;
+    }
+    return KILN_OK;
+}

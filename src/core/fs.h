@@ -55,4 +55,9 @@ kiln_status kiln__write_file_atomic(const char *path, const void *data, size_t s
  * for a minute is removed. Returns the number removed. */
 int kiln__remove_stale_temps(const char *path);
 
+/* mkdir -p of path, `what` naming it in errors ("the checkpoint folder"): *err is the errno
+ * of a failure (ENOTDIR where a part is not a folder), *made the length of the first folder
+ * it made (0: none, path was there). */
+kiln_status kiln__make_dirs(const char *path, const char *what, int *err, size_t *made);
+
 #endif

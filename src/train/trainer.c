@@ -14,6 +14,7 @@
 #include "kiln/train.h"
 #include "train/metrics.h"
 #include "train/trainer_data.h"
+#include "train/tfevents.h"
 #include "train/trainer_internal.h"
 #include "train/watchdog.h"
 
@@ -105,6 +106,7 @@ void kiln_trainer_free(kiln_trainer *t) {
     kiln__trainer_checkpoint_free(t); /* first: its thread reads the model's tensors */
     kiln__trainer_ckpt_unlock(t);
     kiln__metrics_close(t->metrics, t->cfg.log);
+    kiln__tfevents_close(t->tb);
     kiln__guard_free(&t->guard);
     kiln__trainer_prune_free(t);
     kiln__trainer_distill_free(t);
@@ -601,6 +603,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
     if (t->rank != 0) {                  /* one console and one metrics file: rank 0's */
         t->cfg.log = NULL;
         t->cfg.metrics_path = NULL;
+        t->cfg.tensorboard_dir = NULL;
     }
     t->saved_step = -1;
     t->last_val_loss = NAN;
@@ -723,6 +726,8 @@ static kiln_status trainer_init(kiln_trainer *t) {
      * touches no file */
     if (cfg->metrics_path && !(t->resumed_step > 0 && t->steps_done >= cfg->steps))
         KILN_CHECK(kiln__metrics_open(&t->metrics, cfg->metrics_path, t->resumed_step > 0));
+    if (cfg->tensorboard_dir && !(t->resumed_step > 0 && t->steps_done >= cfg->steps))
+        KILN_CHECK(kiln__tfevents_open(&t->tb, cfg->tensorboard_dir));
     KILN_CHECK(kiln__trainer_checkpoint_start(t));
     t->flops_per_step =
         kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) * (double)t->micro;
@@ -942,6 +947,7 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
         kiln__train_metrics_format(line, sizeof line, &mt);
         kiln__metrics_line(t->metrics, line, cfg->log);
     }
+    kiln__tfevents_step(t->tb, &mt, cfg->log);
     if (info)
         *info = mt;
     KILN_CHECK(kiln__watchdog_end(t, &mt));

@@ -31,6 +31,7 @@ struct kiln_trainer {
     size_t device_used0; /* GPU memory in use before the model was made */
     int32_t *inputs, *targets; /* (B,T): the last micro-batch */
     kiln__metrics *metrics;
+    struct kiln__tfevents *tb; /* --tensorboard's events file (rank 0; NULL: none) */
     double flops_per_step; /* model FLOPs of one optimizer step */
     double peak;           /* GFLOP/s: MFU's denominator */
     kiln_train_memory plan;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "kiln/comm.h"
 #include "train/trainer_ckpt.h"
 #include "train/trainer_internal.h"
@@ -24,41 +25,6 @@
 static int may_pass(int err) {
     return err == ENOSPC || err == EDQUOT || err == EINTR || err == EAGAIN || err == ENOMEM ||
            err == EIO;
-}
-
-/* mkdir -p; *err is the errno of the failure, *made the length of the first folder it made
- * (0: none, the folder was there). */
-static kiln_status make_dirs(const char *path, int *err, size_t *made) {
-    char p[KILN__CKPT_PATH];
-    *err = 0;
-    *made = 0;
-    if ((size_t)snprintf(p, sizeof p, "%s", path) >= sizeof p)
-        return kiln_error_setf(KILN_ERR_ARG, "the checkpoint folder's path is too long");
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char c = *s;
-        *s = '\0';
-        struct stat sb;
-        if (mkdir(p, 0777) == 0) {
-            if (!*made)
-                *made = strlen(p);
-        } else if (errno != EEXIST) {
-            *err = errno;
-            return kiln_error_setf(KILN_ERR_IO, "cannot create the checkpoint folder %s: %s", p,
-                                   strerror(errno));
-        }
-        if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            *err = ENOTDIR;
-            return kiln_error_setf(KILN_ERR_IO,
-                                   "the checkpoint folder %s cannot be made: %s is not a folder",
-                                   path, p);
-        }
-        *s = c;
-        if (c == '\0')
-            break;
-    }
-    return KILN_OK;
 }
 
 /* "pid 123 on host h since 2026-12-05T10:00:00Z" from a lock file's text (empty: unknown). */
@@ -109,7 +75,7 @@ static kiln_status take(kiln_trainer *t, char *unlocked, size_t cap) {
     const char *dir = t->cfg.checkpoint_dir;
     int err = 0;
     unlocked[0] = '\0';
-    kiln_status s = make_dirs(dir, &err, &t->ckpt_dir_made);
+    kiln_status s = kiln__make_dirs(dir, "the checkpoint folder", &err, &t->ckpt_dir_made);
     if (s != KILN_OK && may_pass(err)) {
         snprintf(unlocked, cap, "%s", kiln_error_message());
         return KILN_OK;
