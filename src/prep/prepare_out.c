@@ -138,30 +138,6 @@ void kiln__prep_out_free(prep_out *o) {
 
 /* ---- the staging folder ---- */
 
-static kiln_status mkdir_p(const char *path) {
-    char p[4096];
-    if ((size_t)snprintf(p, sizeof p, "%s", path) >= sizeof p)
-        return kiln_error_setf(KILN_ERR_ARG, "%s: path too long", path);
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char c = *s;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return kiln_error_setf(KILN_ERR_IO, "%s: cannot create the folder: %s", p,
-                                   strerror(errno));
-        *s = c;
-        if (c == '\0')
-            break;
-    }
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return kiln_error_setf(KILN_ERR_IO, "%s: %s", path, strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
-        return kiln_error_setf(KILN_ERR_IO, "%s exists and is not a folder", path);
-    return KILN_OK;
-}
-
 static void remove_tree_flat(const char *d) {
     DIR *dir = opendir(d);
     if (dir) {
@@ -200,7 +176,9 @@ static void remove_dead_staging(const char *out_dir) {
 
 kiln_status kiln__prep_stage_begin(const char *out_dir, char **staging) {
     *staging = NULL;
-    KILN_CHECK(mkdir_p(out_dir));
+    int err = 0;
+    size_t made = 0;
+    KILN_CHECK(kiln__make_dirs(out_dir, "the output folder", &err, &made));
     remove_dead_staging(out_dir);
     size_t n = strlen(out_dir) + 40;
     char *s = malloc(n);
