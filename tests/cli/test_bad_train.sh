@@ -197,6 +197,30 @@ EOF
     expect_out_re '--threads N .*; 0\.\.4096\)$'
 }
 
+# A --warmup longer than the schedule never lets the learning rate reach --lr; it used to
+# be taken without a word. The schedule is --lr-total-steps when given, else --steps. The
+# default warmup (10 steps) stays silent with a shorter run.
+case_warmup_longer_than_schedule() {
+    need_fixture
+    train --steps 20 --warmup 50 --save ""
+    expect_usage
+    expect_err "--warmup 50" "--steps 20"
+    train --steps 20 --lr-total-steps 30 --warmup 40 --save ""
+    expect_usage
+    expect_err "--warmup 40" "--lr-total-steps 30"
+    train --steps 10 --warmup 11 --save ""
+    expect_usage
+    # A warmup as long as the schedule reaches --lr at its last step.
+    train --steps 3 --warmup 3 --save ""
+    expect_ok
+    train --steps 3 --lr-total-steps 60 --warmup 50 --save ""
+    expect_ok
+    train --save ""
+    expect_ok
+    check "the default warmup with a 3-step run says nothing" \
+        sh -c "! grep -q -i warmup '$W/stderr'"
+}
+
 # A prompt longer than the model's context is refused up front with both counts, not cut
 # to its tail.
 case_long_prompt() {

@@ -424,6 +424,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     int64_t B = cfg.B, T = cfg.T, accum = cfg.grad_accum, steps = cfg.steps;
     int64_t warmup = cfg.lr.warmup_steps, eval_every = 0, eval_batches = cfg.eval_batches;
     int64_t lr_total = 0;
+    int warmup_given = 0; /* the default stays silent with a run shorter than it */
     int64_t save_every = 0, seed = (int64_t)cfg.seed;
     const char *ckpt_dir = NULL, *resume = NULL;
     int64_t ckpt_every = 0, ckpt_keep = cfg.checkpoint_keep, ckpt_keep_every = 0;
@@ -493,7 +494,10 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         {"optimizer", TOOL_FLAG_STRING, &optimizer, "adamw, adam, sgd or rmsprop"},
         {"lr", TOOL_FLAG_FLOAT, &lr, "peak learning rate", TOOL_FINITE_MIN(0)},
         {"schedule", TOOL_FLAG_STRING, &schedule, "constant, cosine or linear (after warmup)"},
-        {"warmup", TOOL_FLAG_INT, &warmup, "linear warmup steps", TOOL_MIN(0)},
+        {"warmup", TOOL_FLAG_INT, &warmup,
+         "linear warmup steps (given, at most the schedule's length: --lr-total-steps, else "
+         "--steps)",
+         TOOL_MIN(0), &warmup_given},
         {"min-lr-frac", TOOL_FLAG_FLOAT, &min_lr_frac, "final learning rate as a fraction of --lr",
          TOOL_RANGE(0, 1)},
         {"lr-total-steps", TOOL_FLAG_INT, &lr_total,
@@ -770,6 +774,16 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     }
     if (s) {
         tool_report("train", s);
+        return 2;
+    }
+    /* A warmup past the schedule's end never reaches --lr. --steps 0 has no schedule. */
+    int64_t schedule_len = lr_total ? lr_total : steps;
+    if (warmup_given && schedule_len > 0 && warmup > schedule_len) {
+        fprintf(stderr,
+                "kiln train: --warmup %lld is longer than the schedule (%s %lld): the learning "
+                "rate would never reach --lr\n",
+                (long long)warmup, lr_total ? "--lr-total-steps" : "--steps",
+                (long long)schedule_len);
         return 2;
     }
     cfg.init_path = init;

@@ -201,6 +201,8 @@ int tool_flags_parse(const tool_flag *flags, int nflags, int argc, char **argv, 
             fprintf(stderr, "%s: unknown flag --%s (see --help)\n", cmd, name);
             return TOOL_FLAGS_ERROR;
         }
+        if (f->given)
+            *f->given = 1;
         if (f->type == TOOL_FLAG_BOOL && !eq) {
             *(int *)f->ptr = !negated;
             continue;

@@ -53,6 +53,7 @@ typedef struct tool_flag {
     void *ptr;
     const char *help;
     tool_flag_range range; /* TOOL_FLAG_INT and TOOL_FLAG_FLOAT: checked as it is parsed */
+    int *given;            /* optional: set to 1 when the command line names the flag */
 } tool_flag;
 
 enum { TOOL_FLAGS_OK = 0, TOOL_FLAGS_HELP = 1, TOOL_FLAGS_ERROR = 2 };
