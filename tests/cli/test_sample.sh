@@ -133,6 +133,85 @@ case_prompts() {
     expect_ok
 }
 
+# --prompt-file PATH (- for stdin) gives the prompt a command line cannot hold: the same text
+# by --prompt, by the file and by stdin gives the same output with the same seed.
+case_prompt_file() {
+    need_fixture
+    p=$(head -c 20 "$FIX/in/doc_01.txt")
+    printf '%s' "$p" >p.txt
+    sample --seed 7 --tokenizer bytes --prompt "$p"
+    expect_ok
+    cp "$W/stdout" by_flag
+    sample --seed 7 --tokenizer bytes --prompt-file p.txt
+    expect_ok
+    check "--prompt-file gives what --prompt gives" same_file by_flag "$W/stdout"
+    run_in p.txt sample --weights "$GOOD" --tokens 60 --seed 7 --tokenizer bytes --prompt-file -
+    expect_ok
+    check "--prompt-file - (stdin) gives what --prompt gives" same_file by_flag "$W/stdout"
+    check "the output starts with the prompt" sh -c "head -c 20 '$W/stdout' | cmp -s - p.txt"
+    # Any bytes, as --prompt takes them.
+    printf '\377\376 invalid utf-8' >bad.txt
+    sample --seed 7 --prompt "$(cat bad.txt)"
+    expect_ok
+    cp "$W/stdout" bad_flag
+    sample --seed 7 --prompt-file bad.txt
+    expect_ok
+    check "invalid UTF-8 from a file gives what --prompt gives" same_file bad_flag "$W/stdout"
+    # An empty file is an empty prompt: the start of a document.
+    : >empty.txt
+    sample --seed 7
+    expect_ok
+    cp "$W/stdout" no_prompt
+    sample --seed 7 --prompt-file empty.txt
+    expect_ok
+    check "an empty file is no prompt" same_file no_prompt "$W/stdout"
+}
+
+# A prompt of more than 200 KB, more than one argument may be (128 KiB on Linux), comes in
+# whole through stdin; longer than the model's context, it is refused as --prompt refuses one,
+# with its length counted to the last byte.
+case_prompt_file_long() {
+    need_fixture
+    awk 'BEGIN { for (i = 0; i < 9000; i++) printf "the quick brown fox jumps "; }' >long.txt
+    n=$(wc -c <long.txt)
+    check "the prompt is over 200 KB" test "$n" -gt 200000
+    run_in long.txt sample --weights "$GOOD" --tokens 5 --tokenizer bytes --prompt-file -
+    expect_fail
+    expect_err "the prompt is $n tokens" "context of 32"
+    check "nothing was generated" test ! -s "$W/stdout"
+    sample --tokens 5 --tokenizer bytes --prompt-file long.txt
+    expect_fail
+    expect_err "the prompt is $n tokens"
+}
+
+case_prompt_file_errors() {
+    need_fixture
+    printf 'the' >p.txt
+    sample --prompt "the" --prompt-file p.txt
+    expect_usage
+    expect_err "--prompt" "--prompt-file"
+    sample --prompt-file missing.txt
+    expect_fail
+    expect_err "missing.txt"
+    mkdir folder
+    sample --prompt-file folder
+    expect_fail
+    expect_err "folder"
+    mkfifo fifo
+    CMD_TIMEOUT=10 sample --prompt-file fifo
+    expect_fail
+    expect_err "fifo"
+    if [ "$(id -u)" -ne 0 ]; then # root reads any file
+        printf 'the' >locked.txt
+        chmod 000 locked.txt
+        sample --prompt-file locked.txt
+        expect_fail
+        expect_err "locked.txt"
+    fi
+    run sample --help
+    expect_out "--prompt-file"
+}
+
 case_trained_tokenizer() {
     need_fixture
     run train $TINY --seq 16 --batch 2 --steps 3 --data "$DATA300" --save m296.safetensors

@@ -13,10 +13,15 @@
 
 static const char *usage =
     "usage: kiln sample [flags]\n\n"
-    "Generate text from a model's weights, continuing --prompt (the start of a document when\n"
-    "empty). Same seed, same weights, same text. Weights quantized by kiln compress quantize\n"
-    "run on the int8 kernel. With --device cuda the model runs on the GPU (without the\n"
-    "generation cache there: each new token runs its whole window again).";
+    "Generate text from a model's weights, continuing --prompt, or the text of --prompt-file\n"
+    "(- reads stdin: a prompt longer than a command line takes), the start of a document when\n"
+    "empty; a prompt longer than the model's context is refused. Same seed, same weights, same\n"
+    "text. Weights quantized by kiln compress quantize run on the int8 kernel. With --device\n"
+    "cuda the model runs on the GPU (without the generation cache there: each new token runs\n"
+    "its whole window again).";
+
+/* The most bytes --prompt-file reads: far more than any model's context holds. */
+#define PROMPT_FILE_MAX ((size_t)64 << 20)
 
 typedef struct print_ctx {
     const kiln_tokenizer *tok;
@@ -42,15 +47,31 @@ static kiln_status print_token(int32_t id, void *p) {
     return write_out(c->buf.data, c->buf.len);
 }
 
+/* The text of --prompt-file into *text (malloc'd), *len bytes: the file, or stdin for "-".
+ * 1 after a message naming it. */
+static int read_prompt_file(const char *path, char **text, size_t *len) {
+    kiln_status s = strcmp(path, "-") ? kiln_file_read(path, PROMPT_FILE_MAX, text, len)
+                                      : tool_read_stdin(PROMPT_FILE_MAX, NULL, text, len);
+    if (s == KILN_OK)
+        return 0;
+    tool_report("sample: --prompt-file", s); /* the message names the file, or stdin */
+    return 1;
+}
+
 int cmd_sample(int argc, char **argv) {
     const char *weights = "out/model.safetensors", *prompt = "", *tokenizer = NULL;
+    const char *prompt_file = NULL;
+    int prompt_given = 0;
     int64_t count = 200, top_k = 40, seed = 1337, heads = 0, threads = 0;
     double temperature = 1.0;
     const char *precision = "fp32", *device = "cpu";
     int timing = 0, cache = 1;
     const tool_flag flags[] = {
         {"weights", TOOL_FLAG_STRING, &weights, "model weights (safetensors, dense or quantized)"},
-        {"prompt", TOOL_FLAG_STRING, &prompt, "text to continue"},
+        {"prompt", TOOL_FLAG_STRING, &prompt, "text to continue", {0}, &prompt_given},
+        {"prompt-file", TOOL_FLAG_STRING, &prompt_file,
+         "read the text to continue from this file (-: stdin), for a prompt longer than a "
+         "command line takes; not with --prompt"},
         {"tokens", TOOL_FLAG_INT, &count, "tokens to generate", TOOL_RANGE(0, 1 << 30)},
         {"temperature", TOOL_FLAG_FLOAT, &temperature, "softmax temperature (0: most likely)",
          TOOL_RANGE_BELOW(0, 1e30)},
@@ -88,6 +109,17 @@ int cmd_sample(int argc, char **argv) {
         fprintf(stderr, "kiln sample: --device is cpu or cuda, not '%s'\n", device);
         return 2;
     }
+    if (prompt_given && prompt_file) {
+        fprintf(stderr, "kiln sample: --prompt and --prompt-file both give the prompt: use one\n");
+        return 2;
+    }
+    /* The file before the model: a name mistyped fails at once. It may hold any bytes. */
+    char *file_text = NULL;
+    size_t prompt_len = strlen(prompt);
+    if (prompt_file && read_prompt_file(prompt_file, &file_text, &prompt_len))
+        return 1;
+    if (file_text)
+        prompt = file_text;
     if (!strcmp(device, "cpu"))
         tool_precision_note(dt);
     tool_set_threads(threads);
@@ -96,14 +128,14 @@ int cmd_sample(int argc, char **argv) {
     kiln_tokens ids = {0};
     print_ctx pc = {0};
     kiln_backend *be = NULL;
+    rc = 1;
     kiln_status s = tool_device_backend(device, &be);
     if (!s)
         s = tool_load_model_on(&m, weights, heads, 1, 0, dt, be);
     if (s) {
         tool_report("sample", s);
-        return 1;
+        goto done;
     }
-    rc = 1;
     const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
     const char *spec = tool_default_tokenizer(tokenizer, cfg->vocab_size);
     if (!spec || (s = tool_tokenizer_load(&tok, spec))) {
@@ -123,15 +155,15 @@ int cmd_sample(int argc, char **argv) {
         goto done;
     }
     int32_t eot = kiln_tokenizer_eot(tok);
-    if (eot >= 0 && !prompt[0]) {
+    if (eot >= 0 && !prompt_len) {
         if ((s = kiln_tokens_reserve(&ids, 1))) {
             tool_report("sample", s);
             goto done;
         }
         ids.ids[0] = eot;
         ids.len = 1;
-    } else if ((s = kiln_tokenizer_encode(tok, prompt[0] ? prompt : "\n",
-                                          prompt[0] ? strlen(prompt) : 1, &ids))) {
+    } else if ((s = kiln_tokenizer_encode(tok, prompt_len ? prompt : "\n",
+                                          prompt_len ? prompt_len : 1, &ids))) {
         tool_report("sample", s);
         goto done;
     }
@@ -150,7 +182,7 @@ int cmd_sample(int argc, char **argv) {
     }
     memcpy(all, ids.ids, (size_t)ids.len * sizeof *all);
     pc.tok = tok;
-    s = write_out(prompt, strlen(prompt));
+    s = write_out(prompt, prompt_len);
     double t0 = kiln_time_ms();
     if (!s)
         s = kiln_generate_ex(m, all, ids.len, count, (float)temperature, top_k, (uint64_t)seed,
@@ -168,6 +200,7 @@ int cmd_sample(int argc, char **argv) {
     }
     rc = 0;
 done:
+    free(file_text);
     kiln_bytes_free(&pc.buf);
     kiln_tokens_free(&ids);
     kiln_tokenizer_free(tok);

@@ -30,57 +30,19 @@ static int64_t default_max_input(void) {
     return (int64_t)pages / 8 * (int64_t)page;
 }
 
+/* After "stdin holds more than N bytes, the most kiln reads from it". */
+#define MAX_INPUT_HINT " (--max-input): give a file, or a larger --max-input"
+
 #define MAX_INPUT_HELP                                                                             \
     "bytes of one input (a file or stdin) read into memory; the default is an eighth of this "     \
     "machine's memory"
-
-/* All of stdin, at most max bytes: more is an error, not a machine out of memory. */
-static kiln_status read_stdin(size_t max, char **out, size_t *len) {
-    /* Room for max + 1 bytes at most: one past the limit tells that there is more. */
-    size_t limit = max < SIZE_MAX / 2 ? max + 1 : SIZE_MAX / 2;
-    size_t cap = 0, n = 0;
-    char *buf = NULL;
-    for (;;) {
-        if (n == cap) {
-            size_t grown = !cap              ? (limit < 65536 ? limit : 65536)
-                           : cap > limit / 2 ? limit
-                                             : 2 * cap;
-            char *b = realloc(buf, grown + 1);
-            if (!b) {
-                free(buf);
-                return kiln_error_setf(KILN_ERR_NOMEM, "stdin: no memory for %zu bytes", grown);
-            }
-            buf = b;
-            cap = grown;
-        }
-        size_t got = fread(buf + n, 1, cap - n, stdin);
-        n += got;
-        if (n > max) {
-            free(buf);
-            return kiln_error_setf(KILN_ERR_RANGE,
-                                   "stdin holds more than %zu bytes, the most kiln reads from it "
-                                   "(--max-input): give a file, or a larger --max-input",
-                                   max);
-        }
-        if (got == 0)
-            break;
-    }
-    if (ferror(stdin)) {
-        kiln_status st = kiln_error_setf(KILN_ERR_IO, "cannot read stdin: %s", strerror(errno));
-        free(buf);
-        return st;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return KILN_OK;
-}
 
 /* Read all of path ("-" or NULL: stdin) into a malloc'd buffer: a regular file only (a FIFO
  * or device is refused by kiln_file_read), and at most max bytes either way. */
 static int read_all(const char *path, size_t max, char **out, size_t *len) {
     int from_stdin = !path || !strcmp(path, "-");
-    kiln_status st = from_stdin ? read_stdin(max, out, len) : kiln_file_read(path, max, out, len);
+    kiln_status st = from_stdin ? tool_read_stdin(max, MAX_INPUT_HINT, out, len)
+                                : kiln_file_read(path, max, out, len);
     if (st == KILN_ERR_RANGE && !from_stdin)
         kiln_error_wrapf(st, "--max-input %zu", max);
     if (st != KILN_OK) {
@@ -299,7 +261,7 @@ static kiln_status add_inputs(kiln_bpe_trainer *tr, char **inputs, int n, const 
     if (use_stdin) {
         char *text = NULL;
         size_t len = 0;
-        TRY_STATUS(read_stdin(max_input, &text, &len));
+        TRY_STATUS(tool_read_stdin(max_input, MAX_INPUT_HINT, &text, &len));
         *bytes += len;
         kiln_status st = kiln_bpe_trainer_add(tr, text, len);
         free(text);

