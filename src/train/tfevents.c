@@ -17,6 +17,7 @@
 
 struct kiln__tfevents {
     int fd;
+    int versioned; /* the file_version record is written (it goes first) */
     int failing; /* the last write failed: warned once, tried again at the next step */
     int64_t lost;
     char path[4096];
@@ -146,6 +147,15 @@ static int write_record(kiln__tfevents *w, const pb *e) {
     return err;
 }
 
+static int write_version(kiln__tfevents *w) {
+    pb e = {0};
+    event_head(&e, 0);
+    bytes_field(&e, 3, "brain.Event:2", 13);
+    int err = e.oom ? ENOMEM : write_record(w, &e);
+    free(e.p);
+    return err;
+}
+
 kiln_status kiln__tfevents_open(kiln__tfevents **out, const char *dir) {
     *out = NULL;
     int err = 0;
@@ -171,19 +181,7 @@ kiln_status kiln__tfevents_open(kiln__tfevents **out, const char *dir) {
         free(w);
         return s;
     }
-    pb e = {0};
-    event_head(&e, 0);
-    bytes_field(&e, 3, "brain.Event:2", 13);
-    err = e.oom ? ENOMEM : write_record(w, &e);
-    free(e.p);
-    if (err) {
-        kiln_status s =
-            kiln_error_setf(KILN_ERR_IO, "cannot write %s: %s", w->path, strerror(err));
-        close(w->fd);
-        unlink(w->path);
-        free(w);
-        return s;
-    }
+    w->versioned = write_version(w) == 0; /* a full disk: tried again before the next event */
     *out = w;
     return KILN_OK;
 }
@@ -211,7 +209,10 @@ void kiln__tfevents_scalars(kiln__tfevents *w, int64_t step, const char *const *
     event_head(&e, step);
     if (!sum.oom)
         bytes_field(&e, 5, sum.p, sum.len);
-    int err = e.oom || sum.oom || val.oom ? ENOMEM : write_record(w, &e);
+    int err = w->versioned ? 0 : write_version(w);
+    w->versioned = err == 0;
+    if (!err)
+        err = e.oom || sum.oom || val.oom ? ENOMEM : write_record(w, &e);
     free(sum.p);
     free(val.p);
     free(e.p);

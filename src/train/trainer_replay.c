@@ -126,6 +126,7 @@ kiln_status kiln_train_replay(const kiln_train_config *cfg, int64_t step,
     c.metrics_path = NULL;
     c.save_path = NULL;
     c.checkpoint_dir = NULL;
+    c.tensorboard_dir = NULL;
     c.stop_flag = NULL;
     kiln_trainer *t = NULL;
     KILN_CHECK(kiln_trainer_create(&t, &c));

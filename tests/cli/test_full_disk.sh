@@ -4,7 +4,7 @@
 # and retried while training goes on; one that still cannot be written at the end goes to a
 # file of its own that the error names, equal to the weights the run would have saved; a
 # disk that frees up mid-run takes the retried save; checkpoints that stop fitting are
-# warnings, and the older ones stay whole and resumable.
+# warnings, and the older ones stay whole and resumable; TensorBoard events too.
 . "$(dirname "$0")/lib.sh"
 
 TRAIN="train $TINY --seq 16 --batch 2 --threads 1 --data $DATA --steps 40"
@@ -86,6 +86,25 @@ case_checkpoints_stop_fitting() {
     expect_ok
     expect_out_re "resumed from full/ck/step_00000010: step 10 of 40"
     check "resumed from the kept checkpoint: the same weights" same_file ref.st res.st
+    unmount_full
+}
+
+# TensorBoard events that stop fitting: a warning, training goes on, the file keeps whole
+# records only (the decoder reads it to its end).
+case_tensorboard_stops_fitting() {
+    need_fixture
+    mount_full 64
+    head -c 60k /dev/zero >full/filler 2>/dev/null
+    run $TRAIN --save w.st --tensorboard full/tb
+    expect_ok
+    expect_err "warning: cannot write TensorBoard events to full/tb/events.out.tfevents." \
+        "No space left" "training goes on"
+    check "the run's weights are saved" test -s w.st
+    if /usr/bin/python3 -c 'import crc32c, google.protobuf' 2>/dev/null; then
+        : >none.jsonl
+        check "the events file holds whole records only" /usr/bin/python3 \
+            "$SRC/tests/cli/tfevents_decode.py" full/tb/events.out.tfevents.* none.jsonl
+    fi
     unmount_full
 }
 

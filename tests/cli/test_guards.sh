@@ -2,7 +2,8 @@
 # Stability guards: a non-finite or spiking step skips its update and the run goes on; bad
 # steps in a row roll back to the newest checkpoint before them and skip their batches, which
 # ends with the weights of a run told to skip those batches; without a checkpoint the run
-# stops with the weights of the last good step named; an ordinary run is never judged bad.
+# stops with the weights of the last good step named; an ordinary run is never judged bad; a
+# loss that stays above the run's start is caught from the first steps on.
 . "$(dirname "$0")/lib.sh"
 
 ARGS="$TINY --seq 16 --batch 2 --threads 1 --data $DATA --steps 40 --save-every 0"
@@ -82,6 +83,28 @@ case_clipped_norm_spike_trains_on() {
         --grad-clip 0
     expect_ok
     check "--grad-clip 0 skips it" sh -c "grep '^{\"step\": 21,' m3.jsonl | grep -q '\"guard\": \"grad_norm_spike\"'"
+}
+
+# A run that diverges right after warmup (AdamW at lr 2, unclipped), before the spike checks
+# have history: its loss stays above the start, so the third such step in a row is bad
+# (loss_above_start), the run stops after three bad steps, and the last good weights are saved;
+# --guard-ceiling 0 lets it train on.
+case_divergence_above_start_caught() {
+    need_fixture
+    run $TRAIN --lr 2 --grad-clip 0 --metrics m.jsonl --save w.st
+    expect_fail
+    expect_out_re 'skipped: loss_above_start'
+    expect_err_re '3 bad steps in a row, from step [0-9]+ to step [0-9]+ \(the last: loss_above_start'
+    expect_err_re 'the weights of step [0-9]+ are saved in w.st'
+    first=$(grep -m 1 '"guard": "loss_above_start"' m.jsonl | sed 's/^{"step": \([0-9]*\),.*/\1/')
+    check "caught early, at step ${first:-none} (before half a 50-step window)" \
+        test "${first:-99}" -lt 25
+    run eval --weights w.st --data $DATA --batch 2 --seq 16
+    expect_ok
+    run $TRAIN --lr 2 --grad-clip 0 --metrics m2.jsonl --save w2.st --guard-ceiling 0
+    expect_ok
+    check "with --guard-ceiling 0 no step is judged above the start" \
+        sh -c "! grep -q loss_above_start m2.jsonl"
 }
 
 case_no_checkpoint_stops() {

@@ -452,7 +452,8 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     int64_t guard_window = cfg.guard_window, guard_max_bad = cfg.guard_max_bad;
     int64_t guard_rollbacks = cfg.guard_max_rollbacks;
     int guard_skip_norm = cfg.guard_skip_norm_spikes, spike_norm_only = 0;
-    double guard_z = cfg.guard_z;
+    double guard_z = cfg.guard_z, guard_ceiling = cfg.guard_ceiling;
+    const char *tensorboard = NULL;
     const char *skip_batches = NULL, *inject_spike = NULL;
     double prune = 0.0;
     const char *prune_scope = "global";
@@ -517,6 +518,8 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         {"seed", TOOL_FLAG_INT, &seed, "seed of the initialisation and the data order"},
         {"threads", TOOL_FLAG_INT, &threads, "threads (0: OpenMP's default)", TOOL_RANGE(0, 4096)},
         {"metrics", TOOL_FLAG_STRING, &metrics, "write one JSON object per step to this file"},
+        {"tensorboard", TOOL_FLAG_STRING, &tensorboard,
+         "also write the steps' scalars as a TensorBoard events file into this folder"},
         {"save", TOOL_FLAG_STRING, &save, "write the final weights here (safetensors)"},
         {"save-every", TOOL_FLAG_INT, &save_every, "also save every N steps (0: at the end)",
          TOOL_MIN(0)},
@@ -568,6 +571,11 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         {"guard-z", TOOL_FLAG_FLOAT, &guard_z,
          "stability guard: a loss or gradient norm this many standard deviations above the "
          "window's mean skips the step's update (0: no spike checks)",
+         TOOL_RANGE(0, 1e6)},
+        {"guard-ceiling", TOOL_FLAG_FLOAT, &guard_ceiling,
+         "stability guard: a loss this many nats above the run's first loss for 3 steps in a "
+         "row is a bad step, from the second step on (the model is worse than untrained; 0: "
+         "off)",
          TOOL_RANGE(0, 1e6)},
         {"guard-max-bad", TOOL_FLAG_INT, &guard_max_bad,
          "stability guard: this many bad steps (non-finite or spiking) in a row roll back to "
@@ -704,6 +712,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     cfg.prune_every = prune_every;
     cfg.guard_window = guard_window;
     cfg.guard_z = (float)guard_z;
+    cfg.guard_ceiling = (float)guard_ceiling;
     cfg.guard_max_bad = guard_max_bad;
     cfg.guard_max_rollbacks = guard_rollbacks;
     cfg.guard_skip_norm_spikes = guard_skip_norm;
@@ -810,6 +819,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     cfg.grad_clip = (float)clip;
     cfg.seed = (uint64_t)seed;
     cfg.metrics_path = metrics;
+    cfg.tensorboard_dir = tensorboard && tensorboard[0] ? tensorboard : NULL;
     cfg.save_path = save && save[0] ? save : NULL;
     cfg.save_every = save_every;
     cfg.peak_gflops = peak;
@@ -831,6 +841,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     if (replay_step) {
         run_log = cfg.metrics_path;
         cfg.metrics_path = NULL;
+        cfg.tensorboard_dir = NULL;
         cfg.save_path = NULL;
         if (!cfg.resume_path)
             cfg.resume_path = cfg.checkpoint_dir;
