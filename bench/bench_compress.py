@@ -106,7 +106,7 @@ def main():
     val = os.path.join(data, "val_000.bin")
     shape = ["--layers", "6", "--heads", "6", "--embd", "192", "--context", "64", "--seq", "64",
              "--batch", "16", "--threads", "2", "--data", train, "--lr", "1e-3",
-             "--warmup", "20"]
+             "--warmup", str(min(20, a.steps, a.tune))]  # kiln refuses a warmup past --steps
     W = lambda name: os.path.join(a.work, name)
     rows = []
 
