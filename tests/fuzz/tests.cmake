@@ -70,8 +70,8 @@ if(KILN_FUZZ)
     target_compile_options(kiln_fuzzlib PRIVATE -fsanitize=fuzzer-no-link,address,undefined
       -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1 -Wno-pass-failed)
     target_include_directories(kiln_fuzzlib PUBLIC ${CMAKE_SOURCE_DIR}/include
-      PRIVATE ${CMAKE_SOURCE_DIR}/src ${OPENBLAS_INCLUDE_DIR} ${CJSON_INCLUDE_DIR} ${XXHASH_INCLUDE_DIR})
-    target_link_libraries(kiln_fuzzlib PUBLIC ${OPENBLAS_LIB} ${CJSON_LIB} ${XXHASH_LIB}
+      PRIVATE ${CMAKE_SOURCE_DIR}/src ${OPENBLAS_INCLUDE_DIR} ${CJSON_INCLUDE_DIR} ${XXHASH_INCLUDE_DIR} ${ISAL_INCLUDE_DIR})
+    target_link_libraries(kiln_fuzzlib PUBLIC ${OPENBLAS_LIB} ${CJSON_LIB} ${XXHASH_LIB} ${ISAL_LIB}
       PkgConfig::PCRE2 OpenMP::OpenMP_C m)
 
     # kiln_fuzz_target(NAME SEEDGEN SEEDARG SECONDS MAXLEN DICT): fuzz_NAME.c against the
