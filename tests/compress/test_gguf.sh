@@ -18,17 +18,28 @@ need_llama() {
         echo "SKIP: no node and npm (apt-get install nodejs npm)"
         exit 77
     fi
-    if [ ! -f "$LLAMA/node_modules/@node-llama-cpp/linux-x64/package.json" ]; then
-        mkdir -p "$LLAMA"
+    # The cases run in parallel: one installs while the others wait on the lock, and a
+    # folder is complete only once the marker written after a finished install is there (an
+    # install cut short is done again from the start).
+    mkdir -p "$LLAMA"
+    exec 9>"$LLAMA.lock"
+    flock 9
+    if [ ! -f "$LLAMA/.installed-3.22.1" ]; then
+        rm -rf "$LLAMA/node_modules" "$LLAMA/package-lock.json"
         [ -f "$LLAMA/package.json" ] || echo '{"name":"kiln-llama","private":true}' >"$LLAMA/package.json"
         if ! NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --no-audit --no-fund --loglevel=error \
             --omit=optional --ignore-scripts --prefix "$LLAMA" node-llama-cpp@3.22.1 \
             @node-llama-cpp/linux-x64@3.22.1 >"$W/npm.log" 2>&1; then
+            flock -u 9
             echo "SKIP: cannot install node-llama-cpp from the npm registry: $(tail -n 3 "$W/npm.log")"
             exit 77
         fi
+        touch "$LLAMA/.installed-3.22.1"
     fi
-    cp "$SRC/tests/compress/llama_logits.mjs" "$LLAMA/"
+    cp "$SRC/tests/compress/llama_logits.mjs" "$LLAMA/.llama_logits.mjs.$$"
+    mv -f "$LLAMA/.llama_logits.mjs.$$" "$LLAMA/llama_logits.mjs"
+    flock -u 9
+    exec 9>&-
 }
 
 IDS=84,104,101,32,113,117,105,99,107,32,98,114,111,119,110
