@@ -309,7 +309,7 @@ def reproduce(args, part, extra=""):
 # ---- part 1: kiln against PyTorch DDP ----
 
 def run_torch_ddp(args, world, bucket, view, tag):
-    env = bt.bench_env(1)
+    env = bt.peer_env(1, args.peer_malloc)
     cmd = [bt.TORCH_PY, os.path.join(HERE, "torch_ddp.py"), "--world", str(world), "--model",
            args.model, "--batch", str(args.batch), "--seq", str(args.seq), "--warmup",
            str(args.warmup), "--steps", str(args.steps), "--threads", "1", "--bucket-cap-mb",
@@ -357,7 +357,7 @@ def part_ddp(args, md, facts):
     def attempt(j):
         wait_quiet(args.quiet_wait, args.cores)
         b0, c0, t0 = cpu_busy_s(), children_cpu_s(), time.time()
-        r, e = bt.run_torch(ns, bt.bench_env(1), "fp32", args.peak)
+        r, e = bt.run_torch(ns, bt.peer_env(1, args.peer_malloc), "fp32", args.peak)
         if e:
             errors.append(e)
             return None
@@ -781,6 +781,9 @@ def parse_args():
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench_dist"),
                     help="folder for logs, metrics and prepared data")
+    ap.add_argument("--peer-malloc", choices=bt.PEER_MALLOC_CHOICES, default="tuned",
+                    help="PyTorch's allocator: tuned (default; glibc kept from returning "
+                    "memory to the kernel) or glibc-default")
     ap.add_argument("--markdown", action="store_true",
                     help="also print the configuration and the tables as Markdown")
     args = ap.parse_args()
@@ -798,7 +801,8 @@ def parse_args():
 
 
 def header_lines(args, alt):
-    lines = bt.machine_lines(SimpleNamespace(threads=1), alt, {})
+    lines = bt.machine_lines(SimpleNamespace(threads=1), alt, {}) + [
+        bt.peer_malloc_line(args.peer_malloc)]
     lines[-1] = lines[-1].replace("kiln --threads 1, torch.set_num_threads(1)",
                                   "kiln --threads 1 and torch.set_num_threads(1) per rank "
                                   "(2 threads for kiln's 1 rank x 2 threads row)")

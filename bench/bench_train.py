@@ -4,7 +4,7 @@
     /usr/bin/python3 bench/bench_train.py [--kiln build/kiln] [--data SHARDS]
         [--model gpt2-124m] [--batch 4] [--seq 64] [--warmup 2] [--steps 5] [--threads 2]
         [--kiln-precision fp32,bf16] [--flag-below 0.6] [--gemm-seconds 0.25]
-        [--torch-env VAR=VALUE ...] [--markdown]
+        [--torch-env VAR=VALUE ...] [--peer-malloc tuned|glibc-default] [--markdown]
 
 Each system trains the same model (random initialisation, AdamW) at the same shapes for
 `warmup` untimed and `steps` timed steps, in its own process:
@@ -74,6 +74,39 @@ OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 LLMC_CITED = "llm.c (cited)"
 PRECISIONS = ("fp32", "bf16", "fp16")  # kiln train --precision
+
+
+# The PyTorch peer's allocator, at its best. Debian's PyTorch allocates its CPU tensors with
+# glibc's malloc, which by default returns large freed blocks to the kernel (mmap'd chunks
+# above the dynamic threshold, and heap trimming), so every step faults its activations back
+# in: on these VMs a page fault is costly, and gpt2-124m B=4 T=64 runs about 3x slower so.
+# PyTorch's CPU performance guides advise jemalloc or tcmalloc preloaded, or glibc kept from
+# giving memory back; these keep glibc from doing so (1 GiB mmap threshold and top pad, 4 GiB
+# trim threshold). --peer-malloc glibc-default measures the peer without them.
+PEER_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 32),
+               "MALLOC_TOP_PAD_": str(1 << 30)}
+PEER_MALLOC_CHOICES = ("tuned", "glibc-default")
+
+
+def peer_env(threads, mode="tuned", extra=()):
+    """bench_env for a PyTorch peer: with mode "tuned" its allocator kept from returning
+    memory to the kernel (PEER_MALLOC), unless extra sets those variables itself."""
+    env = bench_env(threads)
+    if mode == "tuned":
+        env.update(PEER_MALLOC)
+    env.update(extra)
+    return env
+
+
+def peer_malloc_line(mode, extra=()):
+    """The peer's allocator, in words, for headers and notes."""
+    if mode != "tuned":
+        return "PyTorch's allocator: glibc malloc with its defaults (returns freed memory " \
+            "to the kernel; --peer-malloc glibc-default)"
+    own = [k for k in PEER_MALLOC if k in dict(extra)]
+    return "PyTorch's allocator: glibc malloc kept from returning memory to the kernel (%s)%s" % (
+        " ".join("%s=%s" % kv for kv in PEER_MALLOC.items()),
+        "; --torch-env overrides %s" % ", ".join(own) if own else "")
 
 
 def bench_env(threads, extra=()):
@@ -546,6 +579,9 @@ def parse_args():
     ap.add_argument("--torch-env", action="append", default=[], metavar="VAR=VALUE",
                     help="set VAR in the PyTorch runs' environment, e.g. LD_PRELOAD=<a "
                     "libblas.so.3> (repeatable)")
+    ap.add_argument("--peer-malloc", choices=PEER_MALLOC_CHOICES, default="tuned",
+                    help="PyTorch's allocator: tuned (default; glibc kept from returning "
+                    "memory to the kernel, see PEER_MALLOC) or glibc-default")
     ap.add_argument("--markdown", action="store_true",
                     help="also print the environment and the table as Markdown for README.md")
     args = ap.parse_args()
@@ -701,9 +737,10 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     torch_extra = parse_env_pairs(args.torch_env)
     env = bench_env(args.threads)
-    torch_env = bench_env(args.threads, torch_extra)
+    torch_env = peer_env(args.threads, args.peer_malloc, torch_extra)
     alt = blas_alternative(multiarch())
-    header = machine_lines(args, alt, torch_extra)
+    header = machine_lines(args, alt, torch_extra) + [peer_malloc_line(args.peer_malloc,
+                                                                        torch_extra)]
     print("environment:")
     for line in header:
         print("  " + line)
