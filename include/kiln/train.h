@@ -105,6 +105,10 @@ typedef struct kiln_train_config {
      * ranks, their split of the global batch (world x B x micro-batches, which must stay), the
      * ZeRO stage and the steps may differ from the checkpoint's run: the state is re-cut. */
     const char *checkpoint_dir;
+    /* The run's configuration as JSON text (the tool's resolved flags), written as
+     * config.json into every step folder with its other files (NULL: none). Read, not
+     * parsed, by the trainer: its owner keeps it for the trainer's life. */
+    const char *config_json;
     int64_t checkpoint_every, checkpoint_keep, checkpoint_keep_every;
     /* How checkpoints are written. checkpoint_sync 0: the step pauses only to copy the state
      * into staging memory (kept between checkpoints), a writer thread writes and hashes the

@@ -273,6 +273,16 @@ static kiln_status write_state(kiln_trainer *t, const kiln__ckpt_writer *w, cons
     return s;
 }
 
+/* Rank 0: the run's configuration (cfg.config_json, the tool's resolved flags) beside the
+ * step's other files, so that a published step folder can start the same run again. */
+static kiln_status write_config(const kiln_trainer *t, const char *tmp) {
+    if (!t->cfg.config_json)
+        return KILN_OK;
+    char path[4096];
+    KILN_CHECK(kiln__ckpt_path(path, tmp, "config.json"));
+    return kiln__write_file_atomic(path, t->cfg.config_json, strlen(t->cfg.config_json));
+}
+
 static int step_of_name(const char *name, int64_t *step) {
     long long v;
     int used = 0;
@@ -446,7 +456,9 @@ static kiln_status publish_job(kiln_trainer *t, kiln__ckpt_writer *w, kiln_statu
     if ((fatal = exchange_records(t, w, &all, &at)))
         goto cleanup;
     if (t->rank == 0) {
-        s = write_state(t, w, all, at);
+        s = write_config(t, w->job.tmp);
+        if (s == KILN_OK)
+            s = write_state(t, w, all, at);
         if (s == KILN_OK)
             s = publish(t, w->job.tmp, w->final, step);
         if (s == KILN_OK)

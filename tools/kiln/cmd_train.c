@@ -54,7 +54,15 @@ static const char *usage =
     "rank ends). With several ranks a rank consistently slower than the others (its compute\n"
     "time per step over --straggler-window steps above --straggler-factor times theirs) is\n"
     "named by rank 0 and in the metrics file; with --straggler-exit it ends the run after a\n"
-    "checkpoint, exit 5. --inject-hang and --inject-slow are test aids.";
+    "checkpoint, exit 5. --inject-hang and --inject-slow are test aids.\n\n"
+    "--config FILE takes any of these flags from a JSON object, keyed by the flag's name\n"
+    "without dashes ({\"layers\": 2, \"lr\": 1e-3, \"nesterov\": true}); the command line\n"
+    "overrides it. Every checkpoint keeps the run's resolved flags as config.json, and\n"
+    "--config DIR/step_N/config.json starts the same run again (docs/config.md).";
+
+/* Flags a step folder's config.json leaves out: which file it came from, and the run's
+ * state (what to resume, the folder that another run of it would have to own). */
+static const char *const config_skip[] = {"config", "resume", "checkpoint-dir", NULL};
 
 /* Preemption: SIGTERM, SIGUSR1 or SIGINT asks the run to stop after the current step, save
  * what it has and exit TOOL_EXIT_PREEMPTED; a second SIGINT or SIGTERM while stopping ends
@@ -458,9 +466,14 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     double prune = 0.0;
     const char *prune_scope = "global";
     int64_t prune_start = 1, prune_end = 0, prune_every = 1;
+    const char *config = NULL;
+    int ckpt_every_given = 0;
+    char *config_json = NULL;
     tool_watchdog_flags wf;
     tool_watchdog_flags_init(&wf, &cfg.watchdog);
     const tool_flag flags[] = {
+        {"config", TOOL_FLAG_STRING, &config,
+         "take flags from this JSON file (keys: flag names; the command line overrides them)"},
         {"model", TOOL_FLAG_STRING, &model, "preset name or model JSON file"},
         {"layers", TOOL_FLAG_INT, &layers, "override the number of layers (0: keep)", TOOL_MIN(0)},
         {"share-layers", TOOL_FLAG_INT, &share,
@@ -526,7 +539,8 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         {"checkpoint-dir", TOOL_FLAG_STRING, &ckpt_dir,
          "write checkpoints (weights, optimizer, data position) into this folder"},
         {"checkpoint-every", TOOL_FLAG_INT, &ckpt_every,
-         "with --checkpoint-dir: a checkpoint every N steps, and after the last", TOOL_MIN(0)},
+         "with --checkpoint-dir: a checkpoint every N steps, and after the last", TOOL_MIN(0),
+         &ckpt_every_given},
         {"checkpoint-keep", TOOL_FLAG_INT, &ckpt_keep, "keep the last N checkpoints", TOOL_MIN(1)},
         {"checkpoint-keep-every", TOOL_FLAG_INT, &ckpt_keep_every,
          "also keep every checkpoint whose step is a multiple of N (0: none)", TOOL_MIN(0)},
@@ -661,9 +675,15 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
          "with --plan: the memory to fit, e.g. 24G (default: what the machine has available)"},
         TOOL_WATCHDOG_FLAGS(wf),
     };
-    int npos = 0;
-    int rc = tool_flags_parse(flags, sizeof flags / sizeof flags[0], argc, argv, &npos,
-                              replay_step ? tool_replay_usage : usage);
+    int npos = 0, nflags = (int)(sizeof flags / sizeof flags[0]), rc = 0;
+    /* the file first, wherever --config is on the line: the command line then overrides it */
+    config = tool_flags_find(argc, argv, "config");
+    if (config && tool_flags_load_json(flags, nflags, config, "kiln train"))
+        return 2;
+    int ckpt_every_from_file = ckpt_every_given;
+    ckpt_every_given = 0;
+    rc =
+        tool_flags_parse(flags, nflags, argc, argv, &npos, replay_step ? tool_replay_usage : usage);
     if (rc)
         return rc == TOOL_FLAGS_HELP ? 0 : 2;
     if (npos) {
@@ -722,6 +742,16 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     cfg.inject_spike_count = spike_count;
     cfg.inject_spike_norm_only = spike_norm_only;
     int has_ckpt_dir = ckpt_dir && ckpt_dir[0];
+    /* a step folder's config.json keeps the cadence, not the folder (config_skip): without
+     * a --checkpoint-dir the run writes no checkpoints, and says so */
+    if (!has_ckpt_dir && ckpt_every > 0 && ckpt_every_from_file && !ckpt_every_given) {
+        fprintf(stderr,
+                "kiln train: %s: checkpoint-every %lld applies with a --checkpoint-dir; none "
+                "given: no checkpoints\n",
+                config, (long long)ckpt_every);
+        ckpt_every = 0;
+    }
+    ckpt_every_given |= ckpt_every_from_file; /* config.json: the cadence as given */
     if (has_ckpt_dir != (ckpt_every > 0)) {
         fprintf(stderr,
                 "kiln train: --checkpoint-dir and --checkpoint-every (>= 1) go together: "
@@ -927,6 +957,22 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         free(per_rank);
         return rc;
     }
+    /* every step folder keeps the flags resolved, its paths against this folder */
+    if (cfg.checkpoint_dir) {
+        size_t n = strlen(model);
+        int model_file = n > 5 && !strcmp(model + n - 5, ".json");
+        const char *paths[] = {"init",    "data",        "val-data",
+                               "metrics", "tensorboard", "save",
+                               "teacher", "heartbeat",   model_file ? "model" : NULL,
+                               NULL};
+        if (!(config_json = tool_flags_to_json(flags, nflags, config_skip, paths))) {
+            fprintf(stderr, "kiln train: out of memory\n");
+            kiln_comm_free(comm);
+            free(per_rank);
+            return 1;
+        }
+        cfg.config_json = config_json;
+    }
     /* The loop over steps (kiln_train's): the place for what runs between them. */
     kiln_trainer *tr = NULL;
     kiln_train_result res;
@@ -944,6 +990,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         kiln_trainer_free(tr);
         kiln_comm_free(comm);
         free(per_rank);
+        free(config_json);
         return rc;
     }
     if (s == KILN_OK && kiln_trainer_stopping(tr)) {
@@ -951,6 +998,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         kiln_trainer_free(tr);
         kiln_comm_free(comm);
         free(per_rank);
+        free(config_json);
         return rc;
     }
     if (s == KILN_OK)
@@ -964,6 +1012,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
         kiln_trainer_free(tr);
         kiln_comm_free(comm);
         free(per_rank);
+        free(config_json);
         /* a checkpoint folder another run owns: starting again would be refused the same
          * way, so kiln run does not restart it (exit 2, like a usage error) */
         return s == KILN_ERR_BUSY ? TOOL_EXIT_USAGE : 1;
@@ -971,6 +1020,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     kiln_trainer_free(tr);
     kiln_comm_free(comm);
     free(per_rank);
+    free(config_json);
     if (rank != 0 || nothing_left)
         return 0;
     if (steps == 0)

@@ -120,7 +120,7 @@ static int out_of_range(const char *cmd, const tool_flag *f, double x, const cha
     return tool_flag_refuse(cmd, f->name, v, limit);
 }
 
-static int set_value(const char *cmd, const tool_flag *f, const char *v) {
+int tool_flag_set(const char *cmd, const tool_flag *f, const char *v) {
     char *end = NULL;
     errno = 0;
     switch (f->type) {
@@ -215,7 +215,7 @@ int tool_flags_parse(const tool_flag *flags, int nflags, int argc, char **argv, 
             }
             v = argv[++i];
         }
-        int rc = set_value(cmd, f, v);
+        int rc = tool_flag_set(cmd, f, v);
         if (rc)
             return rc;
     }

@@ -75,6 +75,27 @@ int tool_flag_check(const char *cmd, const char *flag, double v, int integer, to
 /* The same message for a limit in words: "<cmd>: --<flag> <value>: must be <limit>". */
 int tool_flag_refuse(const char *cmd, const char *flag, const char *value, const char *limit);
 
+/* One flag's value from text, checked as the command line's is (messages start "<cmd>: "). */
+int tool_flag_set(const char *cmd, const tool_flag *f, const char *v);
+
+/* Configuration files (flags_json.c): a JSON object whose keys are the table's flag names
+ * without the dashes and whose values are numbers, strings or booleans (on/off flags).
+ * tool_flags_load_json sets the table's variables from the file at path, each value checked
+ * as on the command line; an unknown key, a wrong type, a duplicate key, a file that is
+ * missing or not one JSON object is refused with its name and the file's (TOOL_FLAGS_ERROR).
+ * Strings are copied and kept for the life of the process. */
+int tool_flags_load_json(const tool_flag *flags, int nflags, const char *path, const char *cmd);
+/* The value of --name in argv[1..argc) ("--name V" or "--name=V", the last one; none after
+ * "--"), or NULL: a configuration file is read before the command line that overrides it. */
+const char *tool_flags_find(int argc, char **argv, const char *name);
+/* The table's values as a JSON object (malloc'd text; NULL: out of memory), in the table's
+ * order: every flag except those named in skip (NULL-terminated), strings that are unset
+ * and flags with a `given` that were not given (their default means "not given");
+ * a relative value of a flag named in paths (NULL-terminated) is written against the
+ * current folder, so that the file means the same from anywhere. */
+char *tool_flags_to_json(const tool_flag *flags, int nflags, const char *const *skip,
+                         const char *const *paths);
+
 /* Print "kiln: <what>: <status>: <message>" to stderr. */
 void tool_report(const char *what, int status);
 
