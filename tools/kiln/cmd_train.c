@@ -422,7 +422,7 @@ static int parse_rank_batches(const char *text, int world, int64_t accum, int64_
 }
 
 /* replay_step > 0: kiln replay (the run's flags; nothing of the run is written). */
-int tool_train_main(int argc, char **argv, int64_t replay_step) {
+static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *owned) {
     block_stop_signals();
     kiln_train_config cfg = kiln_train_config_default();
     const char *model = "d4", *init = NULL, *data = "data/brown/train_*.bin", *val = NULL;
@@ -678,7 +678,7 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
     int npos = 0, nflags = (int)(sizeof flags / sizeof flags[0]), rc = 0;
     /* the file first, wherever --config is on the line: the command line then overrides it */
     config = tool_flags_find(argc, argv, "config");
-    if (config && tool_flags_load_json(flags, nflags, config, "kiln train"))
+    if (config && tool_flags_load_json(flags, nflags, config, "kiln train", owned))
         return 2;
     int ckpt_every_from_file = ckpt_every_given;
     ckpt_every_given = 0;
@@ -1050,6 +1050,14 @@ int tool_train_main(int argc, char **argv, int64_t replay_step) {
                 cfg.save_path ? "; the final weights are in the --save file" : "");
     }
     return 0;
+}
+
+/* The run, and then the strings a --config file gave it freed. */
+int tool_train_main(int argc, char **argv, int64_t replay_step) {
+    tool_owned owned = {0};
+    int rc = train_main(argc, argv, replay_step, &owned);
+    tool_owned_free(&owned);
+    return rc;
 }
 
 int cmd_train(int argc, char **argv) {

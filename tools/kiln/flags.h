@@ -83,8 +83,15 @@ int tool_flag_set(const char *cmd, const tool_flag *f, const char *v);
  * tool_flags_load_json sets the table's variables from the file at path, each value checked
  * as on the command line; an unknown key, a wrong type, a duplicate key, a file that is
  * missing or not one JSON object is refused with its name and the file's (TOOL_FLAGS_ERROR).
- * Strings are copied and kept for the life of the process. */
-int tool_flags_load_json(const tool_flag *flags, int nflags, const char *path, const char *cmd);
+ * String values are copied into owned, which the caller frees (tool_owned_free) once the
+ * table's variables are no longer used. */
+typedef struct tool_owned {
+    char **s;
+    int n;
+} tool_owned;
+void tool_owned_free(tool_owned *o);
+int tool_flags_load_json(const tool_flag *flags, int nflags, const char *path, const char *cmd,
+                         tool_owned *owned);
 /* The value of --name in argv[1..argc) ("--name V" or "--name=V", the last one; none after
  * "--"), or NULL: a configuration file is read before the command line that overrides it. */
 const char *tool_flags_find(int argc, char **argv, const char *name);

@@ -129,7 +129,15 @@ static int line_of(const char *text, size_t at) {
 }
 
 /* One key's value into its flag. */
-static int load_one(const tool_flag *f, const cJSON *v, const char *where) {
+void tool_owned_free(tool_owned *o) {
+    for (int i = 0; i < o->n; i++)
+        free(o->s[i]);
+    free(o->s);
+    o->s = NULL;
+    o->n = 0;
+}
+
+static int load_one(const tool_flag *f, const cJSON *v, const char *where, tool_owned *owned) {
     char text[64];
     int ok = 0;
     switch (f->type) {
@@ -164,16 +172,21 @@ static int load_one(const tool_flag *f, const cJSON *v, const char *where) {
         *f->given = 1;
     if (f->type != TOOL_FLAG_STRING)
         return tool_flag_set(where, f, text); /* the command line's checks and messages */
-    char *copy = strdup(v->valuestring);
+    char **grown = realloc(owned->s, (size_t)(owned->n + 1) * sizeof *grown);
+    char *copy = grown ? strdup(v->valuestring) : NULL;
+    if (grown)
+        owned->s = grown;
     if (!copy) {
         fprintf(stderr, "%s: out of memory\n", where);
         return TOOL_FLAGS_ERROR;
     }
+    owned->s[owned->n++] = copy;
     *(const char **)f->ptr = copy;
     return TOOL_FLAGS_OK;
 }
 
-int tool_flags_load_json(const tool_flag *flags, int nflags, const char *path, const char *cmd) {
+int tool_flags_load_json(const tool_flag *flags, int nflags, const char *path, const char *cmd,
+                         tool_owned *owned) {
     char where[4200];
     snprintf(where, sizeof where, "%s: %s", cmd, path);
     size_t len = 0;
@@ -220,7 +233,7 @@ int tool_flags_load_json(const tool_flag *flags, int nflags, const char *path, c
                 unknown_key(flags, nflags, where, v->string);
             goto done;
         }
-        if (load_one(f, v, where))
+        if (load_one(f, v, where, owned))
             goto done;
     }
     rc = TOOL_FLAGS_OK;
