@@ -256,6 +256,13 @@ static kiln_status write_state(kiln_trainer *t, const kiln__ckpt_writer *w, cons
         if (hr[2])
             add_file(replicas, rname, name, hr[2], hr[3]);
     }
+    if (t->cfg.config_json) { /* config.json (write_config), checked on resume like the rest */
+        size_t n = strlen(t->cfg.config_json);
+        cJSON *c = cJSON_AddObjectToObject(j, "config_file");
+        cJSON_AddStringToObject(c, "name", "config.json");
+        cJSON_AddNumberToObject(c, "size", (double)n);
+        put_hex(c, "xxh3", XXH3_64bits(t->cfg.config_json, n));
+    }
     put_hex(j, "state_xxh3", 0); /* sealed below: state.json's own checksum */
     char *text = cJSON_Print(j);
     cJSON_Delete(j);

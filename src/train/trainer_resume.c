@@ -320,7 +320,9 @@ static kiln_status check_files(kiln_trainer *t, const char *folder, const cJSON 
             return s;
         KILN_CHECK(rebuild(t, folder, j, f));
     }
-    return KILN_OK;
+    /* the run's configuration (no replica): a damaged one would start another run again */
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "config_file");
+    return c ? check_entry(folder, c) : KILN_OK;
 }
 
 /* One candidate folder: state.json read and checked whole. KILN_ERR_CONFIG: not this run's
