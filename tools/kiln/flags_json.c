@@ -1,6 +1,5 @@
 /* Configuration files: a command's flags as the keys of a JSON object (flags.h). */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +7,8 @@
 #include <unistd.h>
 
 #include "flags.h"
+#include "kiln/core.h"
+#include "kiln/status.h"
 
 /* Integers a JSON number (a double) holds exactly. */
 #define JSON_INT_MAX 9007199254740992.0 /* 2^53 */
@@ -85,41 +86,6 @@ static int unknown_key(const tool_flag *flags, int nflags, const char *where, co
     return TOOL_FLAGS_ERROR;
 }
 
-/* The whole file, NUL-terminated (malloc'd); NULL with errno set. */
-static char *read_text(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, fp);
-        if (ferror(fp)) {
-            free(buf);
-            buf = NULL;
-            errno = EIO;
-            break;
-        }
-        if (feof(fp))
-            break;
-        char *p = cap < ((size_t)1 << 26) ? realloc(buf, cap * 2) : NULL;
-        if (!p) {
-            free(buf);
-            buf = NULL;
-            errno = EFBIG;
-            break;
-        }
-        buf = p;
-        cap *= 2;
-    }
-    fclose(fp);
-    if (buf) {
-        buf[n] = '\0';
-        *len = n;
-    }
-    return buf;
-}
-
 /* The line a byte offset of text falls on, from 1. */
 static int line_of(const char *text, size_t at) {
     int line = 1;
@@ -190,9 +156,9 @@ int tool_flags_load_json(const tool_flag *flags, int nflags, const char *path, c
     char where[4200];
     snprintf(where, sizeof where, "%s: %s", cmd, path);
     size_t len = 0;
-    char *text = read_text(path, &len);
-    if (!text) {
-        fprintf(stderr, "%s: cannot read the configuration: %s\n", where, strerror(errno));
+    char *text = NULL; /* a regular file of at most 64 MiB, NUL after it */
+    if (kiln_file_read(path, (size_t)64 << 20, &text, &len) != KILN_OK) {
+        fprintf(stderr, "%s: cannot read the configuration: %s\n", where, kiln_error_message());
         return TOOL_FLAGS_ERROR;
     }
     const char *end = NULL;
