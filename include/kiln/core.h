@@ -80,6 +80,11 @@ kiln_status kiln_file_open_regular(const char *path, int *fd, uint64_t *size);
  * free), *len its size. A larger file is KILN_ERR_RANGE naming both sizes. */
 kiln_status kiln_file_read(const char *path, size_t max_bytes, char **data, size_t *len);
 
+/* Write size bytes to `path` whole or not at all: they go to a temporary beside it, which is
+ * flushed and renamed over it, so `path` is either its old bytes or all the new ones. A
+ * folder, device, FIFO or socket at `path` is refused (kiln_file_check_replaceable). */
+kiln_status kiln_file_write(const char *path, const void *data, size_t size);
+
 /* ---- time ---- */
 double kiln_time_ms(void); /* monotonic milliseconds */
 

@@ -345,6 +345,10 @@ kiln_status kiln__write_file_atomic(const char *path, const void *data, size_t s
     return kiln__atomic_commit(&f);
 }
 
+kiln_status kiln_file_write(const char *path, const void *data, size_t size) {
+    return kiln__write_file_atomic(path, data, size);
+}
+
 kiln_status kiln__make_dirs(const char *path, const char *what, int *err, size_t *made) {
     char p[4096];
     *err = 0;
