@@ -10,7 +10,7 @@ cd "$root"
 
 pkgs=(build-essential cmake pkg-config git libopenblas-openmp-dev liblapacke-dev libdnnl-dev libcjson-dev libxxhash-dev
       libpcre2-dev libisal-dev openmpi-bin libopenmpi-dev python3 python3-torch python3-numpy python3-crc32c
-      python3-protobuf clang libclang-rt-14-dev nodejs npm)
+      python3-protobuf zlib1g-dev chromium fonts-liberation clang libclang-rt-14-dev nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -14,6 +14,7 @@ int cmd_tokenizer(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_compress(int argc, char **argv);

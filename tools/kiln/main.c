@@ -20,6 +20,7 @@ static const tool_command commands[] = {
      "re-run one step of a run from its checkpoint: a bad batch or a blow-up?"},
     {"run", cmd_run, "supervise a training: restart it from its checkpoints after a crash"},
     {"status", cmd_status, "a running training's health from its heartbeat files"},
+    {"report", cmd_report, "one HTML page of runs' curves, events and configuration"},
     {"distill", cmd_distill, "train a smaller model on a teacher's outputs"},
     {"export", cmd_export, "write a model as GGUF for llama.cpp"},
     {"compress", cmd_compress, "smaller models: int8 and int4, pruned heads and neurons, low-rank"},
