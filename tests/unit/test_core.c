@@ -181,6 +181,30 @@ static void test_file_read(void) {
     test_rmtree(dir);
 }
 
+/* kiln_file_write: the new bytes whole, an old file replaced, a folder or FIFO never. */
+static void test_file_write(void) {
+    char dir[256], p[512], fifo[512];
+    test_tmpdir(dir, sizeof dir, "core_write");
+    test_path(p, sizeof p, dir, "a.txt");
+    test_path(fifo, sizeof fifo, dir, "fifo");
+    CHECK_OK(kiln_file_write(p, "first", 5));
+    CHECK_OK(kiln_file_write(p, "second!", 7));
+    char *data = NULL;
+    size_t len = 0;
+    CHECK_OK(kiln_file_read(p, 0, &data, &len));
+    CHECK_INT_EQ(len, 7);
+    CHECK_STR_EQ(data, "second!");
+    free(data);
+    CHECK_INT_EQ(mkfifo(fifo, 0600), 0);
+    CHECK_STATUS(kiln_file_write(fifo, "x", 1), KILN_ERR_IO);
+    CHECK_STATUS(kiln_file_write(dir, "x", 1), KILN_ERR_IO);
+    struct stat sb;
+    CHECK_TRUE(stat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    test_path(p, sizeof p, dir, "no/such/folder/a.txt");
+    CHECK_TRUE(kiln_file_write(p, "x", 1) != KILN_OK);
+    test_rmtree(dir);
+}
+
 /* kiln_rng_normal_fill: the bits of n kiln_rng_normal draws (scaled), whatever n and the
  * threads, and the generator left where the draws leave it. */
 static void test_rng_normal_fill(void) {
@@ -212,5 +236,6 @@ int main(void) {
     RUN_TEST(test_rng_normal_fill);
     RUN_TEST(test_rng_known_answers);
     RUN_TEST(test_file_read);
+    RUN_TEST(test_file_write);
     TEST_MAIN_END();
 }
