@@ -115,5 +115,12 @@ if(KILN_FUZZ)
     target_include_directories(fuzz_seed_ckpt PRIVATE ${CMAKE_SOURCE_DIR}/src ${CJSON_INCLUDE_DIR})
     set_target_properties(fuzz_seed_ckpt PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
     kiln_fuzz_target(ckpt fuzz_seed_ckpt "" 30 98304 ckpt.dict)
+    # kiln report's reader of metrics files and its plots, built from the tool's sources.
+    add_executable(fuzz_seed_report ${CMAKE_SOURCE_DIR}/tests/fuzz/gen_report_seeds.c)
+    set_target_properties(fuzz_seed_report PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
+    kiln_fuzz_target(report fuzz_seed_report "" 25 8192 "")
+    target_sources(fuzz_report PRIVATE ${CMAKE_SOURCE_DIR}/tools/kiln/report_runs.c
+      ${CMAKE_SOURCE_DIR}/tools/kiln/report_plot.c ${CMAKE_SOURCE_DIR}/tools/kiln/report_svg.c)
+    target_include_directories(fuzz_report PRIVATE ${CMAKE_SOURCE_DIR}/tools/kiln)
   endif()
 endif()

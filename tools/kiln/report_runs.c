@@ -243,7 +243,9 @@ static void event_text(const cJSON *j, char *out, size_t cap) {
 
 static int read_event(reader *rd, const cJSON *j, const char *name) {
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
-    int64_t step = cJSON_IsNumber(st) && st->valuedouble >= 0 ? (int64_t)st->valuedouble : -1;
+    int64_t step = cJSON_IsNumber(st) && st->valuedouble >= 0 && st->valuedouble <= 9.0e15
+                       ? (int64_t)st->valuedouble
+                       : -1;
     report_event_kind kind = REPORT_EV_OTHER;
     for (size_t i = 0; i < sizeof event_names / sizeof event_names[0]; i++)
         if (!strcmp(name, event_names[i].name))
