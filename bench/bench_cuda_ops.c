@@ -116,8 +116,8 @@ int main(int argc, char **argv) {
     float *losses = dbuf(N, KILN_DTYPE_F32, 0);
     float *gw = dbuf((int64_t)VP * C, KILN_DTYPE_F32, 0), *gb = dbuf(H, KILN_DTYPE_F32, 0);
     float *gpe = dbuf(T * C, KILN_DTYPE_F32, 0);
-    size_t sv = be->attention_saved_bytes(be, dt, B, T, C, NH),
-           sc = be->attention_scratch_bytes(be, dt, B, T, C, NH);
+    size_t sv = be->attention_saved_bytes(be, dt, B, T, C, NH, NH),
+           sc = be->attention_scratch_bytes(be, dt, B, T, C, NH, NH);
     void *saved = be->alloc(be, sv), *scratch = be->alloc(be, sc);
     int32_t *ids = malloc((size_t)N * sizeof(int32_t));
     kiln_rng r;
@@ -163,17 +163,17 @@ int main(int argc, char **argv) {
     double att_ms[2][2]; /* [tensor cores][backward] */
     int tc_old = kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, 1);
     TIME("attention_forward (tensor cores)", L, f_att,
-         be->attention_forward(be, dt, o, saved, scratch, qkv, B, T, C, NH));
+         be->attention_forward(be, dt, o, saved, scratch, qkv, B, T, C, NH, NH));
     att_ms[1][0] = last_ms;
     TIME("attention_backward (tensor cores)", L, 2.5 * f_att,
-         be->attention_backward(be, dt, dqkv, scratch, o, qkv, saved, B, T, C, NH));
+         be->attention_backward(be, dt, dqkv, scratch, o, qkv, saved, B, T, C, NH, NH));
     att_ms[1][1] = last_ms;
     kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, 0);
     TIME("attention_forward (CUDA cores)", 0, f_att,
-         be->attention_forward(be, dt, o, saved, scratch, qkv, B, T, C, NH));
+         be->attention_forward(be, dt, o, saved, scratch, qkv, B, T, C, NH, NH));
     att_ms[0][0] = last_ms;
     TIME("attention_backward (CUDA cores)", 0, 2.5 * f_att,
-         be->attention_backward(be, dt, dqkv, scratch, o, qkv, saved, B, T, C, NH));
+         be->attention_backward(be, dt, dqkv, scratch, o, qkv, saved, B, T, C, NH, NH));
     att_ms[0][1] = last_ms;
     kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, tc_old);
     TIME("gelu_backward", L, 0, be->gelu_backward(be, dt, dh, h, hg, N * H));

@@ -112,15 +112,15 @@ static void bench_attention(int64_t B, int64_t T) {
         kiln_dtype t = dts[d];
         void *qkv = buf(N * 3 * C, 0.5f, t), *out = buf(N * C, 0, t), *dout = buf(N * C, 0.01f, t);
         void *dqkv = buf(N * 3 * C, 0, t);
-        void *saved = be->alloc(be, be->attention_saved_bytes(be, t, B, T, C, NH));
-        void *scratch = be->alloc(be, be->attention_scratch_bytes(be, t, B, T, C, NH));
+        void *saved = be->alloc(be, be->attention_saved_bytes(be, t, B, T, C, NH, NH));
+        void *scratch = be->alloc(be, be->attention_scratch_bytes(be, t, B, T, C, NH, NH));
         if (!saved || !scratch) {
             fprintf(stderr, "bench_ops: out of memory for attention\n");
             exit(1);
         }
-        TIME_MS(fwd[d], be->attention_forward(be, t, out, saved, scratch, qkv, B, T, C, NH));
+        TIME_MS(fwd[d], be->attention_forward(be, t, out, saved, scratch, qkv, B, T, C, NH, NH));
         TIME_MS(bwd[d],
-                be->attention_backward(be, t, dqkv, scratch, dout, qkv, saved, B, T, C, NH));
+                be->attention_backward(be, t, dqkv, scratch, dout, qkv, saved, B, T, C, NH, NH));
         unbuf(qkv), unbuf(out), unbuf(dout), unbuf(dqkv), unbuf(saved), unbuf(scratch);
     }
     row("attention fwd", fwd, flops, L);

@@ -62,11 +62,13 @@ typedef void kiln_op_copy(kiln_backend *be, void *dst, const void *src, size_t b
 typedef kiln_status kiln_op_synchronize(kiln_backend *be);
 
 /* -- layers -- */
-/* out (B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T) holds ids already checked < V. */
+/* out (B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T) holds ids already checked < V. wpe NULL:
+ * no position embedding (rotary positions), out = wte[inp[b,t]]. */
 typedef void kiln_op_encoder_forward(kiln_backend *be, kiln_dtype dt, void *out, const int32_t *inp,
                                      const void *wte, const void *wpe, int64_t B, int64_t T,
                                      int64_t C);
-/* dwte (V,C) += and dwpe (T,C) += from dout (B,T,C); dwte NULL: dwpe alone. */
+/* dwte (V,C) += and dwpe (T,C) += from dout (B,T,C); dwte NULL: dwpe alone; dwpe NULL: dwte
+ * alone. */
 typedef void kiln_op_encoder_backward(kiln_backend *be, kiln_dtype dt, float *dwte, float *dwpe,
                                       const void *dout, const int32_t *inp, int64_t B, int64_t T,
                                       int64_t C);
@@ -104,23 +106,60 @@ typedef void kiln_op_matmul_backward(kiln_backend *be, kiln_dtype dt, void *dinp
                                      const void *weight, int64_t N, int64_t C, int64_t OC,
                                      int trans_w);
 
-/* Causal self-attention. qkv (B,T,3C) holds q, k, v for each position, each (NH heads x
- * hs = C/NH channels); out (B,T,C) receives the heads' outputs, heads side by side. What
+/* RMSNorm: rstd (N) = 1 / sqrt(mean(inp^2) + eps) over the C channels, out (N,C) = inp *
+ * rstd * weight; rstd is saved for backward. */
+typedef void kiln_op_rmsnorm_forward(kiln_backend *be, kiln_dtype dt, void *out, float *rstd,
+                                     const void *inp, const void *weight, int64_t N, int64_t C,
+                                     float eps);
+/* dweight (C) +=, and dinp (N,C) += as layernorm_backward does (the residual stream's). */
+typedef void kiln_op_rmsnorm_backward(kiln_backend *be, kiln_dtype dt, void *dinp, float *dweight,
+                                      const void *dout, const void *inp, const void *weight,
+                                      const float *rstd, int64_t N, int64_t C);
+/* res (N,C) = a + b (res may be a or b), then out and rstd as rmsnorm_forward of res. */
+typedef void kiln_op_residual_rmsnorm_forward(kiln_backend *be, kiln_dtype dt, void *res, void *out,
+                                              float *rstd, const void *a, const void *b,
+                                              const void *weight, int64_t N, int64_t C, float eps);
+
+/* Rotary position embeddings, Hugging Face Llama's convention, in place on the q and k heads
+ * of qkv (B,T,(NH + 2 NKV) hs) (v untouched); row t of a sequence is at position pos0 + t.
+ * For i < hs/2 (hs even): inv_freq = 1 / theta^(2i/hs) and angle = pos * inv_freq, both in
+ * fp32 as Hugging Face computes them; (x_i, x_{i+hs/2}) becomes
+ * (x_i cos - x_{i+hs/2} sin, x_{i+hs/2} cos + x_i sin). */
+typedef void kiln_op_rope_forward(kiln_backend *be, kiln_dtype dt, void *qkv, int64_t B, int64_t T,
+                                  int64_t NH, int64_t NKV, int64_t hs, int64_t pos0, float theta);
+/* Its backward in place on dqkv: the rotation by -angle on the q and k parts. */
+typedef void kiln_op_rope_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, int64_t B,
+                                   int64_t T, int64_t NH, int64_t NKV, int64_t hs, int64_t pos0,
+                                   float theta);
+
+/* SwiGLU: inp (N,2H) rows [gate (H) | up (H)], out (N,H) = silu(gate) * up, silu(x) =
+ * x / (1 + exp(-x)). */
+typedef void kiln_op_swiglu_forward(kiln_backend *be, kiln_dtype dt, void *out, const void *inp,
+                                    int64_t N, int64_t H);
+/* dinp (N,2H) written from dout (N,H). */
+typedef void kiln_op_swiglu_backward(kiln_backend *be, kiln_dtype dt, void *dinp, const void *inp,
+                                     const void *dout, int64_t N, int64_t H);
+
+/* Causal self-attention with NKV key/value heads (NKV divides NH; NKV = NH is multi-head,
+ * 1 multi-query). qkv (B,T,(NH + 2 NKV) hs) holds for each position the NH query heads, then
+ * the NKV key heads, then the NKV value heads, hs = C/NH channels each; query head h reads
+ * key/value head h / (NH/NKV). out (B,T,C) receives the heads' outputs, heads side by side. What
  * forward keeps for backward goes to `saved`, of attention_saved_bytes (the backend's
  * choice: the probabilities, or only their row statistics for a kernel that recomputes
  * them); both directions work in `scratch`, of attention_scratch_bytes, whose contents do
  * not outlive the call. */
 typedef size_t kiln_op_attention_saved_bytes(kiln_backend *be, kiln_dtype dt, int64_t B, int64_t T,
-                                             int64_t C, int64_t NH);
+                                             int64_t C, int64_t NH, int64_t NKV);
 typedef size_t kiln_op_attention_scratch_bytes(kiln_backend *be, kiln_dtype dt, int64_t B,
-                                               int64_t T, int64_t C, int64_t NH);
+                                               int64_t T, int64_t C, int64_t NH, int64_t NKV);
 typedef void kiln_op_attention_forward(kiln_backend *be, kiln_dtype dt, void *out, void *saved,
                                        void *scratch, const void *qkv, int64_t B, int64_t T,
-                                       int64_t C, int64_t NH);
-/* dqkv (B,T,3C) written. */
+                                       int64_t C, int64_t NH, int64_t NKV);
+/* dqkv (B,T,(NH + 2 NKV) hs) written whole: a key/value head's gradient summed over the query
+ * heads that read it. */
 typedef void kiln_op_attention_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, void *scratch,
                                         const void *dout, const void *qkv, const void *saved,
-                                        int64_t B, int64_t T, int64_t C, int64_t NH);
+                                        int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV);
 
 /* GELU, tanh approximation (GPT-2's). */
 typedef void kiln_op_gelu_forward(kiln_backend *be, kiln_dtype dt, void *out, const void *inp,
@@ -198,13 +237,13 @@ typedef void kiln_op_rmsprop_update(kiln_backend *be, float *p, const kiln_work_
 typedef kiln_status kiln_op_prepare(kiln_backend *be);
 
 /* Attention for generation with a cache (optional; forward only). qkv holds, for each of
- * the B sequences, ldT rows of (3C) (q, k, v as in attention_forward) of which positions
+ * the B sequences, ldT rows of (NH + 2 NKV) hs (as in attention_forward) of which positions
  * 0..Tk-1 are filled; out (B,T,C) receives the outputs of the last T of them, positions
  * Tk-T..Tk-1, each attending to the positions up to its own (the causal mask). What
  * attention_forward computes for those rows, without the rows before them. */
 typedef void kiln_op_attention_decode(kiln_backend *be, kiln_dtype dt, void *out, const void *qkv,
                                       int64_t B, int64_t ldT, int64_t Tk, int64_t T, int64_t C,
-                                      int64_t NH);
+                                      int64_t NH, int64_t NKV);
 
 /* The required ops, in table order: X(arg, name) for each kiln_op_<name>. */
 #define KILN_BACKEND_OPS(X, arg)                                                                   \
@@ -217,6 +256,13 @@ typedef void kiln_op_attention_decode(kiln_backend *be, kiln_dtype dt, void *out
     X(arg, layernorm_forward)                                                                      \
     X(arg, layernorm_backward)                                                                     \
     X(arg, residual_layernorm_forward)                                                             \
+    X(arg, rmsnorm_forward)                                                                        \
+    X(arg, rmsnorm_backward)                                                                       \
+    X(arg, residual_rmsnorm_forward)                                                               \
+    X(arg, rope_forward)                                                                           \
+    X(arg, rope_backward)                                                                          \
+    X(arg, swiglu_forward)                                                                         \
+    X(arg, swiglu_backward)                                                                        \
     X(arg, matmul_forward)                                                                         \
     X(arg, matmul_backward)                                                                        \
     X(arg, attention_saved_bytes)                                                                  \
@@ -299,9 +345,9 @@ kiln_status kiln_cuda_available(char *why, size_t cap);
 kiln_status kiln_cuda_select(int index, int *count);
 /* What kiln_cuda_device_info reports about the CUDA backend's GPU. */
 typedef struct kiln_cuda_info {
-    char name[256];        /* "NVIDIA H200", ... */
+    char name[256]; /* "NVIDIA H200", ... */
     int device, major, minor, sms;
-    double clock_ghz;      /* the SMs' peak clock */
+    double clock_ghz;           /* the SMs' peak clock */
     size_t mem_total, mem_free; /* bytes, now */
     /* Dense peak rates in TFLOP/s, MFU's denominators: tensor cores on bf16/fp16 operands with
      * fp32 accumulation, and fp32 on the CUDA cores (fp32 products without TF32). From

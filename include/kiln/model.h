@@ -29,6 +29,27 @@
 extern "C" {
 #endif
 
+/* The architecture: what each part of the model computes. A model family is a description made
+ * of these (kiln_gpt_config_family): GPT-2 is LayerNorm, learned positions, a GELU MLP, biases
+ * and the head tied to the token embedding; Llama is RMSNorm, rotary positions, a SwiGLU MLP,
+ * grouped key/value heads, no biases and a head tied or not. Zero is GPT-2's in every field. */
+typedef enum kiln_family {
+    KILN_FAMILY_GPT2 = 0,  /* tensors named and laid out as Hugging Face's GPT-2 */
+    KILN_FAMILY_LLAMA = 1, /* as Hugging Face's Llama (model.layers.N..., (out, in) matrices) */
+} kiln_family;
+typedef enum kiln_norm {
+    KILN_NORM_LAYERNORM = 0, /* (x - mean) rstd w + b */
+    KILN_NORM_RMSNORM = 1,   /* x / sqrt(mean(x^2) + eps) w */
+} kiln_norm;
+typedef enum kiln_position {
+    KILN_POSITION_LEARNED = 0, /* a (maxT, C) embedding added to the tokens' */
+    KILN_POSITION_ROPE = 1,    /* q and k rotated by their position (rope_theta) */
+} kiln_position;
+typedef enum kiln_mlp {
+    KILN_MLP_GELU = 0,   /* c_proj(GELU(c_fc(x))) */
+    KILN_MLP_SWIGLU = 1, /* down(silu(gate(x)) * up(x)) */
+} kiln_mlp;
+
 typedef struct kiln_gpt_config {
     int64_t max_seq_len;       /* maxT: positions (n_positions) */
     int64_t vocab_size;        /* V */
@@ -51,7 +72,36 @@ typedef struct kiln_gpt_config {
      * order (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj), the same in every block; 0: the
      * dense matrix. A factored W (in, out) is U (in, r) x V (r, out), 1 <= r <= min(in, out). */
     int64_t rank[4];
+    /* The architecture (see kiln_family): names and layout, then the math. */
+    kiln_family family;
+    kiln_norm norm;
+    kiln_position position;
+    kiln_mlp mlp;
+    int bias_free;     /* 1: no biases anywhere */
+    int untied_head;   /* 1: the head is its own (Vp, C) matrix, not the token embedding */
+    int64_t n_kv_head; /* key/value heads, dividing n_head (1: multi-query); 0: n_head */
+    double norm_eps;   /* the norms' epsilon; 0: 1e-5 (LayerNorm's is always 1e-5) */
+    double rope_theta; /* rotary embeddings' base; 0: 10000 */
 } kiln_gpt_config;
+
+/* KILN_OK when cfg is of family f; else KILN_ERR_UNSUPPORTED: "<what> is for <f> models; this
+ * one is <its family>". For the features one family has and another not yet. */
+kiln_status kiln_gpt_require_family(const kiln_gpt_config *cfg, kiln_family f, const char *what);
+
+/* The families kiln_gpt_config_family knows: "gpt2", "llama". */
+extern const char *const kiln_family_names[];
+const char *kiln_family_name(kiln_family f);
+/* Set the architecture fields of cfg to family's description (its shape is left as it is;
+ * n_kv_head is kept when it divides n_head). */
+kiln_status kiln_gpt_config_family(kiln_gpt_config *cfg, const char *family);
+/* Key/value heads (n_kv_head, or n_head) and their width n_kv_head x head_size. */
+int64_t kiln_gpt_config_kv_heads(const kiln_gpt_config *cfg);
+int64_t kiln_gpt_config_kv_width(const kiln_gpt_config *cfg);
+/* The width of a row of q, k and v together: A + 2 x the key/value width. */
+int64_t kiln_gpt_config_qkv_width(const kiln_gpt_config *cfg);
+/* The norms' epsilon and the rotary base, defaults resolved. */
+float kiln_gpt_config_norm_eps(const kiln_gpt_config *cfg);
+float kiln_gpt_config_rope_theta(const kiln_gpt_config *cfg);
 
 /* Names the presets accept, NULL-terminated. */
 extern const char *const kiln_gpt_preset_names[];

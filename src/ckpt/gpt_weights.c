@@ -1,9 +1,10 @@
 /* GPT-2 weights as safetensors with Hugging Face's tensor names.
  *
  * Saving writes every tensor of the model's table (model.h) in the dtype asked, converted
- * from the slab as it is written, with kiln's configuration and that dtype in __metadata__. Loading first matches every
- * tensor of the file against the table (name, dtype, shape; nothing missing, nothing
- * unexpected) and only then copies, so a file that does not fit leaves the model as it was. */
+ * from the slab as it is written, with kiln's configuration and that dtype in __metadata__. Loading
+ * first matches every tensor of the file against the table (name, dtype, shape; nothing missing,
+ * nothing unexpected) and only then copies, so a file that does not fit leaves the model as it was.
+ */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,29 @@ static int64_t *config_field(kiln_gpt_config *c, int k) {
     return (int64_t *)((char *)c + meta_keys[k].field);
 }
 
+/* A model of another family than GPT-2 records its whole description: the shapes alone do not
+ * tell the norms' epsilon, the rotary base or the head count. */
+static kiln_status put_arch_meta(kiln_safetensors_writer *w, const kiln_gpt_config *c) {
+    char v[5][40];
+    snprintf(v[0], sizeof v[0], "%lld", (long long)kiln_gpt_config_kv_heads(c));
+    snprintf(v[1], sizeof v[1], "%lld", (long long)kiln_gpt_config_head_size(c));
+    snprintf(v[2], sizeof v[2], "%lld", (long long)kiln_gpt_config_mlp_width(c));
+    /* the configuration's doubles, exactly (the defaults resolved) */
+    snprintf(v[3], sizeof v[3], "%.17g", c->norm_eps > 0.0 ? c->norm_eps : 1e-5);
+    snprintf(v[4], sizeof v[4], "%.17g", c->rope_theta > 0.0 ? c->rope_theta : 10000.0);
+    const char *kv[] = {"kiln.family",      kiln_family_name(c->family),
+                        "kiln.n_kv_head",   v[0],
+                        "kiln.head_size",   v[1],
+                        "kiln.mlp_hidden",  v[2],
+                        "kiln.norm_eps",    v[3],
+                        "kiln.rope_theta",  v[4],
+                        "kiln.untied_head", c->untied_head ? "1" : "0"};
+    kiln_status s = KILN_OK;
+    for (size_t k = 0; s == KILN_OK && k < sizeof kv / sizeof kv[0]; k += 2)
+        s = kiln_safetensors_writer_set_metadata(w, kv[k], kv[k + 1]);
+    return s;
+}
+
 kiln_status kiln_gpt_save_slab(kiln_gpt *m, const char *path, const void *slab,
                                kiln_dtype slab_dtype, kiln_dtype save_dtype) {
     return kiln_gpt_save_slab_meta(m, path, slab, slab_dtype, save_dtype, NULL);
@@ -60,6 +84,8 @@ kiln_status kiln_gpt_save_slab_meta(kiln_gpt *m, const char *path, const void *s
         snprintf(v, sizeof v, "%lld", (long long)*config_field(&cfg, k));
         s = kiln_safetensors_writer_set_metadata(w, meta_keys[k].key, v);
     }
+    if (s == KILN_OK && cfg.family != KILN_FAMILY_GPT2)
+        s = put_arch_meta(w, &cfg);
     if (s == KILN_OK && cfg.share_layers > 1) { /* the tensors hold n_layer / share blocks */
         char v[32];
         snprintf(v, sizeof v, "%lld", (long long)cfg.share_layers);
@@ -81,8 +107,7 @@ kiln_status kiln_gpt_save_slab_meta(kiln_gpt *m, const char *path, const void *s
     size_t es = kiln_dtype_size(slab_dtype);
     for (int i = 0; s == KILN_OK && i < kiln_gpt_num_tensors(m); i++) {
         const kiln_tensor_info *t = kiln_gpt_tensor(m, i);
-        s = kiln_safetensors_writer_add_as(w, t->name, save_dtype,
-                                           t->ndim, t->shape, slab_dtype,
+        s = kiln_safetensors_writer_add_as(w, t->name, save_dtype, t->ndim, t->shape, slab_dtype,
                                            (const char *)slab + (size_t)t->offset * es);
     }
     if (s == KILN_OK)
@@ -186,9 +211,9 @@ static kiln_status check_lm_head(const kiln_safetensors *f, const kiln_st_tensor
     }
     if (!equal)
         return kiln_error_setf(KILN_ERR_UNSUPPORTED,
-                               "%s: \"%s\" differs from the token embedding; kiln's output head is "
-                               "tied to wte.weight",
-                               path, head->name);
+                               "%s: \"%s\" differs from the token embedding %s, and this "
+                               "model's output head is tied to it",
+                               path, head->name, wte->name);
     return KILN_OK;
 }
 
@@ -203,7 +228,7 @@ static kiln_status match_tensors(const kiln_gpt *m, const kiln_safetensors *f,
         const char *name = strip_prefix(t->name);
         if (is_mask_buffer(name))
             continue;
-        if (strcmp(name, "lm_head.weight") == 0) {
+        if (strcmp(name, "lm_head.weight") == 0 && !kiln_gpt_get_config(m)->untied_head) {
             if (head)
                 return kiln_error_setf(KILN_ERR_FORMAT, "%s: two lm_head.weight tensors", path);
             head = t;
@@ -212,9 +237,10 @@ static kiln_status match_tensors(const kiln_gpt *m, const kiln_safetensors *f,
         int i = kiln_gpt_find_tensor(m, name);
         if (i < 0)
             return kiln_error_setf(KILN_ERR_FORMAT,
-                                   "%s: unexpected tensor \"%s\": not part of this GPT-2 model "
+                                   "%s: unexpected tensor \"%s\": not part of this %s model "
                                    "(%lld layers)",
-                                   path, t->name, (long long)kiln_gpt_get_config(m)->n_layer);
+                                   path, t->name, kiln_family_name(kiln_gpt_get_config(m)->family),
+                                   (long long)kiln_gpt_get_config(m)->n_layer);
         if (src[i])
             return kiln_error_setf(KILN_ERR_FORMAT, "%s: tensor \"%s\" appears twice (as \"%s\")",
                                    path, name, t->name);
@@ -226,8 +252,8 @@ static kiln_status match_tensors(const kiln_gpt *m, const kiln_safetensors *f,
         if (!src[i])
             return kiln_error_setf(KILN_ERR_NOT_FOUND, "%s: tensor \"%s\" is missing", path,
                                    kiln_gpt_tensor(m, i)->name);
-    if (head)
-        KILN_CHECK(check_lm_head(f, head, src[kiln_gpt_find_tensor(m, "wte.weight")]));
+    if (head) /* the token embedding is the table's first tensor */
+        KILN_CHECK(check_lm_head(f, head, src[0]));
     return KILN_OK;
 }
 
@@ -273,12 +299,16 @@ kiln_status kiln_gpt_load_slab(kiln_gpt *m, const char *path, void *slab, kiln_d
                         kiln_safetensors_read_as(f, src[i], slab_dtype,
                                                  (char *)slab + kiln_gpt_tensor(m, i)->offset * es),
                         done);
-    /* The padded rows of the embedding (V..Vp-1) hold nothing and must be zero. */
+    /* The padded rows of the embedding (V..Vp-1), and of an untied head, hold nothing and
+     * must be zero. */
     const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
-    const kiln_tensor_info *wte = kiln_gpt_tensor(m, kiln_gpt_find_tensor(m, "wte.weight"));
     int64_t pad = (cfg->padded_vocab_size - cfg->vocab_size) * cfg->n_embd;
-    if (pad > 0)
-        memset((char *)slab + (wte->offset + wte->numel) * (int64_t)es, 0, (size_t)pad * es);
+    for (int i = 0; i < n && pad > 0; i++) {
+        const kiln_tensor_info *t = kiln_gpt_tensor(m, i);
+        if (t->ndim == 2 && t->shape[0] == cfg->vocab_size && t->layer < 0 &&
+            (i == 0 || !strcmp(t->name, "lm_head.weight")))
+            memset((char *)slab + (t->offset + t->numel) * (int64_t)es, 0, (size_t)pad * es);
+    }
 done:
     free(src);
     kiln_safetensors_close(f);
@@ -347,9 +377,8 @@ static kiln_status infer_config(const kiln_safetensors *f, kiln_gpt_config *c,
     if (!fc)
         fc = find_either(f, "h.0.mlp.c_fc.weight_v");
     if (qkv && (qkv->ndim != 2 || qkv->shape[1] % 3 != 0 || qkv->shape[1] < 3))
-        return kiln_error_setf(KILN_ERR_SHAPE,
-                               "%s: h.0.attn.c_attn.weight should be (C, 3 x attention width)",
-                               path);
+        return kiln_error_setf(
+            KILN_ERR_SHAPE, "%s: h.0.attn.c_attn.weight should be (C, 3 x attention width)", path);
     if (fc && (fc->ndim != 2 || fc->shape[1] < 1))
         return kiln_error_setf(KILN_ERR_SHAPE, "%s: h.0.mlp.c_fc.weight should be (C, H)", path);
     *attn_width = qkv ? qkv->shape[1] / 3 : c->n_embd;
@@ -373,6 +402,91 @@ static kiln_status infer_config(const kiln_safetensors *f, kiln_gpt_config *c,
     return KILN_OK;
 }
 
+/* The bytes of a file's tensors: every parameter takes 2 at least (F16, BF16). */
+static uint64_t tensor_bytes(const kiln_safetensors *f) {
+    uint64_t have = 0;
+    for (int k = 0; k < kiln_safetensors_num_tensors(f); k++)
+        have += kiln_safetensors_tensor(f, k)->nbytes;
+    return have;
+}
+
+/* Before a caller allocates the model: a small file whose names claim many large layers
+ * would otherwise cost gigabytes before the load finds the tensors missing. */
+static kiln_status check_enough(const char *path, uint64_t have, const kiln_gpt_config *c) {
+    if (have >= 2 * (uint64_t)kiln_gpt_config_num_params(c))
+        return KILN_OK;
+    return kiln_error_setf(KILN_ERR_FORMAT,
+                           "%s: its tensors hold %llu bytes, too few for the %lld parameters "
+                           "of the model they describe (%lld layers, n_embd %lld)",
+                           path, (unsigned long long)have, (long long)kiln_gpt_config_num_params(c),
+                           (long long)c->n_layer, (long long)c->n_embd);
+}
+
+/* A metadata value as a number (kiln.norm_eps, kiln.rope_theta, kiln.untied_head). */
+static kiln_status parse_meta_real(const char *path, const char *key, const char *v, double *out) {
+    char *end = NULL;
+    double x = v ? strtod(v, &end) : 0.0;
+    if (!v || !v[0] || *end || !(x >= 0.0 && x <= 1e12))
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s: metadata \"%s\" is %s%s%s, not a number", path,
+                               key, v ? "\"" : "", v ? v : "missing", v ? "\"" : "");
+    *out = x;
+    return KILN_OK;
+}
+
+/* A Llama's configuration (its tensors are model.embed_tokens.weight, ...): kiln's metadata,
+ * or Hugging Face's config.json in the file's folder. The tensors' shapes are checked against
+ * it when the weights load. */
+static kiln_status llama_config(const kiln_safetensors *f, kiln_gpt_config *c) {
+    const char *path = kiln_safetensors_path(f);
+    const char *fam = kiln_safetensors_metadata(f, "kiln.family");
+    if (!fam) {
+        char json[4096];
+        const char *slash = strrchr(path, '/');
+        int dir = slash ? (int)(slash - path) : 1;
+        snprintf(json, sizeof json, "%.*s/config.json", dir, slash ? path : ".");
+        kiln_status s = kiln_gpt_config_from_json(c, json);
+        if (s)
+            return kiln_error_wrapf(s,
+                                    "%s holds a Llama model without kiln's metadata: its "
+                                    "configuration is read from config.json beside it",
+                                    path);
+        const kiln_st_tensor *e = kiln_safetensors_find(f, "model.embed_tokens.weight");
+        if (c->vocab_size == 0 && e->ndim == 2)
+            c->vocab_size = e->shape[0];
+        return KILN_OK;
+    }
+    if (strcmp(fam, "llama"))
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: metadata kiln.family is \"%s\" but its "
+                               "tensors are a Llama's",
+                               path, fam);
+    kiln_gpt_config_family(c, "llama");
+    static const char *const ints[] = {"kiln.n_kv_head", "kiln.head_size", "kiln.mlp_hidden"};
+    int64_t *fields[] = {&c->n_kv_head, &c->head_size, &c->mlp_hidden};
+    for (int k = 0; k < N_META_KEYS; k++) {
+        const char *v = kiln_safetensors_metadata(f, meta_keys[k].key);
+        if (!v)
+            return kiln_error_setf(KILN_ERR_FORMAT, "%s: kiln metadata lacks %s", path,
+                                   meta_keys[k].key);
+        KILN_CHECK(parse_meta_int(path, meta_keys[k].key, v, config_field(c, k)));
+    }
+    for (int k = 0; k < 3; k++) {
+        const char *v = kiln_safetensors_metadata(f, ints[k]);
+        if (!v)
+            return kiln_error_setf(KILN_ERR_FORMAT, "%s: kiln metadata lacks %s", path, ints[k]);
+        KILN_CHECK(parse_meta_int(path, ints[k], v, fields[k]));
+    }
+    double untied = 0.0;
+    KILN_CHECK(parse_meta_real(path, "kiln.norm_eps", kiln_safetensors_metadata(f, "kiln.norm_eps"),
+                               &c->norm_eps));
+    KILN_CHECK(parse_meta_real(path, "kiln.rope_theta",
+                               kiln_safetensors_metadata(f, "kiln.rope_theta"), &c->rope_theta));
+    KILN_CHECK(parse_meta_real(path, "kiln.untied_head",
+                               kiln_safetensors_metadata(f, "kiln.untied_head"), &untied));
+    c->untied_head = untied != 0.0;
+    return KILN_OK;
+}
+
 kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *path) {
     if (!cfg || !path)
         return kiln_error_setf(KILN_ERR_ARG, "config from weights: NULL argument");
@@ -382,16 +496,26 @@ kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *p
     memset(&c, 0, sizeof c);
     int64_t A = 0;
     kiln_status s = refuse_quantized(f);
+    if (s == KILN_OK && kiln_safetensors_find(f, "model.embed_tokens.weight")) {
+        s = llama_config(f, &c);
+        uint64_t have = tensor_bytes(f);
+        kiln_safetensors_close(f);
+        if (s == KILN_OK && (s = kiln_gpt_config_validate(&c)) != KILN_OK)
+            s = kiln_error_wrapf(s, "%s", path);
+        if (s == KILN_OK && (s = check_enough(path, have, &c)) == KILN_OK)
+            *cfg = c;
+        return s;
+    }
     if (s == KILN_OK)
         s = infer_config(f, &c, &A);
     /* shared blocks: the tensors count blocks, each serving share_layers layers */
     const char *share = kiln_safetensors_metadata(f, "kiln.share_layers");
-    if (s == KILN_OK && share && (s = parse_meta_int(path, "kiln.share_layers", share,
-                                                      &c.share_layers)) == KILN_OK &&
+    if (s == KILN_OK && share &&
+        (s = parse_meta_int(path, "kiln.share_layers", share, &c.share_layers)) == KILN_OK &&
         c.share_layers > 1) {
         if (c.share_layers > 1024)
-            s = kiln_error_setf(KILN_ERR_FORMAT, "%s: kiln.share_layers %lld is beyond 1024",
-                                path, (long long)c.share_layers);
+            s = kiln_error_setf(KILN_ERR_FORMAT, "%s: kiln.share_layers %lld is beyond 1024", path,
+                                (long long)c.share_layers);
         c.n_layer *= c.share_layers > 1024 ? 1 : c.share_layers;
     }
     int present = 0;
@@ -411,9 +535,7 @@ kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *p
     if (s == KILN_OK && present && present != N_META_KEYS)
         s = kiln_error_setf(KILN_ERR_FORMAT, "%s: kiln metadata is incomplete (%d of %d keys)",
                             path, present, N_META_KEYS);
-    uint64_t have = 0; /* the tensors' bytes: every parameter takes 2 at least (F16, BF16) */
-    for (int k = 0; k < kiln_safetensors_num_tensors(f); k++)
-        have += kiln_safetensors_tensor(f, k)->nbytes;
+    uint64_t have = tensor_bytes(f);
     kiln_safetensors_close(f);
     if (s != KILN_OK)
         return s;
@@ -437,15 +559,7 @@ kiln_status kiln_gpt_config_from_safetensors(kiln_gpt_config *cfg, const char *p
     s = kiln_gpt_config_validate(&c);
     if (s != KILN_OK)
         return kiln_error_wrapf(s, "%s", path);
-    /* Before a caller allocates the model: a small file whose names claim many large layers
-     * would otherwise cost gigabytes before the load finds the tensors missing. */
-    if (have < 2 * (uint64_t)kiln_gpt_config_num_params(&c))
-        return kiln_error_setf(KILN_ERR_FORMAT,
-                               "%s: its tensors hold %llu bytes, too few for the %lld parameters "
-                               "of the model they describe (%lld layers, n_embd %lld)",
-                               path, (unsigned long long)have,
-                               (long long)kiln_gpt_config_num_params(&c), (long long)c.n_layer,
-                               (long long)c.n_embd);
+    KILN_CHECK(check_enough(path, have, &c));
     *cfg = c;
     return KILN_OK;
 }

@@ -44,7 +44,9 @@ static void put_u16(uint8_t *p, uint16_t v) {
     p[0] = (uint8_t)v;
     p[1] = (uint8_t)(v >> 8);
 }
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint16_t get_u16(const uint8_t *p) {
+    return (uint16_t)(p[0] | p[1] << 8);
+}
 
 void kiln_quantize_q8_0(void *dst, const float *x, int64_t n) {
     uint8_t *b = dst;
@@ -127,8 +129,12 @@ static void put(buf *b, const void *data, size_t n) {
     memcpy(b->p + b->len, data, n);
     b->len += n;
 }
-static void put32(buf *b, uint32_t v) { put(b, &v, 4); } /* the host is little-endian */
-static void put64(buf *b, uint64_t v) { put(b, &v, 8); }
+static void put32(buf *b, uint32_t v) {
+    put(b, &v, 4);
+} /* the host is little-endian */
+static void put64(buf *b, uint64_t v) {
+    put(b, &v, 8);
+}
 static void put_str(buf *b, const char *s, size_t n) {
     put64(b, n);
     put(b, s, n);
@@ -273,18 +279,24 @@ static kiln_status plan_tensors(const kiln_gpt *m, kiln_gguf_type type, gguf_ten
         const char *kiln, *gguf;
         int transpose;
     } block[] = {
-        {"ln_1.weight", "attn_norm.weight", 0},    {"ln_1.bias", "attn_norm.bias", 0},
-        {"attn.c_attn.weight", "attn_qkv.weight", 1}, {"attn.c_attn.bias", "attn_qkv.bias", 0},
+        {"ln_1.weight", "attn_norm.weight", 0},
+        {"ln_1.bias", "attn_norm.bias", 0},
+        {"attn.c_attn.weight", "attn_qkv.weight", 1},
+        {"attn.c_attn.bias", "attn_qkv.bias", 0},
         {"attn.c_proj.weight", "attn_output.weight", 1},
-        {"attn.c_proj.bias", "attn_output.bias", 0}, {"ln_2.weight", "ffn_norm.weight", 0},
-        {"ln_2.bias", "ffn_norm.bias", 0},         {"mlp.c_fc.weight", "ffn_up.weight", 1},
-        {"mlp.c_fc.bias", "ffn_up.bias", 0},       {"mlp.c_proj.weight", "ffn_down.weight", 1},
+        {"attn.c_proj.bias", "attn_output.bias", 0},
+        {"ln_2.weight", "ffn_norm.weight", 0},
+        {"ln_2.bias", "ffn_norm.bias", 0},
+        {"mlp.c_fc.weight", "ffn_up.weight", 1},
+        {"mlp.c_fc.bias", "ffn_up.bias", 0},
+        {"mlp.c_proj.weight", "ffn_down.weight", 1},
         {"mlp.c_proj.bias", "ffn_down.bias", 0},
     };
     const kiln_gpt_config *c = kiln_gpt_get_config(m);
-    int wide = type == KILN_GGUF_F16 ? GGML_F16 : type == KILN_GGUF_Q8_0 ? GGML_Q8_0
-                                              : type == KILN_GGUF_Q4_0 ? GGML_Q4_0
-                                                                       : GGML_F32;
+    int wide = type == KILN_GGUF_F16    ? GGML_F16
+               : type == KILN_GGUF_Q8_0 ? GGML_Q8_0
+               : type == KILN_GGUF_Q4_0 ? GGML_Q4_0
+                                        : GGML_F32;
     *n = 0;
     for (int64_t l = -1; l <= c->n_layer; l++) {
         int count = l < 0 ? 2 : l == c->n_layer ? 2 : 12;
@@ -296,10 +308,12 @@ static kiln_status plan_tensors(const kiln_gpt *m, kiln_gguf_type type, gguf_ten
             memset(t, 0, sizeof *t);
             if (l < 0) {
                 snprintf(kn, sizeof kn, k == 0 ? "wte.weight" : "wpe.weight");
-                snprintf(t->name, sizeof t->name, k == 0 ? "token_embd.weight" : "position_embd.weight");
+                snprintf(t->name, sizeof t->name,
+                         k == 0 ? "token_embd.weight" : "position_embd.weight");
             } else if (l == c->n_layer) {
                 snprintf(kn, sizeof kn, k == 0 ? "ln_f.weight" : "ln_f.bias");
-                snprintf(t->name, sizeof t->name, k == 0 ? "output_norm.weight" : "output_norm.bias");
+                snprintf(t->name, sizeof t->name,
+                         k == 0 ? "output_norm.weight" : "output_norm.bias");
             } else {
                 /* shared blocks: each layer written with its block's weights */
                 int64_t share = c->share_layers > 1 ? c->share_layers : 1;
@@ -421,6 +435,7 @@ kiln_status kiln_export_gguf(kiln_gpt *m, const kiln_tokenizer *tok, kiln_gguf_t
                              const char *name, const char *path) {
     if (!m || !tok || !path || (unsigned)type > KILN_GGUF_Q4_0)
         return kiln_error_setf(KILN_ERR_ARG, "GGUF export: a NULL argument or a bad type");
+    KILN_CHECK(kiln_gpt_require_family(kiln_gpt_get_config(m), KILN_FAMILY_GPT2, "GGUF export"));
     if (kiln_gpt_has_linear(m)) /* its slab holds no block matrices */
         return kiln_error_setf(KILN_ERR_UNSUPPORTED, "GGUF export needs a dense model, not a "
                                                      "quantized one: export the weights it was "

@@ -47,8 +47,8 @@ kiln_status kiln_evaluate_kl(kiln_gpt *teacher, kiln_gpt *m, struct kiln_loader 
     int32_t *in = malloc((size_t)BT * sizeof *in), *tg = malloc((size_t)BT * sizeof *tg);
     float *zt = malloc((size_t)(BT * ct->padded_vocab_size) * sizeof *zt);
     float *zm = malloc((size_t)(BT * cm->padded_vocab_size) * sizeof *zm);
-    kiln_status s = in && tg && zt && zm ? KILN_OK
-                                         : kiln_error_setf(KILN_ERR_NOMEM, "out of memory");
+    kiln_status s =
+        in && tg && zt && zm ? KILN_OK : kiln_error_setf(KILN_ERR_NOMEM, "out of memory");
     double sum = 0.0;
     for (int64_t i = 0; s == KILN_OK && i < n; i++) {
         s = kiln_loader_next(l, in, tg);

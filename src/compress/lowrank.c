@@ -224,6 +224,7 @@ kiln_status kiln_lowrank_factor(kiln_gpt *dense, const int want[4], double energ
                                 kiln_gpt **out, kiln_lowrank_report report[4]) {
     *out = NULL;
     const kiln_gpt_config *dc = kiln_gpt_get_config(dense);
+    KILN_CHECK(kiln_gpt_require_family(dc, KILN_FAMILY_GPT2, "low-rank factorisation"));
     const char *be = kiln_gpt_backend(dense)->name;
     if (kiln_gpt_dtype(dense) != KILN_DTYPE_F32 || (strcmp(be, "cpu") && strcmp(be, "ref")) ||
         kiln_gpt_has_linear(dense))

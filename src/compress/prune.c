@@ -135,8 +135,7 @@ double kiln_prune_schedule(double s_init, double s_final, int64_t t0, int64_t t1
     return s_final + (s_init - s_final) * r * r * r;
 }
 
-void kiln_prune_report(const kiln_gpt *m, const float *w, char *out, size_t cap,
-                       double *overall) {
+void kiln_prune_report(const kiln_gpt *m, const float *w, char *out, size_t cap, double *overall) {
     size_t at = 0;
     int64_t zeros = 0, n = 0;
     if (cap)

@@ -119,6 +119,7 @@ static kiln_status set_meta_int(kiln_safetensors_writer *w, const char *key, int
 kiln_status kiln_quant_save(kiln_gpt *m, kiln_quant_type type, int64_t group, const char *path) {
     if (!m || !path)
         return kiln_error_setf(KILN_ERR_ARG, "quantize: NULL argument");
+    KILN_CHECK(kiln_gpt_require_family(kiln_gpt_get_config(m), KILN_FAMILY_GPT2, "quantization"));
     if (type != KILN_QUANT_INT8 && type != KILN_QUANT_INT4)
         return kiln_error_setf(KILN_ERR_ARG, "quantize: type %d is not int8 or int4", (int)type);
     if (kiln_gpt_dtype(m) != KILN_DTYPE_F32)

@@ -73,8 +73,8 @@ static kiln_status read_config(const kiln_safetensors *f, kiln_gpt_config *cfg) 
         char *end = NULL;
         long long x = strtoll(v, &end, 10);
         if (!v[0] || *end || x < 1 || x > omax[k])
-            return kiln_error_setf(KILN_ERR_FORMAT, "%s: metadata \"%s\" is %s", path,
-                                   optional[k], v);
+            return kiln_error_setf(KILN_ERR_FORMAT, "%s: metadata \"%s\" is %s", path, optional[k],
+                                   v);
         *ofields[k] = x;
     }
     kiln_status s = kiln_gpt_config_validate(cfg);

@@ -98,6 +98,8 @@ kiln_status kiln_struct_scores_magnitude(const kiln_gpt *m, const float *w, doub
                                          double *neuron) {
     if (!m || !w || !head || !neuron)
         return kiln_error_setf(KILN_ERR_ARG, "structured scores: NULL argument");
+    KILN_CHECK(
+        kiln_gpt_require_family(kiln_gpt_get_config(m), KILN_FAMILY_GPT2, "structured pruning"));
     return score(m, w, NULL, head, neuron);
 }
 
@@ -105,6 +107,8 @@ kiln_status kiln_struct_scores_taylor_add(const kiln_gpt *m, const float *w, con
                                           double *head, double *neuron) {
     if (!m || !w || !g || !head || !neuron)
         return kiln_error_setf(KILN_ERR_ARG, "structured scores: NULL argument");
+    KILN_CHECK(
+        kiln_gpt_require_family(kiln_gpt_get_config(m), KILN_FAMILY_GPT2, "structured pruning"));
     return score(m, w, g, head, neuron);
 }
 
@@ -113,6 +117,8 @@ kiln_status kiln_struct_scores_calibrate(kiln_gpt *m, kiln_loader *l, int64_t B,
                                          double *mean_loss) {
     if (!m || !l || !head || !neuron || batches < 1)
         return kiln_error_setf(KILN_ERR_ARG, "structured calibration: bad argument");
+    KILN_CHECK(
+        kiln_gpt_require_family(kiln_gpt_get_config(m), KILN_FAMILY_GPT2, "structured pruning"));
     if (!kiln_gpt_grads(m) || kiln_gpt_dtype(m) != KILN_DTYPE_F32)
         return kiln_error_setf(KILN_ERR_ARG,
                                "structured calibration needs an fp32 model with gradients");
@@ -188,6 +194,7 @@ kiln_status kiln_prune_structured(const kiln_gpt *m, const double *head, const d
         return kiln_error_setf(KILN_ERR_ARG, "structured pruning: NULL argument");
     *out = NULL;
     const kiln_gpt_config *c = kiln_gpt_get_config(m);
+    KILN_CHECK(kiln_gpt_require_family(c, KILN_FAMILY_GPT2, "structured pruning"));
     int64_t U = kiln_gpt_config_blocks(c), C = c->n_embd, NH = c->n_head;
     int64_t hs = kiln_gpt_config_head_size(c), A = NH * hs, H = kiln_gpt_config_mlp_width(c);
     if (kiln_gpt_dtype(m) != KILN_DTYPE_F32 || kiln_gpt_has_linear(m))

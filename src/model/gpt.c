@@ -34,7 +34,7 @@ static int64_t rank_of(const kiln_gpt *m, kiln_gpt_matrix which) {
  * (kiln_gpt_set_linear) for matrix `which` of layer `layer` (-1: the head). A factored
  * matrix runs as mid (N,r) = inp x U, kept for backward, then out = mid x V + bias. */
 static void linear(kiln_gpt *m, int64_t layer, kiln_gpt_matrix which, void *out, const void *inp,
-                   const void *w, const void *bias, int64_t N, int64_t C, int64_t OC, int trans_w,
+                   const void *w, const void *bias, int64_t N, int64_t C, int64_t OC,
                    void *gelu_out) {
     int64_t r = layer >= 0 ? rank_of(m, which) : 0;
     if (r) {
@@ -45,7 +45,9 @@ static void linear(kiln_gpt *m, int64_t layer, kiln_gpt_matrix which, void *out,
         return;
     }
     if (!m->linear) {
-        m->be->matmul_forward(m->be, m->dt, out, inp, w, bias, N, C, OC, trans_w, gelu_out);
+        /* the head's matrix is (Vp,C) in every family; the blocks' in the family's layout */
+        m->be->matmul_forward(m->be, m->dt, out, inp, w, bias, N, C, OC, layer >= 0 ? m->tw : 1,
+                              gelu_out);
         return;
     }
     int64_t share = m->cfg.share_layers > 1 ? m->cfg.share_layers : 1;
@@ -62,7 +64,7 @@ static void linear_backward(kiln_gpt *m, int64_t layer, kiln_gpt_matrix which, v
     kiln_backend *be = m->be;
     int64_t r = rank_of(m, which);
     if (!r) {
-        be->matmul_backward(be, m->dt, dinp, dweight, dbias, dout, inp, w, N, C, OC, 0);
+        be->matmul_backward(be, m->dt, dinp, dweight, dbias, dout, inp, w, N, C, OC, m->tw);
         return;
     }
     const gpt_block_params *p = &m->p.block[layer];
@@ -80,7 +82,8 @@ static void linear_backward(kiln_gpt *m, int64_t layer, kiln_gpt_matrix which, v
  * t0). */
 static void embed_forward(kiln_gpt *m, int64_t B, int64_t T) {
     int64_t t0 = m->kv.t0 > 0 ? m->kv.t0 : 0, C = m->cfg.n_embd;
-    const void *wpe = (const char *)m->p.wpe + (size_t)(t0 * C) * kiln_dtype_size(m->dt);
+    const void *wpe =
+        m->p.wpe ? (const char *)m->p.wpe + (size_t)(t0 * C) * kiln_dtype_size(m->dt) : NULL;
     m->be->encoder_forward(m->be, m->dt, m->encoded, m->inputs, m->p.wte, wpe, B, T, C);
 }
 
@@ -91,6 +94,42 @@ static void embed_backward(kiln_gpt *m, int64_t B, int64_t T) {
     m->rows_n = m->rows_apart ? B * T : 0;
 }
 
+/* ---- norms: LayerNorm or RMSNorm, as the architecture says ---- */
+
+/* out, mean, rstd (N,C) of inp; RMSNorm keeps no mean (NULL) and has no bias. */
+static void norm_forward(kiln_gpt *m, void *out, float *mean, float *rstd, const void *inp,
+                         const void *w, const void *b, int64_t N) {
+    int64_t C = m->cfg.n_embd;
+    if (m->cfg.norm == KILN_NORM_RMSNORM)
+        m->be->rmsnorm_forward(m->be, m->dt, out, rstd, inp, w, N, C,
+                               kiln_gpt_config_norm_eps(&m->cfg));
+    else
+        m->be->layernorm_forward(m->be, m->dt, out, mean, rstd, inp, w, b, N, C);
+}
+
+/* res = x + y, then the norm of res. */
+static void residual_norm_forward(kiln_gpt *m, void *res, void *out, float *mean, float *rstd,
+                                  const void *x, const void *y, const void *w, const void *b,
+                                  int64_t N) {
+    int64_t C = m->cfg.n_embd;
+    if (m->cfg.norm == KILN_NORM_RMSNORM)
+        m->be->residual_rmsnorm_forward(m->be, m->dt, res, out, rstd, x, y, w, N, C,
+                                        kiln_gpt_config_norm_eps(&m->cfg));
+    else
+        m->be->residual_layernorm_forward(m->be, m->dt, res, out, mean, rstd, x, y, w, b, N, C);
+}
+
+/* dinp (N,C) += the norm's backward of dout; dw, db (C) +=. */
+static void norm_backward(kiln_gpt *m, void *dinp, float *dw, float *db, const void *dout,
+                          const void *inp, const void *w, const float *mean, const float *rstd,
+                          int64_t N) {
+    int64_t C = m->cfg.n_embd;
+    if (m->cfg.norm == KILN_NORM_RMSNORM)
+        m->be->rmsnorm_backward(m->be, m->dt, dinp, dw, dout, inp, w, rstd, N, C);
+    else
+        m->be->layernorm_backward(m->be, m->dt, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+
 /* ---- blocks ---- */
 
 static void *block_input(const kiln_gpt *m, int64_t l) {
@@ -99,28 +138,53 @@ static void *block_input(const kiln_gpt *m, int64_t l) {
 
 /* How a block's forward runs. */
 enum {
-    BLOCK_TAIL = 1,      /* with fused residual-LayerNorm: compute the next LayerNorm (the next
-                          * block's first, or ln_f after the last block) with the residual add */
-    BLOCK_RECOMPUTE = 2, /* again in backward: compute the first LayerNorm here (the previous
+    BLOCK_TAIL = 1,      /* with fused residual-norm: compute the next norm (the next block's
+                          * first, or the final norm after the last block) with the residual add */
+    BLOCK_RECOMPUTE = 2, /* again in backward: compute the first norm here (the previous
                           * block's tail did it in forward), stop before the last product */
 };
+
+/* The first position of the rows being run: a cached forward's t0, else 0. */
+static int64_t first_position(const kiln_gpt *m) {
+    return m->kv.t0 > 0 ? m->kv.t0 : 0;
+}
+
+/* Rotary positions on the q and k of a->qkv, in place (none with learned positions). */
+static void rotate(kiln_gpt *m, void *qkv, int64_t B, int64_t T) {
+    if (m->cfg.position != KILN_POSITION_ROPE)
+        return;
+    m->be->rope_forward(m->be, m->dt, qkv, B, T, m->cfg.n_head, kiln_gpt_config_kv_heads(&m->cfg),
+                        kiln_gpt_config_head_size(&m->cfg), first_position(m),
+                        kiln_gpt_config_rope_theta(&m->cfg));
+}
 
 /* Attention of block l over a->qkv: the whole window, or with the cache (kv.t0 >= 0) the
  * rows of positions t0.. appended to layer l's cache and attended over all cached ones. */
 static void attend(kiln_gpt *m, int64_t l, gpt_block_acts *a, int64_t B, int64_t T) {
     kiln_backend *be = m->be;
     int64_t A = kiln_gpt_config_attn_width(&m->cfg), NH = m->cfg.n_head;
+    int64_t NKV = kiln_gpt_config_kv_heads(&m->cfg), Q = kiln_gpt_config_qkv_width(&m->cfg);
     if (m->kv.t0 < 0) {
-        be->attention_forward(be, m->dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, A, NH);
+        be->attention_forward(be, m->dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, A, NH, NKV);
         return;
     }
-    size_t e = kiln_dtype_size(m->dt), row = (size_t)(3 * A) * e;
+    size_t e = kiln_dtype_size(m->dt), row = (size_t)Q * e;
     char *layer = (char *)m->kv.buf + (size_t)(l * m->maxB * m->maxT) * row;
     for (int64_t b = 0; b < B; b++)
         be->copy(be, layer + (size_t)(b * m->maxT + m->kv.t0) * row,
                  (const char *)a->qkv + (size_t)(b * T) * row, (size_t)T * row,
                  KILN_COPY_ON_DEVICE);
-    be->attention_decode(be, m->dt, a->atty, layer, B, m->maxT, m->kv.t0 + T, T, A, NH);
+    be->attention_decode(be, m->dt, a->atty, layer, B, m->maxT, m->kv.t0 + T, T, A, NH, NKV);
+}
+
+/* The MLP's activation: fch_gelu (BT,H) from fch (BT,H), or SwiGLU's from gate and up
+ * (BT,2H). */
+static void activate(kiln_gpt *m, gpt_block_acts *a, int64_t BT) {
+    int64_t H = kiln_gpt_config_mlp_width(&m->cfg);
+    if (m->cfg.mlp == KILN_MLP_SWIGLU)
+        m->be->swiglu_forward(m->be, m->dt, a->fch_gelu, a->fch, BT, H);
+    else
+        m->be->gelu_forward(m->be, m->dt, a->fch_gelu, a->fch, BT * H);
 }
 
 static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how) {
@@ -130,30 +194,34 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
     gpt_block_acts *a = &m->blocks[l];
     int64_t C = m->cfg.n_embd, BT = B * T, L = m->cfg.n_layer;
     int64_t A = kiln_gpt_config_attn_width(&m->cfg), H = kiln_gpt_config_mlp_width(&m->cfg);
+    int64_t Q = kiln_gpt_config_qkv_width(&m->cfg), in, FC;
+    kiln__gpt_matrix_shape(&m->cfg, KILN_GPT_MATRIX_FC, &in, &FC);
     const void *x = block_input(m, l);
     int fused = m->opt.fuse_residual_ln;
+    /* GELU in the product's output pass; SwiGLU reads two columns of it, so runs apart */
+    int fuse_act = m->opt.fuse_gelu && m->cfg.mlp == KILN_MLP_GELU;
 
     if (l == 0 || !fused || (how & BLOCK_RECOMPUTE))
-        be->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, BT, C);
-    linear(m, l, KILN_GPT_MATRIX_QKV, a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * A, 0, NULL);
+        norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, BT);
+    linear(m, l, KILN_GPT_MATRIX_QKV, a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, Q, NULL);
+    rotate(m, a->qkv, B, T);
     attend(m, l, a, B, T);
     if (fused) {
         linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->tmp, a->atty, w->attprojw, w->attprojb, BT, A, C,
-               0, NULL);
-        be->residual_layernorm_forward(be, dt, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->tmp, x,
-                                       w->ln2w, w->ln2b, BT, C);
+               NULL);
+        residual_norm_forward(m, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->tmp, x, w->ln2w,
+                              w->ln2b, BT);
     } else {
         linear(m, l, KILN_GPT_MATRIX_ATTPROJ, a->res2, a->atty, w->attprojw, w->attprojb, BT, A, C,
-               0, NULL);
+               NULL);
         be->residual_forward(be, dt, a->res2, a->res2, x, BT * C);
-        be->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b,
-                              BT, C);
+        norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, BT);
     }
-    if (m->opt.fuse_gelu) {
-        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, H, 0, a->fch_gelu);
+    if (fuse_act) {
+        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, FC, a->fch_gelu);
     } else {
-        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, H, 0, NULL);
-        be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * H);
+        linear(m, l, KILN_GPT_MATRIX_FC, a->fch, a->ln2, w->fcw, w->fcb, BT, C, FC, NULL);
+        activate(m, a, BT);
     }
     if (how & BLOCK_RECOMPUTE) {
         /* backward needs nothing the last product makes, but a factored one's first half */
@@ -167,15 +235,15 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
         int last = l + 1 == L;
         gpt_block_acts *next = last ? NULL : &m->blocks[l + 1];
         linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->tmp, a->fch_gelu, w->fcprojw, w->fcprojb, BT, H, C,
-               0, NULL);
-        be->residual_layernorm_forward(be, dt, a->res3, last ? m->lnf : next->ln1,
-                                       last ? m->lnf_mean : next->ln1_mean,
-                                       last ? m->lnf_rstd : next->ln1_rstd, a->tmp, a->res2,
-                                       last ? m->p.lnfw : m->p.block[l + 1].ln1w,
-                                       last ? m->p.lnfb : m->p.block[l + 1].ln1b, BT, C);
+               NULL);
+        residual_norm_forward(m, a->res3, last ? m->lnf : next->ln1,
+                              last ? m->lnf_mean : next->ln1_mean,
+                              last ? m->lnf_rstd : next->ln1_rstd, a->tmp, a->res2,
+                              last ? m->p.lnfw : m->p.block[l + 1].ln1w,
+                              last ? m->p.lnfb : m->p.block[l + 1].ln1b, BT);
     } else {
         linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT, H, C,
-               0, NULL);
+               NULL);
         be->residual_forward(be, dt, a->res3, a->res3, a->res2, BT * C);
     }
 }
@@ -191,43 +259,50 @@ static void block_backward(kiln_gpt *m, int64_t l, int64_t B, int64_t T) {
     gpt_grad_scratch *d = &m->d;
     int64_t C = m->cfg.n_embd, NH = m->cfg.n_head, BT = B * T;
     int64_t A = kiln_gpt_config_attn_width(&m->cfg), H = kiln_gpt_config_mlp_width(&m->cfg);
+    int64_t NKV = kiln_gpt_config_kv_heads(&m->cfg), Q = kiln_gpt_config_qkv_width(&m->cfg), in, FC;
+    kiln__gpt_matrix_shape(&m->cfg, KILN_GPT_MATRIX_FC, &in, &FC);
     const void *x = block_input(m, l);
 
     switch (m->opt.recompute) {
     case KILN_RECOMPUTE_BLOCK: block_forward(m, l, B, T, BLOCK_RECOMPUTE); break;
     case KILN_RECOMPUTE_ATTENTION:
-        be->attention_forward(be, dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, A, NH);
-        be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * H);
+        be->attention_forward(be, dt, a->atty, a->att, m->att_scratch, a->qkv, B, T, A, NH, NKV);
+        activate(m, a, BT);
         break;
-    case KILN_RECOMPUTE_GELU: be->gelu_forward(be, dt, a->fch_gelu, a->fch, BT * H); break;
+    case KILN_RECOMPUTE_GELU: activate(m, a, BT); break;
     case KILN_RECOMPUTE_NONE: break;
     }
     linear_backward(m, l, KILN_GPT_MATRIX_FCPROJ, d->dfch_gelu, g->fcprojw, g->fcprojb, d->dres,
                     a->fch_gelu, w->fcprojw, BT, H, C);
-    be->gelu_backward(be, dt, d->dfch, a->fch, d->dfch_gelu, BT * H);
+    if (m->cfg.mlp == KILN_MLP_SWIGLU)
+        be->swiglu_backward(be, dt, d->dfch, a->fch, d->dfch_gelu, BT, H);
+    else
+        be->gelu_backward(be, dt, d->dfch, a->fch, d->dfch_gelu, BT * H);
     linear_backward(m, l, KILN_GPT_MATRIX_FC, d->dln, g->fcw, g->fcb, d->dfch, a->ln2, w->fcw, BT,
-                    C, H);
-    be->layernorm_backward(be, dt, d->dres, g->ln2w, g->ln2b, d->dln, a->res2, w->ln2w, a->ln2_mean,
-                           a->ln2_rstd, BT, C);
+                    C, FC);
+    norm_backward(m, d->dres, g->ln2w, g->ln2b, d->dln, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd,
+                  BT);
 
     linear_backward(m, l, KILN_GPT_MATRIX_ATTPROJ, d->datty, g->attprojw, g->attprojb, d->dres,
                     a->atty, w->attprojw, BT, A, C);
-    be->attention_backward(be, dt, d->dqkv, m->att_scratch, d->datty, a->qkv, a->att, B, T, A, NH);
+    be->attention_backward(be, dt, d->dqkv, m->att_scratch, d->datty, a->qkv, a->att, B, T, A, NH,
+                           NKV);
+    if (m->cfg.position == KILN_POSITION_ROPE)
+        be->rope_backward(be, dt, d->dqkv, B, T, NH, NKV, kiln_gpt_config_head_size(&m->cfg), 0,
+                          kiln_gpt_config_rope_theta(&m->cfg));
     linear_backward(m, l, KILN_GPT_MATRIX_QKV, d->dln, g->qkvw, g->qkvb, d->dqkv, a->ln1, w->qkvw,
-                    BT, C, 3 * A);
-    be->layernorm_backward(be, dt, d->dres, g->ln1w, g->ln1b, d->dln, x, w->ln1w, a->ln1_mean,
-                           a->ln1_rstd, BT, C);
+                    BT, C, Q);
+    norm_backward(m, d->dres, g->ln1w, g->ln1b, d->dln, x, w->ln1w, a->ln1_mean, a->ln1_rstd, BT);
 }
 
-/* ---- head: final LayerNorm, tied output projection, cross-entropy ---- */
+/* ---- head: final norm, output projection (tied or its own), cross-entropy ---- */
 
-/* The final LayerNorm, unless the last block's fused tail computed it. */
-static void head_layernorm(kiln_gpt *m, int64_t BT) {
+/* The final norm, unless the last block's fused tail computed it. */
+static void head_norm(kiln_gpt *m, int64_t BT) {
     if (m->opt.fuse_residual_ln)
         return;
-    int64_t C = m->cfg.n_embd;
-    m->be->layernorm_forward(m->be, m->dt, m->lnf, m->lnf_mean, m->lnf_rstd,
-                             block_input(m, m->cfg.n_layer), m->p.lnfw, m->p.lnfb, BT, C);
+    norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, block_input(m, m->cfg.n_layer), m->p.lnfw,
+                 m->p.lnfb, BT);
 }
 
 /* Distillation's part of rows [r0, r0+n) (fp32 logits, before the cross-entropy overwrites
@@ -266,7 +341,7 @@ static void head_rows(kiln_gpt *m, int64_t r0, int64_t n, float dloss, int grad)
     kiln_dtype dt = m->dt;
     int64_t C = m->cfg.n_embd, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
     void *lnf = row(m->lnf, r0, C, dt);
-    linear(m, -1, KILN_GPT_MATRIX_HEAD, m->logits, lnf, m->p.wte, NULL, n, C, Vp, 1, NULL);
+    linear(m, -1, KILN_GPT_MATRIX_HEAD, m->logits, lnf, m->p.head, NULL, n, C, Vp, NULL);
     int soft = m->soft.p != NULL;
     if (soft)
         soft_rows(m, r0, n, grad ? dloss : 0.0f);
@@ -280,19 +355,18 @@ static void head_rows(kiln_gpt *m, int64_t r0, int64_t n, float dloss, int grad)
             d[i] += g[i];
     }
     if (grad)
-        be->matmul_backward(be, dt, row(m->d.dln, r0, C, dt), m->g.wte, NULL, m->logits, lnf,
-                            m->p.wte, n, C, Vp, 1);
+        be->matmul_backward(be, dt, row(m->d.dln, r0, C, dt), m->g.head, NULL, m->logits, lnf,
+                            m->p.head, n, C, Vp, 1);
 }
 
 /* After d.dln holds the gradient of ln_f's output: ln_f's backward into d.dres, the
  * gradient of the last block's output. */
-static void head_layernorm_backward(kiln_gpt *m, int64_t BT) {
+static void head_norm_backward(kiln_gpt *m, int64_t BT) {
     kiln_backend *be = m->be;
     int64_t C = m->cfg.n_embd;
     be->zero(be, m->d.dres, (size_t)(BT * C) * kiln_dtype_size(m->dt));
-    be->layernorm_backward(be, m->dt, m->d.dres, m->g.lnfw, m->g.lnfb, m->d.dln,
-                           block_input(m, m->cfg.n_layer), m->p.lnfw, m->lnf_mean, m->lnf_rstd, BT,
-                           C);
+    norm_backward(m, m->d.dres, m->g.lnfw, m->g.lnfb, m->d.dln, block_input(m, m->cfg.n_layer),
+                  m->p.lnfw, m->lnf_mean, m->lnf_rstd, BT);
 }
 
 /* Part `part` of the model (kiln__gpt_part_range) has its final gradient for this backward:
@@ -345,10 +419,11 @@ static kiln_status need(kiln_gpt *m, int64_t l, int64_t next) {
     return m->param_need(m->param_need_ctx, (int)layer_part(m, l), (int)layer_part(m, next));
 }
 
-/* The head's parameters: ln_f and the tied wte. */
+/* The head's parameters: the final norm, and the tied wte (an untied head's matrix is in the
+ * norm's part). */
 static kiln_status need_head(kiln_gpt *m) {
-    KILN_CHECK(need(m, m->cfg.n_layer, -1));
-    return need(m, -1, -2);
+    KILN_CHECK(need(m, m->cfg.n_layer, m->cfg.untied_head ? -2 : -1));
+    return m->cfg.untied_head ? KILN_OK : need(m, -1, -2);
 }
 
 /* The loss over the batch (in fixed order: the same bits on every run). */
@@ -425,10 +500,11 @@ static kiln_status last_logits(kiln_gpt *m, int64_t B, int64_t T) {
     int64_t C = m->cfg.n_embd;
     const void *x = block_input(m, m->cfg.n_layer);
     for (int64_t b = 0; b < B; b++)
-        be->layernorm_forward(be, m->dt, row(m->lnf, b, C, m->dt), m->lnf_mean + b, m->lnf_rstd + b,
-                              row((void *)x, b * T + T - 1, C, m->dt), m->p.lnfw, m->p.lnfb, 1, C);
-    linear(m, -1, KILN_GPT_MATRIX_HEAD, m->logits, m->lnf, m->p.wte, NULL, B, C,
-           m->cfg.padded_vocab_size, 1, NULL);
+        norm_forward(m, row(m->lnf, b, C, m->dt), m->lnf_mean ? m->lnf_mean + b : NULL,
+                     m->lnf_rstd + b, row((void *)x, b * T + T - 1, C, m->dt), m->p.lnfw, m->p.lnfb,
+                     1);
+    linear(m, -1, KILN_GPT_MATRIX_HEAD, m->logits, m->lnf, m->p.head, NULL, B, C,
+           m->cfg.padded_vocab_size, NULL);
     KILN_CHECK(be->synchronize(be));
     m->logits_valid = 1;
     return KILN_OK;
@@ -450,7 +526,7 @@ kiln_status kiln_gpt_enable_cache(kiln_gpt *m) {
                                "attention_decode (the %s backend%s)",
                                m->be->name, m->be->attention_decode ? " has it" : " has none");
     size_t bytes = (size_t)(m->cfg.n_layer * m->maxB * m->maxT) *
-                   (size_t)(3 * kiln_gpt_config_attn_width(&m->cfg)) * kiln_dtype_size(m->dt);
+                   (size_t)kiln_gpt_config_qkv_width(&m->cfg) * kiln_dtype_size(m->dt);
     m->kv.buf = m->be->alloc(m->be, bytes);
     if (!m->kv.buf)
         return kiln_error_setf(KILN_ERR_NOMEM, "no memory for a generation cache of %.1f MiB",
@@ -487,7 +563,7 @@ kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *
     KILN_CHECK(body_forward(m, inputs, targets, B, T, 1));
     KILN_CHECK(need_head(m));
     int64_t BT = B * T, C = m->cfg.n_embd, Vp = m->cfg.padded_vocab_size;
-    head_layernorm(m, BT);
+    head_norm(m, BT);
     if (targets) {
         /* the losses chunk by chunk; the logits stay only when one chunk holds them all */
         for (int64_t r0 = 0; r0 < BT; r0 += m->logit_rows) {
@@ -500,7 +576,7 @@ kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *
             *loss = l;
         m->have_targets = 1;
     } else if (m->logit_rows >= BT) {
-        linear(m, -1, KILN_GPT_MATRIX_HEAD, m->logits, m->lnf, m->p.wte, NULL, BT, C, Vp, 1, NULL);
+        linear(m, -1, KILN_GPT_MATRIX_HEAD, m->logits, m->lnf, m->p.head, NULL, BT, C, Vp, NULL);
         m->logits_valid = 1;
     } else {
         return kiln_error_setf(KILN_ERR_ARG,
@@ -520,7 +596,7 @@ static kiln_status body_backward(kiln_gpt *m, int64_t B, int64_t T) {
     m->logits_valid = 0; /* they now hold their gradient, or nothing */
     KILN_CHECK(report_wte(m));
     KILN_CHECK(need(m, L, L - 1));
-    head_layernorm_backward(m, B * T);
+    head_norm_backward(m, B * T);
     KILN_CHECK(report_grads(m, L));
     for (int64_t l = L - 1; l >= 0; l--) {
         KILN_CHECK(need(m, l, l - 1 >= 0 ? l - 1 : -2));
@@ -556,8 +632,8 @@ kiln_status kiln_gpt_backward(kiln_gpt *m, float grad_scale) {
         int64_t C = m->cfg.n_embd, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
         be->crossentropy_forward_backward(be, m->dt, m->losses, m->logits, m->logits, m->targets,
                                           dloss, BT, V, Vp);
-        be->matmul_backward(be, m->dt, m->d.dln, m->g.wte, NULL, m->logits, m->lnf, m->p.wte, BT, C,
-                            Vp, 1);
+        be->matmul_backward(be, m->dt, m->d.dln, m->g.head, NULL, m->logits, m->lnf, m->p.head, BT,
+                            C, Vp, 1);
     } else {
         for (int64_t r0 = 0; r0 < BT; r0 += m->logit_rows) /* the chunks again */
             head_rows(m, r0, BT - r0 < m->logit_rows ? BT - r0 : m->logit_rows, dloss, 1);
@@ -573,7 +649,7 @@ kiln_status kiln_gpt_forward_backward(kiln_gpt *m, const int32_t *inputs, const 
     KILN_CHECK(body_forward(m, inputs, targets, B, T, 1));
     KILN_CHECK(need_head(m));
     int64_t BT = B * T;
-    head_layernorm(m, BT);
+    head_norm(m, BT);
     float dloss = grad_scale / (float)BT;
     for (int64_t r0 = 0; r0 < BT; r0 += m->logit_rows)
         head_rows(m, r0, BT - r0 < m->logit_rows ? BT - r0 : m->logit_rows, dloss, 1);

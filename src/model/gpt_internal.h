@@ -5,13 +5,16 @@
 
 #include "kiln/model.h"
 
-/* One block's working weights (in the model's dtype): views into the parameter slab. */
+/* One block's working weights (in the model's dtype): views into the parameter slab. Shapes
+ * are GPT-2's (in, out); a Llama's matrices are (out, in) (kiln_gpt.tw), q, k and v one
+ * (Q, C) matrix of Q = A + 2 x the key/value width, gate and up one (2H, C), and it has no
+ * biases (NULL) and no norm biases (RMSNorm). */
 typedef struct gpt_block_params {
     void *ln1w, *ln1b;         /* (C) */
-    void *qkvw, *qkvb;         /* (C,3A), (3A); A: the attention's width */
+    void *qkvw, *qkvb;         /* (C,Q), (Q); A: the attention's width, Q = 3A in GPT-2 */
     void *attprojw, *attprojb; /* (A,C), (C) */
     void *ln2w, *ln2b;         /* (C) */
-    void *fcw, *fcb;           /* (C,H), (H); H: the MLP's width */
+    void *fcw, *fcb;           /* (C,H), (H); H: the MLP's width (2H: SwiGLU's gate and up) */
     void *fcprojw, *fcprojb;   /* (H,C), (C) */
     /* factored matrices by kiln_gpt_matrix (QKV..FCPROJ): U (in,r) and V (r,out) in place of
      * the weight above, which is then NULL; NULL for a dense one */
@@ -20,9 +23,10 @@ typedef struct gpt_block_params {
 
 typedef struct gpt_params {
     void *wte;               /* (Vp,C); rows V..Vp-1 are padding, always 0 */
-    void *wpe;               /* (maxT,C) */
+    void *wpe;               /* (maxT,C); NULL with rotary positions */
     gpt_block_params *block; /* [L] */
-    void *lnfw, *lnfb;       /* (C) */
+    void *lnfw, *lnfb;       /* (C); lnfb NULL with RMSNorm */
+    void *head;              /* (Vp,C): wte, or an untied head's own matrix */
 } gpt_params;
 
 /* The same for the fp32 gradient slab. */
@@ -36,6 +40,7 @@ typedef struct gpt_grads {
     float *wte, *wpe;
     gpt_block_grads *block;
     float *lnfw, *lnfb;
+    float *head;
 } gpt_grads;
 
 /* One block's activations, sized for the planned maximum B and T (a smaller batch uses the
@@ -45,14 +50,14 @@ typedef struct gpt_grads {
 typedef struct gpt_block_acts {
     void *ln1;                  /* (B,T,C) */
     float *ln1_mean, *ln1_rstd; /* (B,T), (B,T) fp32 */
-    void *qkv;                  /* (B,T,3A) */
+    void *qkv;                  /* (B,T,Q), q and k rotated with rotary positions */
     void *att;                  /* the backend's attention state (attention_saved_bytes) */
     void *atty;                 /* (B,T,A) heads' outputs */
     void *res2;                 /* (B,T,C) residual after attention */
     void *ln2;                  /* (B,T,C) */
     float *ln2_mean, *ln2_rstd; /* (B,T), (B,T) fp32 */
-    void *fch;                  /* (B,T,H) before GELU */
-    void *fch_gelu;             /* (B,T,H) */
+    void *fch;                  /* (B,T,H) before GELU; (B,T,2H) gate and up before SwiGLU */
+    void *fch_gelu;             /* (B,T,H) the activation's output */
     void *res3;                 /* (B,T,C) block output: the next block's input */
     void *tmp;                  /* (B,T,C) a product's output before a fused residual add */
     void *mid[4]; /* (B,T,r) x U of a factored matrix, by kiln_gpt_matrix (NULL: dense) */
@@ -63,8 +68,8 @@ typedef struct gpt_grad_scratch {
     void *dres;      /* (B,T,C) gradient of the residual stream */
     void *dln;       /* (B,T,C) gradient of a LayerNorm output */
     void *datty;     /* (B,T,A) */
-    void *dqkv;      /* (B,T,3A) */
-    void *dfch;      /* (B,T,H) */
+    void *dqkv;      /* (B,T,Q) */
+    void *dfch;      /* (B,T,H), or (B,T,2H) */
     void *dfch_gelu; /* (B,T,H) */
     void *dmid;      /* (B,T,r) of the largest rank: the gradient of a factored product's mid */
 } gpt_grad_scratch;
@@ -81,6 +86,8 @@ struct kiln_gpt {
     int64_t slab_len;
     kiln_tensor_info *tensors;
     int ntensors;
+    int nembed;   /* tensors before block 0's: wte and wpe, or a Llama's embed_tokens */
+    int tw;       /* the block matrices' layout, matmul's trans_w: 0 (in, out), 1 (out, in) */
     gpt_params p; /* views into params */
     gpt_grads g;  /* views into grads */
 
@@ -129,9 +136,23 @@ struct kiln_gpt {
     void (*linear_release)(void *ctx);
 };
 
+/* config.c: an integer at key (or alt) of a JSON object; when optional, a missing key leaves
+ * *out as it is. The message names path and the key. */
+struct cJSON;
+kiln_status kiln__json_int(const struct cJSON *root, const char *key, const char *alt, int optional,
+                           int64_t *out, const char *path);
+/* config_hf.c: kiln's own keys for the architecture ("family", "n_kv_head", "norm_eps",
+ * "rope_theta", "untied_head"), each optional, into c (its family's description first). */
+kiln_status kiln__json_arch(const struct cJSON *root, kiln_gpt_config *c, const char *path);
+/* config_hf.c: a Hugging Face config.json (model_type "llama" or "gpt2") into c; keys that
+ * change the math and that kiln does not support are refused by name. */
+kiln_status kiln__gpt_config_from_hf(const struct cJSON *root, kiln_gpt_config *c,
+                                     const char *path);
+
 /* config.c: the shape (in, out) of block matrix `kind` (kiln_gpt_matrix, QKV..FCPROJ). */
 void kiln__gpt_matrix_shape(const kiln_gpt_config *cfg, int kind, int64_t *in, int64_t *out);
-/* gpt_layout.c: the tensors of one block: 12, and one more for each factored kind. */
+/* gpt_layout.c: the tensors of one block: GPT-2's 12, and one more for each factored kind;
+ * a Llama's 9. */
 int kiln__gpt_block_tensors(const kiln_gpt_config *cfg);
 
 /* gpt_layout.c: the gradient slab's range [*lo, *hi) of one part of the model, which backward

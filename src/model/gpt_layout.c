@@ -61,14 +61,57 @@ static void add_block_matrix(layout_builder *lb, const kiln_gpt_config *cfg, int
 }
 
 int kiln__gpt_block_tensors(const kiln_gpt_config *cfg) {
+    if (cfg->family == KILN_FAMILY_LLAMA)
+        return 9;
     int n = 12;
     for (int k = 0; k < 4; k++)
         n += cfg->rank[k] > 0;
     return n;
 }
 
+/* A Llama's table, Hugging Face's names and (out, in) matrices: the embedding, each block's
+ * input_layernorm, q, k, v and o projections (q, k and v one after another: one (Q, C) matrix
+ * for the product), post_attention_layernorm, gate, up (one (2H, C) matrix) and down
+ * projections, the final norm, and an untied head's lm_head (Vp rows, like the embedding). */
+static int64_t build_layout_llama(kiln_gpt *m) {
+    const kiln_gpt_config *cfg = &m->cfg;
+    int64_t C = cfg->n_embd, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    int64_t A = kiln_gpt_config_attn_width(cfg), KV = kiln_gpt_config_kv_width(cfg);
+    int64_t H = kiln_gpt_config_mlp_width(cfg);
+    layout_builder lb = {m->tensors, 0, 0};
+    add_tensor(&lb, "model.embed_tokens.weight", -1, 2, V, C);
+    lb.offset += (Vp - V) * C;
+    static const struct {
+        const char *name;
+        int what; /* 0: norm (C); else the matrix's (out, in): 1 q, 2 k/v, 3 o, 4 gate/up, 5 down */
+    } block[9] = {{"input_layernorm.weight", 0},  {"self_attn.q_proj.weight", 1},
+                  {"self_attn.k_proj.weight", 2}, {"self_attn.v_proj.weight", 2},
+                  {"self_attn.o_proj.weight", 3}, {"post_attention_layernorm.weight", 0},
+                  {"mlp.gate_proj.weight", 4},    {"mlp.up_proj.weight", 4},
+                  {"mlp.down_proj.weight", 5}};
+    for (int l = 0; l < (int)kiln_gpt_config_blocks(cfg); l++)
+        for (int k = 0; k < 9; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, block[k].name);
+            const int64_t out[6] = {C, A, KV, C, H, C}, in[6] = {0, C, C, A, C, H};
+            int w = block[k].what;
+            add_tensor(&lb, name, l, w ? 2 : 1, out[w], in[w]);
+        }
+    add_tensor(&lb, "model.norm.weight", -1, 1, C, 0);
+    if (cfg->untied_head) {
+        add_tensor(&lb, "lm_head.weight", -1, 2, V, C);
+        lb.offset += (Vp - V) * C;
+    }
+    m->ntensors = lb.n;
+    m->nembed = 1;
+    m->tw = 1;
+    return lb.offset;
+}
+
 /* Tensor table in slab order (see model.h). Returns the slab length. */
 static int64_t build_layout(kiln_gpt *m) {
+    if (m->cfg.family == KILN_FAMILY_LLAMA)
+        return build_layout_llama(m);
     const kiln_gpt_config *cfg = &m->cfg;
     int64_t C = cfg->n_embd, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
     layout_builder lb = {m->tensors, 0, 0};
@@ -92,18 +135,20 @@ static int64_t build_layout(kiln_gpt *m) {
     add_tensor(&lb, "ln_f.weight", -1, 1, C, 0);
     add_tensor(&lb, "ln_f.bias", -1, 1, C, 0);
     m->ntensors = lb.n;
+    m->nembed = 2;
+    m->tw = 0;
     return lb.offset;
 }
 
-/* Part p's first tensor is t[2 + n p] (n tensors a block) for the blocks and for ln_f
- * (p = L: ln_f.weight), so each part runs from its first tensor to the next part's; the
- * embeddings start at 0 (wte's padded rows are theirs) and the last part ends at the slab's
- * end. */
+/* Part p's first tensor is t[e + n p] (e embedding tensors, n tensors a block) for the blocks
+ * and for the head (p = L: ln_f.weight, or model.norm.weight then an untied lm_head), so each
+ * part runs from its first tensor to the next part's; the embeddings start at 0 (wte's padded
+ * rows are theirs) and the last part ends at the slab's end. */
 void kiln__gpt_part_range(const kiln_gpt *m, int64_t part, int64_t *lo, int64_t *hi) {
     int64_t L = kiln_gpt_config_blocks(&m->cfg); /* parts are blocks of weights */
-    int64_t n = kiln__gpt_block_tensors(&m->cfg);
-    *lo = part < 0 ? 0 : m->tensors[2 + n * part].offset;
-    *hi = part < L ? m->tensors[2 + n * (part + 1)].offset : m->slab_len;
+    int64_t n = kiln__gpt_block_tensors(&m->cfg), e = m->nembed;
+    *lo = part < 0 ? 0 : m->tensors[e + n * part].offset;
+    *hi = part < L ? m->tensors[e + n * (part + 1)].offset : m->slab_len;
 }
 
 void kiln_gpt_part_range(const kiln_gpt *m, int part, int64_t *lo, int64_t *hi) {
@@ -111,8 +156,8 @@ void kiln_gpt_part_range(const kiln_gpt *m, int part, int64_t *lo, int64_t *hi) 
 }
 
 void kiln_gpt_wte_range(const kiln_gpt *m, int64_t *lo, int64_t *hi) {
-    *lo = m->tensors[0].offset; /* wte, then wpe: the embeddings' part */
-    *hi = m->tensors[1].offset;
+    *lo = m->tensors[0].offset; /* wte and its padded rows, first in the embeddings' part */
+    *hi = *lo + m->cfg.padded_vocab_size * m->cfg.n_embd;
 }
 
 int kiln_gpt_grad_ranges_apart(const kiln_gpt *m, int64_t *lo, int64_t *hi, int max) {
@@ -174,17 +219,56 @@ static float *grad_at(float *slab, int64_t off) {
     return off < 0 ? NULL : slab + off;
 }
 
+/* A Llama's offsets of the views (-1: none), by the role of gpt_block_params's twelve
+ * fields: input_layernorm, q (then k, v), o, post_attention_layernorm, gate (then up), down. */
+static block_offsets llama_offsets(const kiln_gpt *m, int64_t l) {
+    int64_t share = m->cfg.share_layers > 1 ? m->cfg.share_layers : 1;
+    const kiln_tensor_info *b = &m->tensors[m->nembed + 9 * (l / share)];
+    block_offsets o;
+    for (int k = 0; k < 12; k++)
+        o.off[k] = -1;
+    for (int k = 0; k < 4; k++)
+        o.uoff[k] = o.voff[k] = -1;
+    o.off[0] = b[0].offset;  /* ln1w */
+    o.off[2] = b[1].offset;  /* qkvw: q, k, v */
+    o.off[4] = b[4].offset;  /* attprojw */
+    o.off[6] = b[5].offset;  /* ln2w */
+    o.off[8] = b[6].offset;  /* fcw: gate, up */
+    o.off[10] = b[8].offset; /* fcprojw */
+    return o;
+}
+
+/* The views' offsets of layer l's block. */
+static block_offsets layer_offsets(const kiln_gpt *m, int64_t l) {
+    if (m->cfg.family == KILN_FAMILY_LLAMA)
+        return llama_offsets(m, l);
+    int64_t share = m->cfg.share_layers > 1 ? m->cfg.share_layers : 1; /* shared: the same */
+    return block_offsets_of(m, &m->tensors[2 + kiln__gpt_block_tensors(&m->cfg) * (l / share)]);
+}
+
+/* The head's tensors: the final norm's weight and bias (-1: none) and the output matrix. */
+static void head_offsets(const kiln_gpt *m, int64_t *lnfw, int64_t *lnfb, int64_t *head) {
+    const kiln_tensor_info *t = m->tensors;
+    int n = m->ntensors;
+    if (m->cfg.family == KILN_FAMILY_LLAMA) {
+        *lnfw = t[n - 1 - m->cfg.untied_head].offset;
+        *lnfb = -1;
+        *head = m->cfg.untied_head ? t[n - 1].offset : t[0].offset;
+        return;
+    }
+    *lnfw = t[n - 2].offset;
+    *lnfb = t[n - 1].offset;
+    *head = t[0].offset;
+}
+
 /* Point views at the slabs, following the tensor table's order. */
 static void bind_params(const kiln_gpt *m, gpt_params *v, void *slab) {
     const kiln_tensor_info *t = m->tensors;
     kiln_dtype dt = m->dt;
     v->wte = slab_at(slab, t[0].offset, dt);
-    v->wpe = slab_at(slab, t[1].offset, dt);
-    int64_t share = m->cfg.share_layers > 1 ? m->cfg.share_layers : 1;
-    int n = kiln__gpt_block_tensors(&m->cfg);
+    v->wpe = m->nembed > 1 ? slab_at(slab, t[1].offset, dt) : NULL;
     for (int64_t l = 0; l < m->cfg.n_layer; l++) {
-        /* shared: the same block */
-        block_offsets o = block_offsets_of(m, &t[2 + n * (l / share)]);
+        block_offsets o = layer_offsets(m, l);
         gpt_block_params *bp = &v->block[l];
         void **fields[12] = {&bp->ln1w,     &bp->ln1b,     &bp->qkvw,    &bp->qkvb,
                              &bp->attprojw, &bp->attprojb, &bp->ln2w,    &bp->ln2b,
@@ -196,18 +280,19 @@ static void bind_params(const kiln_gpt *m, gpt_params *v, void *slab) {
             bp->v[k] = param_at(m, slab, o.voff[k]);
         }
     }
-    v->lnfw = slab_at(slab, t[m->ntensors - 2].offset, dt);
-    v->lnfb = slab_at(slab, t[m->ntensors - 1].offset, dt);
+    int64_t lnfw, lnfb, head;
+    head_offsets(m, &lnfw, &lnfb, &head);
+    v->lnfw = param_at(m, slab, lnfw);
+    v->lnfb = param_at(m, slab, lnfb);
+    v->head = param_at(m, slab, head);
 }
 
 static void bind_grads(const kiln_gpt *m, gpt_grads *v, float *slab) {
     const kiln_tensor_info *t = m->tensors;
     v->wte = slab + t[0].offset;
-    v->wpe = slab + t[1].offset;
-    int64_t share = m->cfg.share_layers > 1 ? m->cfg.share_layers : 1;
-    int n = kiln__gpt_block_tensors(&m->cfg);
+    v->wpe = m->nembed > 1 ? slab + t[1].offset : NULL;
     for (int64_t l = 0; l < m->cfg.n_layer; l++) {
-        block_offsets o = block_offsets_of(m, &t[2 + n * (l / share)]);
+        block_offsets o = layer_offsets(m, l);
         gpt_block_grads *bg = &v->block[l];
         float **fields[12] = {&bg->ln1w,     &bg->ln1b,     &bg->qkvw,    &bg->qkvb,
                               &bg->attprojw, &bg->attprojb, &bg->ln2w,    &bg->ln2b,
@@ -219,8 +304,11 @@ static void bind_grads(const kiln_gpt *m, gpt_grads *v, float *slab) {
             bg->v[k] = grad_at(slab, o.voff[k]);
         }
     }
-    v->lnfw = slab + t[m->ntensors - 2].offset;
-    v->lnfb = slab + t[m->ntensors - 1].offset;
+    int64_t lnfw, lnfb, head;
+    head_offsets(m, &lnfw, &lnfb, &head);
+    v->lnfw = grad_at(slab, lnfw);
+    v->lnfb = grad_at(slab, lnfb);
+    v->head = grad_at(slab, head);
 }
 
 /* Sizes a model of cfg (validated here into *cfg) can be planned for. */
@@ -281,8 +369,9 @@ kiln_status kiln_gpt_memory_plan_for(const kiln_gpt_config *cfg_in, int64_t B, i
     m.maxB = B;
     m.maxT = T;
     /* The slab: every parameter and the padded embedding rows (see build_layout). */
-    int64_t slab = kiln_gpt_config_num_params(&m.cfg) +
-                   (m.cfg.padded_vocab_size - m.cfg.vocab_size) * m.cfg.n_embd;
+    int64_t slab =
+        kiln_gpt_config_num_params(&m.cfg) +
+        (m.cfg.untied_head ? 2 : 1) * (m.cfg.padded_vocab_size - m.cfg.vocab_size) * m.cfg.n_embd;
     out->params = (size_t)slab * kiln_dtype_size(m.dt);
     out->grads = m.opt.inference ? 0 : (size_t)slab * sizeof(float);
     size_t arena = kiln__gpt_plan_acts(&m, NULL, &out->workspace);
@@ -402,6 +491,10 @@ kiln_status kiln_gpt_set_linear(kiln_gpt *m, kiln_gpt_linear_fn forward, void *c
                                 void (*release)(void *ctx)) {
     if (!m)
         return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_set_linear: NULL model");
+    if (forward && m->cfg.family != KILN_FAMILY_GPT2)
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "products outside the backend are for gpt2 models, not %s",
+                               kiln_family_name(m->cfg.family));
     if (forward && kiln__gpt_block_tensors(&m->cfg) != 12)
         return kiln_error_setf(KILN_ERR_UNSUPPORTED,
                                "products outside the backend need dense block matrices, not "
@@ -488,8 +581,13 @@ static void init_values(const kiln_gpt *m, uint64_t seed,
         at = gap_end;
         if (!t)
             break;
-        int ln_weight = strstr(t->name, "ln_") != NULL && strstr(t->name, ".weight") != NULL;
-        int resid = strstr(t->name, "c_proj.weight") != NULL;
+        /* a Llama's 1-D tensors are all norm weights; its matrices all N(0, 0.02), as
+         * Hugging Face's initialiser draws them */
+        int llama = m->cfg.family == KILN_FAMILY_LLAMA;
+        int ln_weight = llama
+                            ? t->ndim == 1
+                            : strstr(t->name, "ln_") != NULL && strstr(t->name, ".weight") != NULL;
+        int resid = !llama && strstr(t->name, "c_proj.weight") != NULL;
         float std = resid ? resid_std : 0.02f;
         /* a factor of rank r: U and V alike N(0, s^2) with r s^4 = std^2, so that their
          * product's entries have the dense matrix's variance */

@@ -18,7 +18,7 @@
 #include "model/gpt_internal.h"
 
 typedef struct plan_buf {
-    void **ptr;  /* where the buffer's address goes */
+    void **ptr; /* where the buffer's address goes */
     size_t bytes;
     int first, last; /* phases, inclusive */
     size_t offset;
@@ -147,17 +147,36 @@ done:
 typedef struct phases {
     int L;
 } phases;
-static int embed_f(const phases *ph) { (void)ph; return 0; }
-static int block_f(const phases *ph, int64_t l) { (void)ph; return 1 + (int)l; }
-static int head_f(const phases *ph) { return ph->L + 1; }
-static int head_b(const phases *ph) { return ph->L + 2; }
-static int block_b(const phases *ph, int64_t l) { return ph->L + 3 + (ph->L - 1 - (int)l); }
-static int embed_b(const phases *ph) { return 2 * ph->L + 3; }
+static int embed_f(const phases *ph) {
+    (void)ph;
+    return 0;
+}
+static int block_f(const phases *ph, int64_t l) {
+    (void)ph;
+    return 1 + (int)l;
+}
+static int head_f(const phases *ph) {
+    return ph->L + 1;
+}
+static int head_b(const phases *ph) {
+    return ph->L + 2;
+}
+static int block_b(const phases *ph, int64_t l) {
+    return ph->L + 3 + (ph->L - 1 - (int)l);
+}
+static int embed_b(const phases *ph) {
+    return 2 * ph->L + 3;
+}
 
 size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
     int64_t B = m->maxB, T = m->maxT, C = m->cfg.n_embd, NH = m->cfg.n_head;
     int64_t A = kiln_gpt_config_attn_width(&m->cfg), H = kiln_gpt_config_mlp_width(&m->cfg);
     int64_t BT = B * T, L = m->cfg.n_layer, Vp = m->cfg.padded_vocab_size;
+    int64_t Q = kiln_gpt_config_qkv_width(&m->cfg), NKV = kiln_gpt_config_kv_heads(&m->cfg);
+    int64_t in, FC; /* the MLP's first product's width: H, or SwiGLU's gate and up */
+    kiln__gpt_matrix_shape(&m->cfg, KILN_GPT_MATRIX_FC, &in, &FC);
+    /* RMSNorm keeps no mean */
+    size_t meanf = m->cfg.norm == KILN_NORM_LAYERNORM ? sizeof(float) : 0;
     kiln_dtype dt = m->opt.dtype;
     size_t e = kiln_dtype_size(dt), f = sizeof(float);
     int inf = m->opt.inference, fused = m->opt.fuse_residual_ln;
@@ -175,26 +194,29 @@ size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
     if (!blocks)
         return 0;
 
-    size_t att_saved = m->be->attention_saved_bytes(m->be, dt, B, T, A, NH);
-    size_t att_scratch = m->be->attention_scratch_bytes(m->be, dt, B, T, A, NH);
+    size_t att_saved = m->be->attention_saved_bytes(m->be, dt, B, T, A, NH, NKV);
+    size_t att_scratch = m->be->attention_scratch_bytes(m->be, dt, B, T, A, NH, NKV);
     add_ws(&p, &v->att_scratch, att_scratch, all0, last);
-    add(&p, &v->encoded, (size_t)(BT * C) * e, embed_f(&ph), inf ? block_f(&ph, 0) : block_b(&ph, 0));
+    add(&p, &v->encoded, (size_t)(BT * C) * e, embed_f(&ph),
+        inf ? block_f(&ph, 0) : block_b(&ph, 0));
 
     /* What recomputation drops, shared by all blocks (one copy each, alive all step). */
     gpt_block_acts shared;
     memset(&shared, 0, sizeof shared);
-    int keep_all = rc == KILN_RECOMPUTE_NONE || rc == KILN_RECOMPUTE_GELU ||
-                   rc == KILN_RECOMPUTE_ATTENTION;
+    int keep_all =
+        rc == KILN_RECOMPUTE_NONE || rc == KILN_RECOMPUTE_GELU || rc == KILN_RECOMPUTE_ATTENTION;
     if (rc == KILN_RECOMPUTE_BLOCK) {
         add(&p, &shared.ln1, (size_t)(BT * C) * e, all0, last);
-        add(&p, &shared.ln1_mean, (size_t)BT * f, all0, last);
+        if (meanf)
+            add(&p, &shared.ln1_mean, (size_t)BT * meanf, all0, last);
         add(&p, &shared.ln1_rstd, (size_t)BT * f, all0, last);
-        add(&p, &shared.qkv, (size_t)(BT * 3 * A) * e, all0, last);
+        add(&p, &shared.qkv, (size_t)(BT * Q) * e, all0, last);
         add(&p, &shared.res2, (size_t)(BT * C) * e, all0, last);
         add(&p, &shared.ln2, (size_t)(BT * C) * e, all0, last);
-        add(&p, &shared.ln2_mean, (size_t)BT * f, all0, last);
+        if (meanf)
+            add(&p, &shared.ln2_mean, (size_t)BT * meanf, all0, last);
         add(&p, &shared.ln2_rstd, (size_t)BT * f, all0, last);
-        add(&p, &shared.fch, (size_t)(BT * H) * e, all0, last);
+        add(&p, &shared.fch, (size_t)(BT * FC) * e, all0, last);
     }
     if (rc == KILN_RECOMPUTE_BLOCK || rc == KILN_RECOMPUTE_ATTENTION) {
         add(&p, &shared.att, att_saved, all0, last);
@@ -220,14 +242,16 @@ size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
         int ln_f0 = fused && l > 0 ? block_f(&ph, l - 1) : f0;
         if (keep_all) {
             add(&p, &a->ln1, (size_t)(BT * C) * e, ln_f0, b0);
-            add(&p, &a->ln1_mean, (size_t)BT * f, ln_f0, b0);
+            if (meanf)
+                add(&p, &a->ln1_mean, (size_t)BT * meanf, ln_f0, b0);
             add(&p, &a->ln1_rstd, (size_t)BT * f, ln_f0, b0);
-            add(&p, &a->qkv, (size_t)(BT * 3 * A) * e, f0, b0);
+            add(&p, &a->qkv, (size_t)(BT * Q) * e, f0, b0);
             add(&p, &a->res2, (size_t)(BT * C) * e, f0, b0);
             add(&p, &a->ln2, (size_t)(BT * C) * e, f0, b0);
-            add(&p, &a->ln2_mean, (size_t)BT * f, f0, b0);
+            if (meanf)
+                add(&p, &a->ln2_mean, (size_t)BT * meanf, f0, b0);
             add(&p, &a->ln2_rstd, (size_t)BT * f, f0, b0);
-            add(&p, &a->fch, (size_t)(BT * H) * e, f0, b0);
+            add(&p, &a->fch, (size_t)(BT * FC) * e, f0, b0);
         }
         if (rc == KILN_RECOMPUTE_NONE || rc == KILN_RECOMPUTE_GELU) {
             add(&p, &a->att, att_saved, f0, b0);
@@ -243,13 +267,14 @@ size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
                            : (l + 1 < L ? block_b(&ph, l + 1) : head_b(&ph));
         add(&p, &a->res3, (size_t)(BT * C) * e, f0, out_last);
     }
-    int lnf_first = fused ? block_f(&ph, L - 1) : head_f(&ph), head_last = inf ? head_f(&ph) : head_b(&ph);
+    int lnf_first = fused ? block_f(&ph, L - 1) : head_f(&ph),
+        head_last = inf ? head_f(&ph) : head_b(&ph);
     add(&p, &v->lnf, (size_t)(BT * C) * e, lnf_first, head_last);
-    add(&p, &v->lnf_mean, (size_t)BT * f, lnf_first, head_last);
+    if (meanf)
+        add(&p, &v->lnf_mean, (size_t)BT * meanf, lnf_first, head_last);
     add(&p, &v->lnf_rstd, (size_t)BT * f, lnf_first, head_last);
-    int64_t rows = m->opt.classifier_chunk > 0 && m->opt.classifier_chunk < BT
-                       ? m->opt.classifier_chunk
-                       : BT;
+    int64_t rows =
+        m->opt.classifier_chunk > 0 && m->opt.classifier_chunk < BT ? m->opt.classifier_chunk : BT;
     if (rows < B)
         rows = B;
     v->logit_rows = rows;
@@ -260,8 +285,8 @@ size_t kiln__gpt_plan_acts(kiln_gpt *m, void *base, size_t *workspace) {
         add_ws(&p, &v->d.dres, (size_t)(BT * C) * e, d0, d1);
         add_ws(&p, &v->d.dln, (size_t)(BT * C) * e, d0, d1);
         add_ws(&p, &v->d.datty, (size_t)(BT * A) * e, block_b(&ph, L - 1), d1);
-        add_ws(&p, &v->d.dqkv, (size_t)(BT * 3 * A) * e, block_b(&ph, L - 1), d1);
-        add_ws(&p, &v->d.dfch, (size_t)(BT * H) * e, block_b(&ph, L - 1), d1);
+        add_ws(&p, &v->d.dqkv, (size_t)(BT * Q) * e, block_b(&ph, L - 1), d1);
+        add_ws(&p, &v->d.dfch, (size_t)(BT * FC) * e, block_b(&ph, L - 1), d1);
         add_ws(&p, &v->d.dfch_gelu, (size_t)(BT * H) * e, block_b(&ph, L - 1), d1);
         if (max_rank)
             add_ws(&p, &v->d.dmid, (size_t)(BT * max_rank) * e, block_b(&ph, L - 1), d1);

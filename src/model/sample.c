@@ -86,8 +86,8 @@ kiln_status kiln_generate(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, f
     return kiln_generate_ex(m, ids, n, count, temperature, top_k, seed, 1, on_token, ctx);
 }
 
-kiln_status kiln_generate_ex(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count,
-                             float temperature, int64_t top_k, uint64_t seed, int use_cache,
+kiln_status kiln_generate_ex(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count, float temperature,
+                             int64_t top_k, uint64_t seed, int use_cache,
                              kiln_status (*on_token)(int32_t id, void *ctx), void *ctx) {
     const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
     int64_t V = cfg->vocab_size, maxT = kiln_gpt_max_seq(m);

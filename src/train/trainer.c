@@ -264,7 +264,14 @@ static void print_plan(const kiln_trainer *t) {
             (long long)c->vocab_size, (long long)c->padded_vocab_size, (long long)c->max_seq_len,
             (double)kiln_gpt_config_num_params(c) / 1e6, kiln_dtype_name(o->dtype),
             kiln_recompute_name(o->recompute));
-    if (c->head_size || c->mlp_hidden) /* narrower than GPT-2's shape (structured pruning) */
+    if (c->family != KILN_FAMILY_GPT2)
+        fprintf(log,
+                "model: %s: %lld key/value heads, RMSNorm eps %g, rotary base %g, SwiGLU MLP "
+                "of %lld, %s head\n",
+                kiln_family_name(c->family), (long long)kiln_gpt_config_kv_heads(c),
+                (double)kiln_gpt_config_norm_eps(c), (double)kiln_gpt_config_rope_theta(c),
+                (long long)kiln_gpt_config_mlp_width(c), c->untied_head ? "an untied" : "a tied");
+    else if (c->head_size || c->mlp_hidden) /* narrower than GPT-2's shape (structured pruning) */
         fprintf(log, "model: heads of %lld channels (attention width %lld), MLP width %lld\n",
                 (long long)kiln_gpt_config_head_size(c), (long long)kiln_gpt_config_attn_width(c),
                 (long long)kiln_gpt_config_mlp_width(c));

@@ -139,8 +139,8 @@ static kiln_status prepare_folder(kiln_trainer *t, const char *tmp) {
  * with part of its files. */
 static void retire_folder(kiln_trainer *t, const char *path, int64_t step) {
     char gone[KILN__CKPT_PATH];
-    snprintf(gone, sizeof gone, "%s/.step_%08lld.gone.%ld", t->cfg.checkpoint_dir,
-             (long long)step, t->ckpt_owner);
+    snprintf(gone, sizeof gone, "%s/.step_%08lld.gone.%ld", t->cfg.checkpoint_dir, (long long)step,
+             t->ckpt_owner);
     kiln__ckpt_remove_folder(gone);
     if (rename(path, gone) == 0)
         kiln__ckpt_remove_folder(gone);
@@ -220,6 +220,13 @@ static kiln_status write_state(kiln_trainer *t, const kiln__ckpt_writer *w, cons
     }
     cJSON_AddNumberToObject(m, "max_seq_len", (double)mc->max_seq_len);
     cJSON_AddNumberToObject(m, "vocab_size", (double)mc->vocab_size);
+    cJSON_AddStringToObject(m, "family", kiln_family_name(mc->family));
+    if (mc->family != KILN_FAMILY_GPT2) { /* the rest of the description */
+        cJSON_AddNumberToObject(m, "n_kv_head", (double)kiln_gpt_config_kv_heads(mc));
+        cJSON_AddNumberToObject(m, "norm_eps", (double)kiln_gpt_config_norm_eps(mc));
+        cJSON_AddNumberToObject(m, "rope_theta", (double)kiln_gpt_config_rope_theta(mc));
+        cJSON_AddBoolToObject(m, "untied_head", mc->untied_head);
+    }
     cJSON_AddStringToObject(m, "dtype", kiln_dtype_name(kiln_gpt_dtype(t->model)));
     cJSON_AddStringToObject(j, "optimizer", kiln_optim_kind_name(t->cfg.optim.kind));
     cJSON *ls = cJSON_AddObjectToObject(j, "loss_scaler");
@@ -574,8 +581,8 @@ static kiln_status stage_weights(kiln_trainer *t, kiln__ckpt_job *j) {
                     : KILN_OK;
     KILN_CHECK(kiln__trainer_zero3_need_all(t));
     if (want)
-        KILN_CHECK(
-            kiln__trainer_to_host(t, j->weights, kiln_gpt_params(t->model), (size_t)n * sizeof(float)));
+        KILN_CHECK(kiln__trainer_to_host(t, j->weights, kiln_gpt_params(t->model),
+                                         (size_t)n * sizeof(float)));
     return kiln__trainer_zero3_drop_all(t);
 }
 
@@ -676,8 +683,8 @@ kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step) {
     j->step = step;
     j->rank = t->rank;
     j->model = t->model;
-    snprintf(j->tmp, sizeof j->tmp, "%s/.step_%08lld.tmp.%ld", cfg->checkpoint_dir,
-             (long long)step, t->ckpt_owner);
+    snprintf(j->tmp, sizeof j->tmp, "%s/.step_%08lld.tmp.%ld", cfg->checkpoint_dir, (long long)step,
+             t->ckpt_owner);
     snprintf(w->final, sizeof w->final, "%s/" KILN__CKPT_STEP_FMT, cfg->checkpoint_dir,
              (long long)step);
     /* tests: KILN_TEST_CHECKPOINT_{DELAY_MS,FAIL,KILL}: a slow writer; a failed write, or a

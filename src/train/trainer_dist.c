@@ -181,8 +181,8 @@ kiln_status kiln__trainer_common_weights(kiln_trainer *t) {
         return KILN_OK;
     size_t es = kiln_dtype_size(kiln_gpt_dtype(t->model));
     void *common = NULL, *old = NULL;
-    kiln_status s = kiln_comm_alloc_common(t->comm, (size_t)kiln_gpt_slab_len(t->model) * es,
-                                           &common);
+    kiln_status s =
+        kiln_comm_alloc_common(t->comm, (size_t)kiln_gpt_slab_len(t->model) * es, &common);
     s = kiln__trainer_agree(t, s, "to share the weights");
     if (s != KILN_OK || !common) { /* every rank alike */
         kiln_comm_free_shared(t->comm, common);
@@ -337,7 +337,7 @@ kiln_status kiln__trainer_zero3_need_all(kiln_trainer *t) {
 int kiln__trainer_rows_apart(const kiln_train_config *cfg, const kiln_gpt_config *mc, int world) {
     /* the rows are added on the host: not for a GPU's slabs */
     int gpu = cfg->device && !strcmp(cfg->device, "cuda");
-    if (world <= 1 || cfg->local_steps > 0 || cfg->dp.rows_apart == 0 || gpu)
+    if (world <= 1 || cfg->local_steps > 0 || cfg->dp.rows_apart == 0 || gpu || mc->untied_head)
         return 0;
     int64_t vp = mc->padded_vocab_size ? mc->padded_vocab_size : mc->vocab_size;
     return cfg->dp.rows_apart > 0 || (int64_t)(world - 1) * cfg->B * cfg->T * 4 <= vp;
@@ -429,6 +429,9 @@ static const char *lr_label(int v) {
 static const char *dtype_label(int v) {
     return kiln_dtype_name((kiln_dtype)v);
 }
+static const char *family_label(int v) {
+    return kiln_family_name((kiln_family)v);
+}
 static const char *recompute_label(int v) {
     return kiln_recompute_name((kiln_recompute)v);
 }
@@ -446,13 +449,23 @@ int kiln__trainer_config_items(const kiln_trainer *t, const kiln_gpt_config *mc,
     out[n++] = (kiln__config_item) {                                                               \
         .name = (nm), .kind = KILN__ITEM_INT, .label = (lb), .i = (v)                              \
     }
-#define ITEM_F(nm, v) out[n++] = (kiln__config_item){.name = (nm), .kind = KILN__ITEM_REAL, .f = (v)}
+#define ITEM_F(nm, v)                                                                              \
+    out[n++] = (kiln__config_item) {                                                               \
+        .name = (nm), .kind = KILN__ITEM_REAL, .f = (v)                                            \
+    }
     ITEM_I("--layers", mc->n_layer);
     ITEM_I("--share-layers", mc->share_layers > 1 ? mc->share_layers : 1);
     ITEM_I("--heads", mc->n_head);
     ITEM_I("--embd", mc->n_embd);
     ITEM_I("--context", mc->max_seq_len);
     ITEM_I("--vocab", mc->vocab_size);
+    if (mc->family != KILN_FAMILY_GPT2) { /* GPT-2's settings hash as they did before families */
+        ITEM_E("the model family", mc->family, family_label);
+        ITEM_I("the key/value heads", kiln_gpt_config_kv_heads(mc));
+        ITEM_F("the norms' epsilon", kiln_gpt_config_norm_eps(mc));
+        ITEM_F("the rotary base", kiln_gpt_config_rope_theta(mc));
+        ITEM_I("an untied head", mc->untied_head);
+    }
     ITEM_I("--seq", c->T);
     ITEM_I("the global batch (sequences per step)", kiln__trainer_global_batch(t));
     ITEM_I("--eval-every", c->eval_every);
@@ -602,9 +615,12 @@ kiln_status kiln__trainer_dist_check(kiln_trainer *t, const kiln_gpt_config *mc)
         size_t bytes = (size_t)kiln_gpt_slab_len(m) * kiln_dtype_size(kiln_gpt_dtype(m));
         void *w = t->staged ? malloc(bytes) : kiln_gpt_params(m);
         if (!w)
-            return kiln_error_setf(KILN_ERR_NOMEM, "data parallel: no %zu bytes to hash the "
-                                   "starting weights", bytes);
-        kiln_status h = t->staged ? kiln__trainer_to_host(t, w, kiln_gpt_params(m), bytes) : KILN_OK;
+            return kiln_error_setf(KILN_ERR_NOMEM,
+                                   "data parallel: no %zu bytes to hash the "
+                                   "starting weights",
+                                   bytes);
+        kiln_status h =
+            t->staged ? kiln__trainer_to_host(t, w, kiln_gpt_params(m), bytes) : KILN_OK;
         if (h == KILN_OK)
             mine[2] = XXH3_64bits(w, bytes);
         if (t->staged)

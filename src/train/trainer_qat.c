@@ -80,6 +80,8 @@ kiln_status kiln__trainer_qat_init(kiln_trainer *t) {
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "quantization-aware training fakes int8 (8 bits), not %d",
                                c->qat_bits);
+    KILN_CHECK(kiln_gpt_require_family(kiln_gpt_get_config(t->model), KILN_FAMILY_GPT2,
+                                       "quantization-aware training"));
     if (t->world > 1)
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "quantization-aware training runs in one process (not under "

@@ -166,6 +166,14 @@ static kiln_status check_identity(kiln_trainer *t, const char *folder, const cJS
                                (long long)V, (long long)mc->n_layer, (long long)mc->n_head,
                                (long long)mc->n_embd, (long long)mc->max_seq_len,
                                (long long)mc->vocab_size);
+    /* the family (checkpoints that lack it are GPT-2's); the rest of the description is in
+     * config_hash */
+    const cJSON *fam = cJSON_GetObjectItemCaseSensitive(m, "family");
+    const char *family = cJSON_IsString(fam) ? fam->valuestring : "gpt2";
+    if (strcmp(family, kiln_family_name(mc->family)))
+        return kiln_error_setf(KILN_ERR_CONFIG,
+                               "%s is a checkpoint of a %s model; this run's is %s: not resumed",
+                               folder, family, kiln_family_name(mc->family));
     /* the heads' and the MLP's widths (checkpoints that lack them had the defaults) */
     const cJSON *hsv = cJSON_GetObjectItemCaseSensitive(m, "head_size");
     const cJSON *mhv = cJSON_GetObjectItemCaseSensitive(m, "mlp_hidden");
@@ -213,8 +221,7 @@ static kiln_status check_identity(kiln_trainer *t, const char *folder, const cJS
     if (o.global != kiln__trainer_global_batch(t)) {
         char advice[768];
         kiln__batch_advice(advice, sizeof advice, o.global, o.world, o.B, o.micro_total, t->world,
-                           t->cfg.B, t->cfg.grad_accum,
-                           t->cfg.rank_batches ? t->micro_total : 0);
+                           t->cfg.B, t->cfg.grad_accum, t->cfg.rank_batches ? t->micro_total : 0);
         return kiln_error_setf(KILN_ERR_CONFIG, "%s is a checkpoint of another global batch: %s",
                                folder, advice);
     }
@@ -463,8 +470,8 @@ static kiln_status pread_all(int fd, unsigned rank, void *dst, size_t bytes, siz
 
 /* Elements [lo, hi) of the slab of flag `which` (elem bytes each; a slab of the file's range, or
  * of the whole slab for DiLoCo's state) into dst, or fail naming what is missing. */
-static kiln_status take(int fd, const kiln__ckpt_header *h, uint32_t which, size_t elem,
-                        int64_t lo, int64_t hi, void *dst, const char *what) {
+static kiln_status take(int fd, const kiln__ckpt_header *h, uint32_t which, size_t elem, int64_t lo,
+                        int64_t hi, void *dst, const char *what) {
     size_t sizes[6], off = sizeof *h;
     slab_sizes(h, sizes);
     int whole = which == KILN__CKPT_OUTER_W || which == KILN__CKPT_OUTER_V;
@@ -530,7 +537,8 @@ static kiln_status restore_weights(kiln_trainer *t, const char *folder, const ra
     KILN_CHECK(kiln__ckpt_path(path, folder, "model.safetensors"));
     float *master = kiln_optim_master(t->opt);
     if (!master)
-        return kiln__trainer_load_slab(t, path, kiln_gpt_params(t->model), kiln_gpt_dtype(t->model));
+        return kiln__trainer_load_slab(t, path, kiln_gpt_params(t->model),
+                                       kiln_gpt_dtype(t->model));
     kiln_dtype wd = kiln_gpt_dtype(t->model);
     for (int r = 0; r < f->world; r++)
         if (f->h[r].work_dtype != (uint32_t)wd)
@@ -610,12 +618,13 @@ static kiln_status map_loaders(kiln_trainer *t, const char *folder, const cJSON 
             KILN_CHECK(read_loader(folder, ld, &ls));
             if (old_per < 1 || (int64_t)(ls.epoch * (uint64_t)old_per + ls.position) != old_k ||
                 (seen && ls.seed != first.seed))
-                return kiln_error_setf(KILN_ERR_FORMAT,
-                                       "%s/state.json: a loader's place (epoch %llu, batch %llu) is "
-                                       "not that of step %lld: its data position cannot be moved "
-                                       "to another split",
-                                       folder, (unsigned long long)ls.epoch,
-                                       (unsigned long long)ls.position, (long long)step);
+                return kiln_error_setf(
+                    KILN_ERR_FORMAT,
+                    "%s/state.json: a loader's place (epoch %llu, batch %llu) is "
+                    "not that of step %lld: its data position cannot be moved "
+                    "to another split",
+                    folder, (unsigned long long)ls.epoch, (unsigned long long)ls.position,
+                    (long long)step);
             if (!seen)
                 first = ls;
             seen = 1;

@@ -3,7 +3,7 @@
 # process with batch N x b (losses and final weights within 1e-5 over 20 steps) for N = 2
 # and 4, ZeRO 0 to 3, with many gradient buckets and with one; gradient accumulation and
 # evaluation; uneven ranks (--rank-batches) equal to one process over the same batch; local
-# SGD and DiLoCo; narrow and low-rank factored models; bf16 working weights; an fp16 overflow skipped on every rank; gradients sent in
+# SGD and DiLoCo; narrow and low-rank factored models; Llamas; bf16 working weights; an fp16 overflow skipped on every rank; gradients sent in
 # bf16. Bad starts: ranks given different flags, a rank whose data is missing, a rank killed
 # mid-run: an error on every rank or an end within a bounded time, never a hang, and no
 # --save file of another run overwritten. A preempted mpirun (SIGTERM, SIGUSR1): every rank
@@ -229,6 +229,32 @@ case_shared_layers() {
         mpi 2 $TRAIN --batch 2 $S --zero $z --bucket-mb 0.01 --save z$z.st --metrics z$z.jsonl
         expect_ok
         same ref z$z 1e-5
+    done
+}
+
+# A Llama (grouped key/value heads, an untied head; then a tied one): 2 and 4 ranks equal one
+# process at every ZeRO stage.
+case_llama() {
+    need_mpi
+    printf '{"family": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 32,
+ "max_seq_len": 32, "mlp_hidden": 48, "untied_head": true}\n' >llama.json
+    for tie in untied tied; do
+        if [ $tie = untied ]; then
+            M="--model llama.json"
+        else
+            M="--model llama-d4 --layers 2 --embd 32 --heads 4 --context 32"
+        fi
+        L="train $M --peak-gflops 100 --seq 16 --threads 1 --data $DATA --steps 20 --lr 1e-3"
+        run $L --batch 4 --save ${tie}_ref.st --metrics ${tie}_ref.jsonl
+        expect_ok
+        for np in 2 4; do
+            for z in 0 1 3; do
+                mpi $np $L --batch $((4 / np)) --zero $z --bucket-mb 0.002 \
+                    --save ${tie}_np${np}_z$z.st --metrics ${tie}_np${np}_z$z.jsonl
+                expect_ok
+                same ${tie}_ref ${tie}_np${np}_z$z 1e-5
+            done
+        done
     done
 }
 

@@ -330,13 +330,13 @@ static void test_attention(const sizes *s) {
     static const char *path[2] = {"cc", "tc"};
     buf qkv = mk(B * T * 3 * C, dt, 1, 0), dout = mk(B * T * C, dt, 1, 0);
     buf out = mk(B * T * C, dt, 1e3f, 0), dqkv = mk(B * T * 3 * C, dt, 1e3f, 0);
-    size_t rs = ref->attention_saved_bytes(ref, dt, B, T, C, NH),
-           rw = ref->attention_scratch_bytes(ref, dt, B, T, C, NH);
-    size_t gs = gpu->attention_saved_bytes(gpu, dt, B, T, C, NH),
-           gw = gpu->attention_scratch_bytes(gpu, dt, B, T, C, NH);
+    size_t rs = ref->attention_saved_bytes(ref, dt, B, T, C, NH, NH),
+           rw = ref->attention_scratch_bytes(ref, dt, B, T, C, NH, NH);
+    size_t gs = gpu->attention_saved_bytes(gpu, dt, B, T, C, NH, NH),
+           gw = gpu->attention_scratch_bytes(gpu, dt, B, T, C, NH, NH);
     void *rsaved = calloc(1, rs ? rs : 1), *rscr = calloc(1, rw ? rw : 1);
-    ref->attention_forward(ref, dt, out.h, rsaved, rscr, qkv.h, B, T, C, NH);
-    ref->attention_backward(ref, dt, dqkv.h, rscr, dout.h, qkv.h, rsaved, B, T, C, NH);
+    ref->attention_forward(ref, dt, out.h, rsaved, rscr, qkv.h, B, T, C, NH, NH);
+    ref->attention_backward(ref, dt, dqkv.h, rscr, dout.h, qkv.h, rsaved, B, T, C, NH, NH);
     /* [f]: forward with the flag f; [f][b]: that forward's saved, backward with the flag b.
      * Each starts from the same device values as out and dqkv (all must be overwritten). */
     void *gsaved[2], *gscr = gpu->alloc(gpu, gw);
@@ -347,7 +347,7 @@ static void test_attention(const sizes *s) {
         gsaved[f] = gpu->alloc(gpu, gs);
         o[f] = clone(&out);
         kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, f);
-        gpu->attention_forward(gpu, dt, o[f].d, gsaved[f], gscr, qkv.d, B, T, C, NH);
+        gpu->attention_forward(gpu, dt, o[f].d, gsaved[f], gscr, qkv.d, B, T, C, NH, NH);
         snprintf(op, sizeof op, "attention_forward %s", path[f && fits]);
         cmp(op, &o[f], 1e-4 + 4 * U());
     }
@@ -356,7 +356,7 @@ static void test_attention(const sizes *s) {
             d[f][b] = clone(&dqkv);
             kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, b);
             gpu->attention_backward(gpu, dt, d[f][b].d, gscr, dout.d, qkv.d, gsaved[f], B, T, C,
-                                    NH);
+                                    NH, NH);
             if (f != b && !fits)
                 continue; /* the same kernels as f == b */
             snprintf(op, sizeof op, "attention_backward %s%s", path[b && fits],
@@ -368,7 +368,7 @@ static void test_attention(const sizes *s) {
     for (int b = 0; b < 2; b++) { /* no atomics: twice the same bits, on each path */
         buf again = clone(&dqkv);
         kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, b);
-        gpu->attention_backward(gpu, dt, again.d, gscr, dout.d, qkv.d, gsaved[b], B, T, C, NH);
+        gpu->attention_backward(gpu, dt, again.d, gscr, dout.d, qkv.d, gsaved[b], B, T, C, NH, NH);
         snprintf(op, sizeof op, "attention_backward %s twice the same", path[b && fits]);
         check_true(op, gpu_same(&d[b][b], &again));
         rm(&again);
@@ -516,8 +516,8 @@ static void test_optim(void) {
 static void test_errors(void) {
     int64_t B = 1, T = 4, C = 300, NH = 1; /* head size 300: beyond the kernels' 256 */
     buf qkv = mk(B * T * 3 * C, dt, 1, 0), out = mk(B * T * C, dt, 1, 0);
-    void *saved = gpu->alloc(gpu, gpu->attention_saved_bytes(gpu, dt, B, T, C, NH));
-    gpu->attention_forward(gpu, dt, out.d, saved, NULL, qkv.d, B, T, C, NH);
+    void *saved = gpu->alloc(gpu, gpu->attention_saved_bytes(gpu, dt, B, T, C, NH, NH));
+    gpu->attention_forward(gpu, dt, out.d, saved, NULL, qkv.d, B, T, C, NH, NH);
     kiln_status s = gpu->synchronize(gpu);
     check_true("an op that cannot run is reported", s == KILN_ERR_UNSUPPORTED);
     check_true("with a message", strstr(kiln_error_message(), "head size") != NULL);

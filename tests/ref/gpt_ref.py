@@ -46,6 +46,7 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_model import GPT  # noqa: E402
+from llama_model import Llama  # noqa: E402
 
 # (L, NH, C, V, maxT, B, T). "b" is awkward on purpose: head size 12, a vocabulary that
 # is no multiple of 128, and T odd and shorter than maxT.
@@ -56,6 +57,18 @@ CASES = {
     # a structurally pruned shape: 3 heads of 10 (attention 30 wide for C = 48), MLP 88
     "d": dict(n_layer=2, n_head=3, n_embd=48, vocab_size=200, max_seq_len=24, B=2, T=17,
               head_size=10, mlp_hidden=88),
+    # Llamas: multi-query (one key/value head) with a tied head; two key/value heads for six
+    # query heads of 10 channels, an untied head, V = 1001 and a rotary base of 5e5; as many
+    # key/value heads as query heads, heads of 10, T = 9 < maxT
+    "la": dict(family="llama", n_layer=2, n_head=4, n_kv_head=1, n_embd=64, mlp_hidden=96,
+               vocab_size=300, max_seq_len=32, B=4, T=32, norm_eps=1e-5, rope_theta=10000.0,
+               untied_head=False),
+    "lb": dict(family="llama", n_layer=2, n_head=6, n_kv_head=2, n_embd=60, mlp_hidden=100,
+               vocab_size=1001, max_seq_len=40, B=3, T=23, norm_eps=1e-6, rope_theta=500000.0,
+               untied_head=True),
+    "lc": dict(family="llama", n_layer=3, n_head=4, n_kv_head=4, n_embd=40, mlp_hidden=72,
+               vocab_size=77, max_seq_len=16, B=2, T=9, norm_eps=1e-5, rope_theta=10000.0,
+               untied_head=True),
 }
 OPTIM = dict(steps=10, lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
 
@@ -82,14 +95,36 @@ def write_safetensors(path, named):
 
 
 def make_model(cfg, gen):
-    model = GPT(cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"],
-                cfg["max_seq_len"], cfg.get("head_size"), cfg.get("mlp_hidden"))
-    model.init_gpt2(gen)
+    if cfg.get("family") == "llama":
+        model = Llama(cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"],
+                      cfg["n_kv_head"], cfg.get("head_size"), cfg["mlp_hidden"], cfg["norm_eps"],
+                      cfg["rope_theta"], cfg["untied_head"])
+        model.init_llama(gen)
+    else:
+        model = GPT(cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"],
+                    cfg["max_seq_len"], cfg.get("head_size"), cfg.get("mlp_hidden"))
+        model.init_gpt2(gen)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(torch.randn(p.shape, generator=gen) * 0.1)
     return model
+
+
+def config_json(cfg):
+    """kiln's config.json for a GPT-2 case; Hugging Face's (model_type "llama") for a Llama,
+    so that the reference also checks kiln's reading of it."""
+    if cfg.get("family") != "llama":
+        return {k: cfg[k] for k in ("n_layer", "n_head", "n_embd", "vocab_size", "max_seq_len",
+                                    "head_size", "mlp_hidden") if k in cfg}
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "hidden_size": cfg["n_embd"], "intermediate_size": cfg["mlp_hidden"],
+            "num_hidden_layers": cfg["n_layer"], "num_attention_heads": cfg["n_head"],
+            "num_key_value_heads": cfg["n_kv_head"], "rms_norm_eps": cfg["norm_eps"],
+            "rope_theta": cfg["rope_theta"], "rope_scaling": None,
+            "tie_word_embeddings": not cfg["untied_head"], "vocab_size": cfg["vocab_size"],
+            "max_position_embeddings": cfg["max_seq_len"], "hidden_act": "silu",
+            "attention_bias": False, "mlp_bias": False, "torch_dtype": "float32"}
 
 
 def make_batches(cfg, steps, gen):
@@ -130,16 +165,14 @@ def rel(a, b):
 def generate(case, out):
     cfg = CASES[case]
     torch.manual_seed(1234)
-    gen = torch.Generator().manual_seed(1000 + ord(case))
+    gen = torch.Generator().manual_seed(1000 + sum(ord(ch) for ch in case))
     model32 = make_model(cfg, gen)
     inputs, targets = make_batches(cfg, OPTIM["steps"], gen)
     os.makedirs(out, exist_ok=True)
 
     write_safetensors(os.path.join(out, "model.safetensors"), model32.state_dict().items())
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump({k: cfg[k] for k in ("n_layer", "n_head", "n_embd", "vocab_size",
-                                        "max_seq_len", "head_size", "mlp_hidden") if k in cfg},
-                  f, indent=1)
+        json.dump(config_json(cfg), f, indent=1)
     inputs.to(torch.int32).numpy().astype("<i4").tofile(os.path.join(out, "inputs.i32"))
     targets.to(torch.int32).numpy().astype("<i4").tofile(os.path.join(out, "targets.i32"))
 

@@ -17,7 +17,9 @@ set_target_properties(test_ref_gpt PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_B
 # a: round sizes; b: head size 12, V = 1001 (no multiple of 128), T = 23 < maxT = 40;
 # c: T = 1 (a single position); d: heads narrower than n_embd / n_head and an MLP of no
 # multiple of n_embd (a structurally pruned model's shape).
-foreach(case a b c d)
+# la, lb, lc: Llamas (tests/ref/llama_model.py): one key/value head and a tied head; 2 of 6
+# with heads of 10, an untied head and V = 1001; 4 of 4 with heads of 10 and T = 9.
+foreach(case a b c d la lb lc)
   set(dir ${CMAKE_BINARY_DIR}/ref/gpt_${case})
   if(EXISTS ${KILN_TORCH_PYTHON})
     add_test(NAME ref.gpt_gen_${case}

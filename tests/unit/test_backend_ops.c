@@ -227,6 +227,82 @@ static void test_layernorm(const sizes *s) {
     out3_free(&dinp), out3_free(&dw), out3_free(&db);
 }
 
+/* The Llama family's ops: RMSNorm (and fused with the residual add), rotary embeddings on a
+ * grouped qkv (at position 0 and further on), SwiGLU, and the embedding without positions. */
+static void test_llama_ops(const sizes *s) {
+    int64_t N = s->B * s->T, C = s->C, NH = s->NH, hs = C / NH, NKV = NH % 2 ? 1 : NH / 2;
+    void *inp = rand_dt(N * C, 2.0f), *w = rand_dt(C, 1.0f), *dout = rand_dt(N * C, 1.0f);
+    out3 out = out3_init(N * C, dt, 0), rstd = out3_init(N, F32, 0);
+    for (int k = 0; k < 3; k++)
+        be_of(k)->rmsnorm_forward(be_of(k), dt, at(&out, k), at(&rstd, k), inp, w, N, C, 1e-6f);
+    check_out("rmsnorm_forward out", &out, TOL(TOL_FWD));
+    check_out("rmsnorm_forward rstd", &rstd, TOL_FWD);
+    out3 dinp = out3_init(N * C, dt, 1), dw = out3_init(C, F32, 1);
+    for (int k = 0; k < 3; k++)
+        be_of(k)->rmsnorm_backward(be_of(k), dt, at(&dinp, k), at(&dw, k), dout, inp, w, rstd.r,
+                                   N, C);
+    check_out("rmsnorm_backward dinp", &dinp, TOL(TOL_BWD));
+    check_out("rmsnorm_backward dweight", &dw, TOL_BWD);
+    void *a2 = rand_dt(N * C, 1.0f);
+    out3 res = out3_init(N * C, dt, 0);
+    for (int k = 0; k < 3; k++)
+        be_of(k)->residual_rmsnorm_forward(be_of(k), dt, at(&res, k), at(&out, k), at(&rstd, k),
+                                           a2, inp, w, N, C, 1e-5f);
+    check_elem("residual_rmsnorm_forward res", &res, TOL(0), 0);
+    check_out("residual_rmsnorm_forward out", &out, TOL(TOL_FWD));
+    check_out("residual_rmsnorm_forward rstd", &rstd, TOL_FWD);
+
+    /* rotary embeddings: in place, on copies of one qkv; positions from 0 and from 37 */
+    int64_t W = (NH + 2 * NKV) * hs, nq = N * W;
+    void *qkv = rand_dt(nq, 1.0f);
+    for (int64_t pos0 = 0; pos0 <= 37; pos0 += 37) {
+        out3 q = out3_init(nq, dt, 0), dq = out3_init(nq, dt, 0);
+        for (int k = 0; k < 3; k++) {
+            memcpy(at(&q, k), qkv, (size_t)nq * kiln_dtype_size(dt));
+            memcpy(at(&dq, k), qkv, (size_t)nq * kiln_dtype_size(dt));
+            be_of(k)->rope_forward(be_of(k), dt, at(&q, k), s->B, s->T, NH, NKV, hs, pos0,
+                                   10000.0f);
+            be_of(k)->rope_backward(be_of(k), dt, at(&dq, k), s->B, s->T, NH, NKV, hs, pos0,
+                                    10000.0f);
+        }
+        check_out(pos0 ? "rope_forward (from position 37)" : "rope_forward", &q, TOL(TOL_FWD));
+        check_out(pos0 ? "rope_backward (from position 37)" : "rope_backward", &dq, TOL(TOL_FWD));
+        /* v is not touched */
+        int same_v = 1;
+        for (int64_t n = 0; n < N; n++)
+            same_v &= memcmp((char *)q.c1 + (size_t)(n * W + (NH + NKV) * hs) * kiln_dtype_size(dt),
+                             (char *)qkv + (size_t)(n * W + (NH + NKV) * hs) * kiln_dtype_size(dt),
+                             (size_t)(NKV * hs) * kiln_dtype_size(dt)) == 0;
+        CHECK_TRUE(same_v);
+        out3_free(&q), out3_free(&dq);
+    }
+
+    /* SwiGLU over rows of [gate | up] */
+    int64_t H = 2 * C + 1;
+    void *gu = rand_dt(N * 2 * H, 3.0f), *dy = rand_dt(N * H, 1.0f);
+    out3 sw = out3_init(N * H, dt, 0), dsw = out3_init(N * 2 * H, dt, 0);
+    for (int k = 0; k < 3; k++)
+        be_of(k)->swiglu_forward(be_of(k), dt, at(&sw, k), gu, N, H);
+    check_out("swiglu_forward", &sw, TOL(TOL_FWD));
+    for (int k = 0; k < 3; k++)
+        be_of(k)->swiglu_backward(be_of(k), dt, at(&dsw, k), gu, dy, N, H);
+    check_out("swiglu_backward", &dsw, TOL(TOL_BWD));
+
+    /* the embedding with no position embedding, and its backward into wte alone */
+    int32_t *ids = rand_ids(N, s->V);
+    void *wte = rand_dt(s->V * C, 1.0f);
+    out3 emb = out3_init(N * C, dt, 0), dwte = out3_init(s->V * C, F32, 1);
+    for (int k = 0; k < 3; k++) {
+        be_of(k)->encoder_forward(be_of(k), dt, at(&emb, k), ids, wte, NULL, s->B, s->T, C);
+        be_of(k)->encoder_backward(be_of(k), dt, at(&dwte, k), NULL, dout, ids, s->B, s->T, C);
+    }
+    check_elem("encoder_forward without positions", &emb, TOL(0), 0);
+    check_out("encoder_backward into wte alone", &dwte, TOL_BWD);
+    free(inp), free(w), free(dout), free(a2), free(qkv), free(gu), free(dy), free(ids), free(wte);
+    out3_free(&out), out3_free(&rstd), out3_free(&dinp), out3_free(&dw), out3_free(&res);
+    out3_free(&sw), out3_free(&dsw), out3_free(&emb), out3_free(&dwte);
+}
+
 /* |x| of n values of type t, as fp32. */
 static float *abs32(const void *x, int64_t n, kiln_dtype t) {
     float *y = widen(x, n, t);
@@ -328,24 +404,24 @@ static void test_matmul(const sizes *s) {
 
 /* What forward keeps (`saved`) is each backend's own business: each backend's backward gets
  * what its own forward saved, in buffers of the sizes it reports. */
-static void test_attention(const sizes *s) {
-    int64_t B = s->B, T = s->T, C = s->C, NH = s->NH;
-    void *qkv = rand_dt(B * T * 3 * C, 1.0f), *dout = rand_dt(B * T * C, 1.0f);
-    out3 out = out3_init(B * T * C, dt, 0), dqkv = out3_init(B * T * 3 * C, dt, 0);
+static void test_attention(const sizes *s, int64_t NKV) {
+    int64_t B = s->B, T = s->T, C = s->C, NH = s->NH, W = C + 2 * NKV * (C / NH);
+    void *qkv = rand_dt(B * T * W, 1.0f), *dout = rand_dt(B * T * C, 1.0f);
+    out3 out = out3_init(B * T * C, dt, 0), dqkv = out3_init(B * T * W, dt, 0);
     void *saved[3], *scratch[3];
     for (int k = 0; k < 3; k++) {
         kiln_backend *be = be_of(k);
-        saved[k] = be->alloc(be, be->attention_saved_bytes(be, dt, B, T, C, NH));
-        scratch[k] = be->alloc(be, be->attention_scratch_bytes(be, dt, B, T, C, NH));
+        saved[k] = be->alloc(be, be->attention_saved_bytes(be, dt, B, T, C, NH, NKV));
+        scratch[k] = be->alloc(be, be->attention_scratch_bytes(be, dt, B, T, C, NH, NKV));
         CHECK_TRUE(saved[k] && scratch[k]);
     }
     for (int k = 0; k < 3 && saved[k] && scratch[k]; k++)
         be_of(k)->attention_forward(be_of(k), dt, at(&out, k), saved[k], scratch[k], qkv, B, T, C,
-                                    NH);
+                                    NH, NKV);
     check_out("attention_forward out", &out, TOL(TOL_FWD));
     for (int k = 0; k < 3 && saved[k] && scratch[k]; k++)
         be_of(k)->attention_backward(be_of(k), dt, at(&dqkv, k), scratch[k], dout, qkv, saved[k], B,
-                                     T, C, NH);
+                                     T, C, NH, NKV);
     check_out("attention_backward dqkv", &dqkv, TOL(TOL_BWD));
     for (int k = 0; k < 3; k++)
         be_of(k)->free(be_of(k), saved[k]), be_of(k)->free(be_of(k), scratch[k]);
@@ -871,7 +947,10 @@ int main(void) {
             test_encoder(s);
             test_layernorm(s);
             test_matmul(s);
-            test_attention(s);
+            for (int64_t kv = s->NH; kv >= 1; kv /= 2) /* every head its own, grouped, one */
+                if (s->NH % kv == 0)
+                    test_attention(s, kv);
+            test_llama_ops(s);
             test_pointwise(s);
             test_crossentropy(s);
             test_fusions(s);

@@ -123,7 +123,7 @@ typedef struct {
 
 static double att_loss(void *p) {
     att_ctx *c = p;
-    R->attention_forward(R, F32, c->out, c->att, NULL, c->qkv, c->B, c->T, c->C, c->NH);
+    R->attention_forward(R, F32, c->out, c->att, NULL, c->qkv, c->B, c->T, c->C, c->NH, c->NH);
     return dot(c->out, c->R, c->B * c->T * c->C);
 }
 
@@ -135,8 +135,8 @@ static void test_attention_fd(void) {
     float *dqkv = randn(nqkv, 1.0f), *scratch = randn(natt, 0);
     /* the reference keeps the fp32 probabilities, and its backward works in a block of
      * their size */
-    CHECK_INT_EQ(R->attention_saved_bytes(R, F32, c.B, c.T, c.C, c.NH), natt * sizeof(float));
-    CHECK_INT_EQ(R->attention_scratch_bytes(R, F32, c.B, c.T, c.C, c.NH), natt * sizeof(float));
+    CHECK_INT_EQ(R->attention_saved_bytes(R, F32, c.B, c.T, c.C, c.NH, c.NH), natt * sizeof(float));
+    CHECK_INT_EQ(R->attention_scratch_bytes(R, F32, c.B, c.T, c.C, c.NH, c.NH), natt * sizeof(float));
     att_loss(&c);
     /* probabilities: rows sum to 1, zero above the diagonal */
     for (int64_t r = 0; r < c.B * c.NH * c.T; r++) {
@@ -149,7 +149,7 @@ static void test_attention_fd(void) {
         }
         CHECK_NEAR(s, 1.0, 1e-6);
     }
-    R->attention_backward(R, F32, dqkv, scratch, c.R, c.qkv, c.att, c.B, c.T, c.C, c.NH);
+    R->attention_backward(R, F32, dqkv, scratch, c.R, c.qkv, c.att, c.B, c.T, c.C, c.NH, c.NH);
     CHECK_TRUE(fd_rel_err(att_loss, &c, c.qkv, dqkv, nqkv) < FD_TOL);
     free(c.qkv), free(c.out), free(c.att), free(c.R), free(dqkv), free(scratch);
 }

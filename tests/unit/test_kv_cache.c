@@ -32,13 +32,13 @@ static void test_decode_op(void) {
     float *ow = malloc((size_t)(B * Tk * C) * sizeof *ow);
     kiln_backend *cpu = kiln_backend_cpu(), *ref = kiln_backend_ref();
     CHECK_TRUE(cpu->attention_decode != NULL && ref->attention_decode != NULL);
-    cpu->attention_decode(cpu, KILN_DTYPE_F32, oc, qkv, B, ldT, Tk, T, C, NH);
-    ref->attention_decode(ref, KILN_DTYPE_F32, orf, qkv, B, ldT, Tk, T, C, NH);
+    cpu->attention_decode(cpu, KILN_DTYPE_F32, oc, qkv, B, ldT, Tk, T, C, NH, NH);
+    ref->attention_decode(ref, KILN_DTYPE_F32, orf, qkv, B, ldT, Tk, T, C, NH, NH);
     CHECK_OK(cpu->synchronize(cpu));
     CHECK_OK(ref->synchronize(ref));
-    void *saved = malloc(ref->attention_saved_bytes(ref, KILN_DTYPE_F32, B, Tk, C, NH));
-    void *scratch = malloc(ref->attention_scratch_bytes(ref, KILN_DTYPE_F32, B, Tk, C, NH) + 1);
-    ref->attention_forward(ref, KILN_DTYPE_F32, ow, saved, scratch, full, B, Tk, C, NH);
+    void *saved = malloc(ref->attention_saved_bytes(ref, KILN_DTYPE_F32, B, Tk, C, NH, NH));
+    void *scratch = malloc(ref->attention_scratch_bytes(ref, KILN_DTYPE_F32, B, Tk, C, NH, NH) + 1);
+    ref->attention_forward(ref, KILN_DTYPE_F32, ow, saved, scratch, full, B, Tk, C, NH, NH);
     CHECK_OK(ref->synchronize(ref));
     double worst_ref = 0.0, worst_win = 0.0;
     for (int64_t b = 0; b < B; b++)
@@ -56,8 +56,8 @@ static void test_decode_op(void) {
     uint16_t *ob = malloc((size_t)(B * T * C) * sizeof *ob),
              *obr = malloc((size_t)(B * T * C) * sizeof *obr);
     kiln_convert(qb, KILN_DTYPE_BF16, qkv, KILN_DTYPE_F32, B * ldT * 3 * C);
-    cpu->attention_decode(cpu, KILN_DTYPE_BF16, ob, qb, B, ldT, Tk, T, C, NH);
-    ref->attention_decode(ref, KILN_DTYPE_BF16, obr, qb, B, ldT, Tk, T, C, NH);
+    cpu->attention_decode(cpu, KILN_DTYPE_BF16, ob, qb, B, ldT, Tk, T, C, NH, NH);
+    ref->attention_decode(ref, KILN_DTYPE_BF16, obr, qb, B, ldT, Tk, T, C, NH, NH);
     CHECK_OK(cpu->synchronize(cpu));
     CHECK_OK(ref->synchronize(ref));
     float *fb = malloc((size_t)(B * T * C) * sizeof *fb),

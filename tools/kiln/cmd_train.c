@@ -23,8 +23,11 @@
 static const char *usage =
     "usage: kiln train [flags]\n\n"
     "Train a GPT model on token shards made by `kiln prepare`. The model comes from a preset\n"
-    "(gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, d4, d6, d12), a JSON file (n_layer, n_head,\n"
-    "n_embd, max_seq_len, optional vocab_size), or --init weights; --layers/--heads/--embd/\n"
+    "(gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, d4, d6, d12; Llamas llama-d4, llama-d6,\n"
+    "llama-d12, smollm2-135m), a JSON file (kiln's: n_layer, n_head, n_embd, max_seq_len,\n"
+    "optional vocab_size and \"family\": \"llama\" with n_kv_head, mlp_hidden, norm_eps,\n"
+    "rope_theta, untied_head; or a Hugging Face config.json of model_type llama or gpt2), or\n"
+    "--init weights; --layers/--heads/--embd/\n"
     "--context override it. The vocabulary is --vocab, else the JSON's vocab_size, else (and\n"
     "for presets) the data's; one that differs from the data's is an error. With --val-data\n"
     "the model is evaluated after the last step (and every --eval-every steps). The whole\n"

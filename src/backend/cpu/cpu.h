@@ -11,7 +11,7 @@
 
 /* Every op of KILN_BACKEND_OPS: kiln__cpu_matmul_* in cpu_matmul.c, kiln__cpu_attention_* in
  * cpu_attention.c, the optimizer kernels, sums, scale and zero in cpu_optim.c, memory in
- * cpu.c, the rest in cpu_layers.c. */
+ * cpu.c, RMSNorm, rotary embeddings and SwiGLU in cpu_llama.c, the rest in cpu_layers.c. */
 KILN_BACKEND_DECLARE(kiln__cpu_)
 
 /* cpu_prepare.c: the optional prepare op; cpu_attention.c: the optional attention_decode. */
@@ -24,6 +24,11 @@ typedef struct kiln__cpu_state_t {
     void *scratch;
     size_t scratch_bytes;
     int attention_threads; /* the fewest threads an attention scratch was planned for (0: none) */
+    /* cpu_llama.c: rotary embeddings' cos and sin of positions 0..rope_pos-1 for rope_hs and
+     * rope_theta (NULL: none yet) */
+    float *rope_tab;
+    int64_t rope_pos, rope_hs;
+    float rope_theta;
 } kiln__cpu_state_t;
 kiln__cpu_state_t *kiln__cpu_state(kiln_backend *be);
 

@@ -6,8 +6,12 @@
  * Rows of the T x T score matrix go in blocks of ATT_BLOCK queries: block [r0, r1) only
  * needs keys [0, r1), which skips most of the masked upper triangle for long sequences.
  *
- * Layouts: qkv (B,T,3C) with q, k, v of head h at channels h*hs of each third (row
- * stride 3C); out, dout (B,T,C), head h at channels h*hs (row stride C).
+ * Layouts: qkv (B,T,W), W = (NH + 2 NKV) hs: query head h at channels h*hs, key head j at
+ * C + j*hs, value head j at C + NKV*hs + j*hs (row stride W); query head h reads key/value
+ * head h / g, g = NH / NKV. out, dout (B,T,C), head h at channels h*hs (row stride C).
+ * Backward runs over (batch, key/value head), the g query heads of a group one after another
+ * into the group's key and value gradients, so no two threads write the same rows and the
+ * sums' order is fixed.
  * saved: the fp32 probabilities (B,NH,T,T). scratch: per thread, a T x T block for the
  * scores' gradient and, for a narrower dtype, fp32 copies of the head's slices (q, k, v,
  * dout, the outputs), so the products run in fp32 from values rounded once. */
@@ -28,14 +32,14 @@ static int64_t thread_floats(kiln_dtype dt, int64_t T, int64_t hs) {
 }
 
 size_t kiln__cpu_attention_saved_bytes(kiln_backend *be, kiln_dtype dt, int64_t B, int64_t T,
-                                       int64_t C, int64_t NH) {
-    (void)be, (void)dt, (void)C;
+                                       int64_t C, int64_t NH, int64_t NKV) {
+    (void)be, (void)dt, (void)C, (void)NKV;
     return (size_t)(B * NH * T * T) * sizeof(float);
 }
 
 size_t kiln__cpu_attention_scratch_bytes(kiln_backend *be, kiln_dtype dt, int64_t B, int64_t T,
-                                         int64_t C, int64_t NH) {
-    (void)B;
+                                         int64_t C, int64_t NH, int64_t NKV) {
+    (void)B, (void)NKV;
     /* one block per thread that may run: the thread count when the model is planned (kiln
      * sets threads before it builds a model); the ops never run more threads than the
      * fewest any plan was made for */
@@ -127,24 +131,26 @@ static int op_threads(kiln_backend *be) {
 }
 
 KILN_INLINE void forward_body(void *out, float *att, float *scratch, const void *qkv, int64_t B,
-                              int64_t T, int64_t C, int64_t NH, int threads, kiln_dtype dt) {
-    int64_t hs = C / NH;
+                              int64_t T, int64_t C, int64_t NH, int64_t NKV, int threads,
+                              kiln_dtype dt) {
+    int64_t hs = C / NH, W = C + 2 * NKV * hs, g = NH / NKV;
     float scale = (float)(1.0 / sqrt((double)hs));
 #pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
     for (int64_t b = 0; b < B; b++) {
         for (int64_t h = 0; h < NH; h++) {
             float *a = att + (b * NH + h) * T * T;
+            int64_t ko = C + (h / g) * hs, vo = ko + NKV * hs; /* its key/value head */
             if (dt == KILN_DTYPE_F32) {
-                const float *q = (const float *)qkv + b * T * 3 * C + h * hs;
-                head_forward((float *)out + b * T * C + h * hs, C, a, q, q + C, q + 2 * C, 3 * C,
+                const float *x = (const float *)qkv + b * T * W;
+                head_forward((float *)out + b * T * C + h * hs, C, a, x + h * hs, x + ko, x + vo, W,
                              T, hs, scale);
             } else {
                 float *w = scratch + omp_get_thread_num() * thread_floats(dt, T, hs) + T * T;
                 float *q = w, *k = w + T * hs, *v = w + 2 * T * hs, *o = w + 3 * T * hs;
-                const void *src = kiln__cat(qkv, b * T * 3 * C, dt);
-                gather(q, src, h * hs, 3 * C, T, hs, dt);
-                gather(k, src, C + h * hs, 3 * C, T, hs, dt);
-                gather(v, src, 2 * C + h * hs, 3 * C, T, hs, dt);
+                const void *src = kiln__cat(qkv, b * T * W, dt);
+                gather(q, src, h * hs, W, T, hs, dt);
+                gather(k, src, ko, W, T, hs, dt);
+                gather(v, src, vo, W, T, hs, dt);
                 head_forward(o, hs, a, q, k, v, hs, T, hs, scale);
                 scatter(kiln__at(out, b * T * C, dt), h * hs, C, o, T, hs, dt);
             }
@@ -154,14 +160,14 @@ KILN_INLINE void forward_body(void *out, float *att, float *scratch, const void 
 
 void kiln__cpu_attention_forward(kiln_backend *be, kiln_dtype dt, void *out, void *saved,
                                  void *scratch, const void *qkv, int64_t B, int64_t T, int64_t C,
-                                 int64_t NH) {
+                                 int64_t NH, int64_t NKV) {
     int n = op_threads(be);
     if (dt == KILN_DTYPE_F32)
-        forward_body(out, saved, scratch, qkv, B, T, C, NH, n, KILN_DTYPE_F32);
+        forward_body(out, saved, scratch, qkv, B, T, C, NH, NKV, n, KILN_DTYPE_F32);
     else if (dt == KILN_DTYPE_BF16)
-        forward_body(out, saved, scratch, qkv, B, T, C, NH, n, KILN_DTYPE_BF16);
+        forward_body(out, saved, scratch, qkv, B, T, C, NH, NKV, n, KILN_DTYPE_BF16);
     else
-        forward_body(out, saved, scratch, qkv, B, T, C, NH, n, KILN_DTYPE_F16);
+        forward_body(out, saved, scratch, qkv, B, T, C, NH, NKV, n, KILN_DTYPE_F16);
 }
 
 /* ds[0..t] = scale * p * (dp - sum_j p[j] dp[j]) in place over dp; ds[t+1..r1) = 0. */
@@ -178,10 +184,11 @@ static void softmax_backward_row(float *ds, const float *p, int64_t t, int64_t r
 }
 
 /* One head: q, k, v and dq, dk, dv rows of stride ld; dout rows of stride ldd; s a (T,T)
- * block of scratch; a the (T,T) probabilities. */
-static void head_backward(float *dq, float *dk, float *dv, float *s, const float *dout,
-                          int64_t ldd, const float *q, const float *k, const float *v, int64_t ld,
-                          const float *a, int64_t T, int64_t hs, float scale) {
+ * block of scratch; a the (T,T) probabilities. dk and dv are written, or with add added to
+ * (the second and later query heads of a key/value head). */
+static void head_backward(float *dq, float *dk, float *dv, float *s, const float *dout, int64_t ldd,
+                          const float *q, const float *k, const float *v, int64_t ld,
+                          const float *a, int64_t T, int64_t hs, float scale, int add) {
     int64_t nblocks = (T + ATT_BLOCK - 1) / ATT_BLOCK;
     for (int64_t r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
@@ -201,7 +208,7 @@ static void head_backward(float *dq, float *dk, float *dv, float *s, const float
         int64_t r0 = bi * ATT_BLOCK;
         int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         int m = (int)(r1 - r0);
-        float beta = bi == nblocks - 1 ? 0.0f : 1.0f;
+        float beta = bi == nblocks - 1 && !add ? 0.0f : 1.0f;
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r1, (int)hs, m, 1.0f, s + r0 * T,
                     (int)T, q + r0 * ld, (int)ld, beta, dk, (int)ld);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r1, (int)hs, m, 1.0f, a + r0 * T,
@@ -211,33 +218,38 @@ static void head_backward(float *dq, float *dk, float *dv, float *s, const float
 
 KILN_INLINE void backward_body(void *dqkv, float *scratch, const void *dout, const void *qkv,
                                const float *att, int64_t B, int64_t T, int64_t C, int64_t NH,
-                               int threads, kiln_dtype dt) {
-    int64_t hs = C / NH;
+                               int64_t NKV, int threads, kiln_dtype dt) {
+    int64_t hs = C / NH, W = C + 2 * NKV * hs, g = NH / NKV;
     float scale = (float)(1.0 / sqrt((double)hs));
 #pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
     for (int64_t b = 0; b < B; b++) {
-        for (int64_t h = 0; h < NH; h++) {
-            const float *a = att + (b * NH + h) * T * T;
+        for (int64_t j = 0; j < NKV; j++) {
             float *s = scratch + omp_get_thread_num() * thread_floats(dt, T, hs);
+            int64_t ko = C + j * hs, vo = ko + NKV * hs;
             if (dt == KILN_DTYPE_F32) {
-                float *dq = (float *)dqkv + b * T * 3 * C + h * hs;
-                const float *q = (const float *)qkv + b * T * 3 * C + h * hs;
-                head_backward(dq, dq + C, dq + 2 * C, s, (const float *)dout + b * T * C + h * hs,
-                              C, q, q + C, q + 2 * C, 3 * C, a, T, hs, scale);
+                float *dx = (float *)dqkv + b * T * W;
+                const float *x = (const float *)qkv + b * T * W;
+                for (int64_t h = j * g; h < (j + 1) * g; h++)
+                    head_backward(dx + h * hs, dx + ko, dx + vo, s,
+                                  (const float *)dout + b * T * C + h * hs, C, x + h * hs, x + ko,
+                                  x + vo, W, att + (b * NH + h) * T * T, T, hs, scale, h > j * g);
             } else {
                 float *w = s + T * T;
                 float *q = w, *k = w + T * hs, *v = w + 2 * T * hs, *d = w + 3 * T * hs;
                 float *dq = w + 4 * T * hs, *dk = w + 5 * T * hs, *dv = w + 6 * T * hs;
-                const void *src = kiln__cat(qkv, b * T * 3 * C, dt);
-                gather(q, src, h * hs, 3 * C, T, hs, dt);
-                gather(k, src, C + h * hs, 3 * C, T, hs, dt);
-                gather(v, src, 2 * C + h * hs, 3 * C, T, hs, dt);
-                gather(d, kiln__cat(dout, b * T * C, dt), h * hs, C, T, hs, dt);
-                head_backward(dq, dk, dv, s, d, hs, q, k, v, hs, a, T, hs, scale);
-                void *dst = kiln__at(dqkv, b * T * 3 * C, dt);
-                scatter(dst, h * hs, 3 * C, dq, T, hs, dt);
-                scatter(dst, C + h * hs, 3 * C, dk, T, hs, dt);
-                scatter(dst, 2 * C + h * hs, 3 * C, dv, T, hs, dt);
+                const void *src = kiln__cat(qkv, b * T * W, dt);
+                void *dst = kiln__at(dqkv, b * T * W, dt);
+                gather(k, src, ko, W, T, hs, dt);
+                gather(v, src, vo, W, T, hs, dt);
+                for (int64_t h = j * g; h < (j + 1) * g; h++) {
+                    gather(q, src, h * hs, W, T, hs, dt);
+                    gather(d, kiln__cat(dout, b * T * C, dt), h * hs, C, T, hs, dt);
+                    head_backward(dq, dk, dv, s, d, hs, q, k, v, hs, att + (b * NH + h) * T * T, T,
+                                  hs, scale, h > j * g);
+                    scatter(dst, h * hs, W, dq, T, hs, dt);
+                }
+                scatter(dst, ko, W, dk, T, hs, dt);
+                scatter(dst, vo, W, dv, T, hs, dt);
             }
         }
     }
@@ -245,22 +257,22 @@ KILN_INLINE void backward_body(void *dqkv, float *scratch, const void *dout, con
 
 void kiln__cpu_attention_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, void *scratch,
                                   const void *dout, const void *qkv, const void *saved, int64_t B,
-                                  int64_t T, int64_t C, int64_t NH) {
+                                  int64_t T, int64_t C, int64_t NH, int64_t NKV) {
     int n = op_threads(be);
     if (dt == KILN_DTYPE_F32)
-        backward_body(dqkv, scratch, dout, qkv, saved, B, T, C, NH, n, KILN_DTYPE_F32);
+        backward_body(dqkv, scratch, dout, qkv, saved, B, T, C, NH, NKV, n, KILN_DTYPE_F32);
     else if (dt == KILN_DTYPE_BF16)
-        backward_body(dqkv, scratch, dout, qkv, saved, B, T, C, NH, n, KILN_DTYPE_BF16);
+        backward_body(dqkv, scratch, dout, qkv, saved, B, T, C, NH, NKV, n, KILN_DTYPE_BF16);
     else
-        backward_body(dqkv, scratch, dout, qkv, saved, B, T, C, NH, n, KILN_DTYPE_F16);
+        backward_body(dqkv, scratch, dout, qkv, saved, B, T, C, NH, NKV, n, KILN_DTYPE_F16);
 }
 
 /* Generation: each (sequence, head, query) on its own, the query's scores over its keys in a
  * per-thread row, all in fp32 from values widened once. */
 KILN_INLINE void decode_body(void *out, const void *qkv, int64_t B, int64_t ldT, int64_t Tk,
-                             int64_t T, int64_t C, int64_t NH, float *buf, int threads,
+                             int64_t T, int64_t C, int64_t NH, int64_t NKV, float *buf, int threads,
                              kiln_dtype dt) {
-    int64_t hs = C / NH;
+    int64_t hs = C / NH, W = C + 2 * NKV * hs, g = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(3) schedule(static) num_threads(threads)
     for (int64_t b = 0; b < B; b++) {
@@ -268,12 +280,13 @@ KILN_INLINE void decode_body(void *out, const void *qkv, int64_t B, int64_t ldT,
             for (int64_t t = 0; t < T; t++) {
                 float *sc = buf + (int64_t)omp_get_thread_num() * (Tk + 2 * hs);
                 float *qf = sc + Tk, *acc = qf + hs;
-                int64_t p = Tk - T + t, seq = b * ldT * 3 * C; /* the query's position */
+                int64_t p = Tk - T + t, seq = b * ldT * W; /* the query's position */
+                int64_t ko = C + (h / g) * hs, vo = ko + NKV * hs;
                 for (int64_t i = 0; i < hs; i++)
-                    qf[i] = kiln__ld(qkv, seq + p * 3 * C + h * hs + i, dt) * scale;
+                    qf[i] = kiln__ld(qkv, seq + p * W + h * hs + i, dt) * scale;
                 float maxv = -INFINITY;
                 for (int64_t j = 0; j <= p; j++) {
-                    int64_t k0 = seq + j * 3 * C + C + h * hs;
+                    int64_t k0 = seq + j * W + ko;
                     float d = 0.0f;
 #pragma omp simd reduction(+ : d)
                     for (int64_t i = 0; i < hs; i++)
@@ -289,7 +302,7 @@ KILN_INLINE void decode_body(void *out, const void *qkv, int64_t B, int64_t ldT,
                 for (int64_t i = 0; i < hs; i++)
                     acc[i] = 0.0f;
                 for (int64_t j = 0; j <= p; j++) {
-                    int64_t v0 = seq + j * 3 * C + 2 * C + h * hs;
+                    int64_t v0 = seq + j * W + vo;
                     float w = sc[j];
 #pragma omp simd
                     for (int64_t i = 0; i < hs; i++)
@@ -305,7 +318,7 @@ KILN_INLINE void decode_body(void *out, const void *qkv, int64_t B, int64_t ldT,
 
 void kiln__cpu_attention_decode(kiln_backend *be, kiln_dtype dt, void *out, const void *qkv,
                                 int64_t B, int64_t ldT, int64_t Tk, int64_t T, int64_t C,
-                                int64_t NH) {
+                                int64_t NH, int64_t NKV) {
     int n = omp_get_max_threads();
     float *buf = malloc((size_t)n * (size_t)(Tk + 2 * (C / NH)) * sizeof *buf);
     if (!buf) {
@@ -314,10 +327,10 @@ void kiln__cpu_attention_decode(kiln_backend *be, kiln_dtype dt, void *out, cons
         return;
     }
     if (dt == KILN_DTYPE_F32)
-        decode_body(out, qkv, B, ldT, Tk, T, C, NH, buf, n, KILN_DTYPE_F32);
+        decode_body(out, qkv, B, ldT, Tk, T, C, NH, NKV, buf, n, KILN_DTYPE_F32);
     else if (dt == KILN_DTYPE_BF16)
-        decode_body(out, qkv, B, ldT, Tk, T, C, NH, buf, n, KILN_DTYPE_BF16);
+        decode_body(out, qkv, B, ldT, Tk, T, C, NH, NKV, buf, n, KILN_DTYPE_BF16);
     else
-        decode_body(out, qkv, B, ldT, Tk, T, C, NH, buf, n, KILN_DTYPE_F16);
+        decode_body(out, qkv, B, ldT, Tk, T, C, NH, NKV, buf, n, KILN_DTYPE_F16);
     free(buf);
 }

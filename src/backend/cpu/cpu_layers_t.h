@@ -7,6 +7,12 @@ static inline void T(encoder_forward)(void *out, const int32_t *inp, const void 
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < B * T; n++) {
         int64_t o = n * C, e = (int64_t)inp[n] * C, p = (n % T) * C;
+        if (!wpe) { /* rotary positions: the token's embedding alone */
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                kiln__st(out, o + c, kiln__ld(wte, e + c, DT), DT);
+            continue;
+        }
 #pragma omp simd
         for (int64_t c = 0; c < C; c++)
             kiln__st(out, o + c, kiln__ld(wte, e + c, DT) + kiln__ld(wpe, p + c, DT), DT);
@@ -25,7 +31,13 @@ static inline void T(encoder_backward)(float *dwte, float *dwpe, const void *dou
             for (int64_t c = c0; c < c1; c++)
                 dpe[c] += kiln__ld(dout, n * C + c, DT);
         }
-        for (int64_t n = 0; dwte && n < B * T; n++) {
+        for (int64_t n = 0; dwte && !dwpe && n < B * T; n++) { /* wte alone */
+            float *dwe = dwte + (int64_t)inp[n] * C;
+#pragma omp simd
+            for (int64_t c = c0; c < c1; c++)
+                dwe[c] += kiln__ld(dout, n * C + c, DT);
+        }
+        for (int64_t n = 0; dwte && dwpe && n < B * T; n++) {
             float *dwe = dwte + (int64_t)inp[n] * C;
             float *dpe = dwpe + (n % T) * C;
 #pragma omp simd

@@ -21,9 +21,9 @@ static void encoder_forward_f32(float *out, const int32_t *inp, const float *wte
         for (int64_t t = 0; t < T; t++) {
             float *o = out + (b * T + t) * C;
             const float *we = wte + (int64_t)inp[b * T + t] * C;
-            const float *pe = wpe + t * C;
+            const float *pe = wpe ? wpe + t * C : NULL;
             for (int64_t c = 0; c < C; c++)
-                o[c] = we[c] + pe[c];
+                o[c] = we[c] + (pe ? pe[c] : 0.0f);
         }
     }
 }
@@ -34,11 +34,12 @@ static void encoder_backward_f32(float *dwte, float *dwpe, const float *dout, co
         for (int64_t t = 0; t < T; t++) {
             const float *d = dout + (b * T + t) * C;
             float *dwe = dwte ? dwte + (int64_t)inp[b * T + t] * C : NULL;
-            float *dpe = dwpe + t * C;
+            float *dpe = dwpe ? dwpe + t * C : NULL;
             for (int64_t c = 0; c < C; c++) {
                 if (dwe)
                     dwe[c] += d[c];
-                dpe[c] += d[c];
+                if (dpe)
+                    dpe[c] += d[c];
             }
         }
     }
@@ -146,20 +147,32 @@ static void matmul_backward_f32(float *dinp, float *dweight, float *dbias, const
     }
 }
 
-/* qkv (B,T,3C): for position (b,t), q at [0,C), k at [C,2C), v at [2C,3C), head h at
- * channels [h*hs, (h+1)*hs) of each. att (B,NH,T,T), out (B,T,C). */
-static void attention_forward_f32(float *out, float *att, const float *qkv, int64_t B, int64_t T,
-                                  int64_t C, int64_t NH) {
+/* qkv (B,T,W), W = (NH + 2 NKV) hs: for position (b,t), query head h at [h hs, (h+1) hs),
+ * key head j at C + j hs, value head j at C + NKV hs + j hs; query head h reads key/value
+ * head h / (NH/NKV). att (B,NH,T,T), out (B,T,C). */
+typedef struct gqa {
+    int64_t hs, W, group, kv0, v0; /* head size, row width, queries a kv head, k and v starts */
+} gqa;
+
+static gqa gqa_of(int64_t C, int64_t NH, int64_t NKV) {
     int64_t hs = C / NH;
+    return (gqa){hs, C + 2 * NKV * hs, NH / NKV, C, C + NKV * hs};
+}
+
+static void attention_forward_f32(float *out, float *att, const float *qkv, int64_t B, int64_t T,
+                                  int64_t C, int64_t NH, int64_t NKV) {
+    gqa g = gqa_of(C, NH, NKV);
+    int64_t hs = g.hs, W = g.W;
     double scale = 1.0 / sqrt((double)hs);
     for (int64_t b = 0; b < B; b++) {
         for (int64_t h = 0; h < NH; h++) {
+            int64_t ko = g.kv0 + (h / g.group) * hs, vo = g.v0 + (h / g.group) * hs;
             for (int64_t t = 0; t < T; t++) {
-                const float *q = qkv + (b * T + t) * 3 * C + h * hs;
+                const float *q = qkv + (b * T + t) * W + h * hs;
                 float *a = att + ((b * NH + h) * T + t) * T;
                 double maxv = -INFINITY;
                 for (int64_t t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + (b * T + t2) * 3 * C + C + h * hs;
+                    const float *k = qkv + (b * T + t2) * W + ko;
                     double dot = 0.0;
                     for (int64_t i = 0; i < hs; i++)
                         dot += (double)q[i] * k[i];
@@ -182,7 +195,7 @@ static void attention_forward_f32(float *out, float *att, const float *qkv, int6
                 for (int64_t i = 0; i < hs; i++) {
                     double acc = 0.0;
                     for (int64_t t2 = 0; t2 <= t; t2++)
-                        acc += (double)a[t2] * qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
+                        acc += (double)a[t2] * qkv[(b * T + t2) * W + vo + i];
                     o[i] = (float)acc;
                 }
             }
@@ -191,23 +204,26 @@ static void attention_forward_f32(float *out, float *att, const float *qkv, int6
 }
 
 /* With p = att row, dp[t2] = dout . v[t2]; dscore = p * (dp - sum_j p[j] dp[j]);
- * dq = scale * sum dscore k; dk[t2] += scale * dscore q; dv[t2] += p dout.
- * scratch holds dscore for each (b, h, t, t2). */
+ * dq = scale * sum dscore k; dk[t2] += scale * dscore q; dv[t2] += p dout (a shared key/value
+ * head gathers every query head's part). scratch holds dscore for each (b, h, t, t2). */
 static void attention_backward_f32(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                   const float *att, int64_t B, int64_t T, int64_t C, int64_t NH) {
-    int64_t hs = C / NH;
+                                   const float *att, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                   int64_t NKV) {
+    gqa g = gqa_of(C, NH, NKV);
+    int64_t hs = g.hs, W = g.W;
     double scale = 1.0 / sqrt((double)hs);
-    memset(dqkv, 0, (size_t)(B * T * 3 * C) * sizeof(float));
+    memset(dqkv, 0, (size_t)(B * T * W) * sizeof(float));
     for (int64_t b = 0; b < B; b++) {
         for (int64_t h = 0; h < NH; h++) {
+            int64_t ko = g.kv0 + (h / g.group) * hs, vo = g.v0 + (h / g.group) * hs;
             for (int64_t t = 0; t < T; t++) {
                 const float *p = att + ((b * NH + h) * T + t) * T;
                 float *ds = scratch + ((b * NH + h) * T + t) * T;
                 const float *d = dout + (b * T + t) * C + h * hs;
                 double pdp = 0.0;
                 for (int64_t t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + (b * T + t2) * 3 * C + 2 * C + h * hs;
-                    float *dv = dqkv + (b * T + t2) * 3 * C + 2 * C + h * hs;
+                    const float *v = qkv + (b * T + t2) * W + vo;
+                    float *dv = dqkv + (b * T + t2) * W + vo;
                     double dp = 0.0;
                     for (int64_t i = 0; i < hs; i++) {
                         dp += (double)d[i] * v[i];
@@ -220,16 +236,16 @@ static void attention_backward_f32(float *dqkv, float *scratch, const float *dou
                 }
                 for (int64_t t2 = 0; t2 <= t; t2++)
                     ds[t2] = (float)((double)p[t2] * ((double)ds[t2] - pdp));
-                const float *q = qkv + (b * T + t) * 3 * C + h * hs;
-                float *dq = dqkv + (b * T + t) * 3 * C + h * hs;
+                const float *q = qkv + (b * T + t) * W + h * hs;
+                float *dq = dqkv + (b * T + t) * W + h * hs;
                 for (int64_t i = 0; i < hs; i++) {
                     double acc = 0.0;
                     for (int64_t t2 = 0; t2 <= t; t2++)
-                        acc += (double)ds[t2] * qkv[(b * T + t2) * 3 * C + C + h * hs + i];
+                        acc += (double)ds[t2] * qkv[(b * T + t2) * W + ko + i];
                     dq[i] = (float)(acc * scale);
                 }
                 for (int64_t t2 = 0; t2 <= t; t2++) {
-                    float *dk = dqkv + (b * T + t2) * 3 * C + C + h * hs;
+                    float *dk = dqkv + (b * T + t2) * W + ko;
                     for (int64_t i = 0; i < hs; i++)
                         dk[i] += (float)(scale * ds[t2] * q[i]);
                 }
@@ -303,7 +319,7 @@ void kiln__ref_encoder_forward(kiln_backend *be, kiln_dtype dt, void *out, const
     for (int64_t i = 0; i < B * T; i++)
         maxid = inp[i] > maxid ? inp[i] : maxid;
     ref_buf o = ref_out(be, out, dt, B * T * C, 0), e = ref_in(be, wte, dt, (maxid + 1) * C),
-            p = ref_in(be, wpe, dt, T * C);
+            p = ref_in(be, wpe, dt, T * C); /* wpe NULL: p.f NULL */
     if (ref_ok(be))
         encoder_forward_f32(o.f, inp, e.f, p.f, B, T, C);
     ref_done(&o), ref_done(&e), ref_done(&p);
@@ -373,46 +389,49 @@ void kiln__ref_matmul_backward(kiln_backend *be, kiln_dtype dt, void *dinp, floa
 
 /* saved: the fp32 probabilities (B,NH,T,T); scratch: dscore of the same shape. */
 size_t kiln__ref_attention_saved_bytes(kiln_backend *be, kiln_dtype dt, int64_t B, int64_t T,
-                                       int64_t C, int64_t NH) {
-    (void)be, (void)dt, (void)C;
+                                       int64_t C, int64_t NH, int64_t NKV) {
+    (void)be, (void)dt, (void)C, (void)NKV;
     return (size_t)(B * NH * T * T) * sizeof(float);
 }
 
 size_t kiln__ref_attention_scratch_bytes(kiln_backend *be, kiln_dtype dt, int64_t B, int64_t T,
-                                         int64_t C, int64_t NH) {
-    return kiln__ref_attention_saved_bytes(be, dt, B, T, C, NH);
+                                         int64_t C, int64_t NH, int64_t NKV) {
+    return kiln__ref_attention_saved_bytes(be, dt, B, T, C, NH, NKV);
 }
 
 void kiln__ref_attention_forward(kiln_backend *be, kiln_dtype dt, void *out, void *saved,
                                  void *scratch, const void *qkv, int64_t B, int64_t T, int64_t C,
-                                 int64_t NH) {
+                                 int64_t NH, int64_t NKV) {
     (void)scratch;
-    ref_buf o = ref_out(be, out, dt, B * T * C, 0), q = ref_in(be, qkv, dt, B * T * 3 * C);
+    int64_t W = gqa_of(C, NH, NKV).W;
+    ref_buf o = ref_out(be, out, dt, B * T * C, 0), q = ref_in(be, qkv, dt, B * T * W);
     if (ref_ok(be))
-        attention_forward_f32(o.f, saved, q.f, B, T, C, NH);
+        attention_forward_f32(o.f, saved, q.f, B, T, C, NH, NKV);
     ref_done(&o), ref_done(&q);
 }
 
 void kiln__ref_attention_decode(kiln_backend *be, kiln_dtype dt, void *out, const void *qkv,
                                 int64_t B, int64_t ldT, int64_t Tk, int64_t T, int64_t C,
-                                int64_t NH) {
-    ref_buf o = ref_out(be, out, dt, B * T * C, 0), q = ref_in(be, qkv, dt, B * ldT * 3 * C);
+                                int64_t NH, int64_t NKV) {
+    gqa g = gqa_of(C, NH, NKV);
+    int64_t hs = g.hs, W = g.W;
+    ref_buf o = ref_out(be, out, dt, B * T * C, 0), q = ref_in(be, qkv, dt, B * ldT * W);
     double *a = malloc((size_t)(Tk > 0 ? Tk : 1) * sizeof *a);
     if (!a)
         kiln_backend_fail(be, KILN_ERR_NOMEM, "ref attention_decode: no memory");
-    int64_t hs = C / NH;
     double scale = 1.0 / sqrt((double)hs);
     for (int64_t b = 0; ref_ok(be) && b < B; b++) {
-        const float *seq = q.f + b * ldT * 3 * C;
+        const float *seq = q.f + b * ldT * W;
         for (int64_t h = 0; h < NH; h++) {
+            int64_t ko = g.kv0 + (h / g.group) * hs, vo = g.v0 + (h / g.group) * hs;
             for (int64_t t = 0; t < T; t++) {
                 int64_t p = Tk - T + t; /* the query's position */
-                const float *qr = seq + p * 3 * C + h * hs;
+                const float *qr = seq + p * W + h * hs;
                 double maxv = -INFINITY, sum = 0.0;
                 for (int64_t j = 0; j <= p; j++) {
                     double dot = 0.0;
                     for (int64_t i = 0; i < hs; i++)
-                        dot += (double)qr[i] * seq[j * 3 * C + C + h * hs + i];
+                        dot += (double)qr[i] * seq[j * W + ko + i];
                     a[j] = dot * scale;
                     maxv = a[j] > maxv ? a[j] : maxv;
                 }
@@ -424,7 +443,7 @@ void kiln__ref_attention_decode(kiln_backend *be, kiln_dtype dt, void *out, cons
                 for (int64_t i = 0; i < hs; i++) {
                     double acc = 0.0;
                     for (int64_t j = 0; j <= p; j++)
-                        acc += a[j] / sum * seq[j * 3 * C + 2 * C + h * hs + i];
+                        acc += a[j] / sum * seq[j * W + vo + i];
                     orow[i] = (float)acc;
                 }
             }
@@ -436,11 +455,12 @@ void kiln__ref_attention_decode(kiln_backend *be, kiln_dtype dt, void *out, cons
 
 void kiln__ref_attention_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, void *scratch,
                                   const void *dout, const void *qkv, const void *saved, int64_t B,
-                                  int64_t T, int64_t C, int64_t NH) {
-    ref_buf dq = ref_out(be, dqkv, dt, B * T * 3 * C, 0), d = ref_in(be, dout, dt, B * T * C),
-            q = ref_in(be, qkv, dt, B * T * 3 * C);
+                                  int64_t T, int64_t C, int64_t NH, int64_t NKV) {
+    int64_t W = gqa_of(C, NH, NKV).W;
+    ref_buf dq = ref_out(be, dqkv, dt, B * T * W, 0), d = ref_in(be, dout, dt, B * T * C),
+            q = ref_in(be, qkv, dt, B * T * W);
     if (ref_ok(be))
-        attention_backward_f32(dq.f, scratch, d.f, q.f, saved, B, T, C, NH);
+        attention_backward_f32(dq.f, scratch, d.f, q.f, saved, B, T, C, NH, NKV);
     ref_done(&dq), ref_done(&d), ref_done(&q);
 }
 
