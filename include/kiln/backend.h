@@ -68,7 +68,7 @@ typedef void kiln_op_encoder_forward(kiln_backend *be, kiln_dtype dt, void *out,
                                      const void *wte, const void *wpe, int64_t B, int64_t T,
                                      int64_t C);
 /* dwte (V,C) += and dwpe (T,C) += from dout (B,T,C); dwte NULL: dwpe alone; dwpe NULL: dwte
- * alone. */
+ * alone; both NULL: nothing. */
 typedef void kiln_op_encoder_backward(kiln_backend *be, kiln_dtype dt, float *dwte, float *dwpe,
                                       const void *dout, const int32_t *inp, int64_t B, int64_t T,
                                       int64_t C);

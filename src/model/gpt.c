@@ -394,6 +394,8 @@ static kiln_status report_grads(kiln_gpt *m, int64_t l) {
     if (part == -1 && m->rows_apart) { /* wte went first: wpe is what is left */
         kiln_gpt_wte_range(m, &wlo, &whi);
         lo = whi;
+        if (lo == hi) /* none: rotary positions */
+            return KILN_OK;
     }
     m->grad_ready(m->grad_ready_ctx, lo, hi);
     return KILN_OK;

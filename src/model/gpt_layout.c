@@ -162,13 +162,13 @@ void kiln_gpt_wte_range(const kiln_gpt *m, int64_t *lo, int64_t *hi) {
 
 int kiln_gpt_grad_ranges_apart(const kiln_gpt *m, int64_t *lo, int64_t *hi, int max) {
     int64_t U = kiln_gpt_config_blocks(&m->cfg), wlo, whi, elo, ehi;
-    int n = (int)U + 3;
     kiln_gpt_wte_range(m, &wlo, &whi);
     kiln__gpt_part_range(m, -1, &elo, &ehi);
+    int n = (int)U + (whi < ehi ? 3 : 2); /* no wpe (rotary positions): nothing after wte */
     for (int i = 0; i < n && i < max; i++) { /* wte, ln_f, blocks U-1..0, wpe */
         if (i == 0) {
             lo[i] = wlo, hi[i] = whi;
-        } else if (i == n - 1) {
+        } else if (i == (int)U + 2) {
             lo[i] = whi, hi[i] = ehi;
         } else {
             kiln__gpt_part_range(m, U - (i - 1), &lo[i], &hi[i]);

@@ -53,9 +53,21 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_model import GPT  # noqa: E402
-from gpt_ref import rel, write_safetensors  # noqa: E402
+from gpt_ref import config_json, rel, write_safetensors  # noqa: E402
+from llama_model import Llama  # noqa: E402
 
-CFG = dict(n_layer=2, n_head=4, n_embd=64, vocab_size=300, max_seq_len=32, B=4, T=32)
+# The GPT-2 case, and Llamas (tests/ref/llama_model.py): multi-query (one key/value head) with
+# a tied head, and a key/value head a query head of 10 channels with an untied head.
+CASES = {
+    "gpt2": dict(n_layer=2, n_head=4, n_embd=64, vocab_size=300, max_seq_len=32, B=4, T=32),
+    "llama_mqa": dict(family="llama", n_layer=2, n_head=4, n_kv_head=1, n_embd=64,
+                      mlp_hidden=160, vocab_size=300, max_seq_len=32, B=4, T=32, norm_eps=1e-5,
+                      rope_theta=10000.0, untied_head=False),
+    "llama_mha": dict(family="llama", n_layer=2, n_head=6, n_kv_head=6, n_embd=60,
+                      mlp_hidden=150, vocab_size=300, max_seq_len=32, B=4, T=32, norm_eps=1e-6,
+                      rope_theta=500000.0, untied_head=True),
+}
+CFG = CASES["gpt2"]  # the case being generated (main sets it)
 OPTIM = dict(steps=5, lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
 MATRIX_SCALE = 5.0
 PERTURB = 0.1
@@ -63,13 +75,20 @@ SEED = 2024
 
 
 def new_model():
+    if CFG.get("family") == "llama":
+        return Llama(CFG["n_layer"], CFG["n_head"], CFG["n_embd"], CFG["vocab_size"],
+                     CFG["n_kv_head"], None, CFG["mlp_hidden"], CFG["norm_eps"],
+                     CFG["rope_theta"], CFG["untied_head"])
     return GPT(CFG["n_layer"], CFG["n_head"], CFG["n_embd"], CFG["vocab_size"],
                CFG["max_seq_len"])
 
 
 def make_model(gen):
     model = new_model()
-    model.init_gpt2(gen)
+    if CFG.get("family") == "llama":
+        model.init_llama(gen)
+    else:
+        model.init_gpt2(gen)
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
@@ -143,8 +162,7 @@ def generate(out):
 
     write_safetensors(os.path.join(out, "model.safetensors"), model32.state_dict().items())
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump({k: CFG[k] for k in ("n_layer", "n_head", "n_embd", "vocab_size",
-                                       "max_seq_len")}, f, indent=1)
+        json.dump(config_json(CFG), f, indent=1)
     inputs.to(torch.int32).numpy().astype("<i4").tofile(os.path.join(out, "inputs.i32"))
     targets.to(torch.int32).numpy().astype("<i4").tofile(os.path.join(out, "targets.i32"))
 
@@ -159,7 +177,7 @@ def generate(out):
                 max(rel(grads[n], g64[n]) for n in g64),
                 max(rel(params[n], p64[n]) for n in p64))
 
-    lines = ["scalar case bf16"]
+    lines = ["scalar case bf16", "scalar family %s" % CFG.get("family", "gpt2")]
     lines += ["scalar %s %d" % (k, CFG[k]) for k in ("B", "T")]
     lines += ["scalar %s %r" % (k, v) for k, v in OPTIM.items()]
     product_u = bf16_product_units()
@@ -197,7 +215,10 @@ def generate(out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--out", required=True, help="folder to write the case's files into")
+    ap.add_argument("--case", choices=sorted(CASES), default="gpt2")
     args = ap.parse_args()
+    global CFG
+    CFG = CASES[args.case]
     torch.set_num_threads(2)
     generate(args.out)
 

@@ -31,6 +31,11 @@
  *     attention's d out cast, d attention out, d probabilities, d softmax, d scaling, d q/k,
  *     d ln_1.
  * With L = 2: kiln k_f 38, k_b 19; autocast k_f 33, k_b 25.
+ * A Llama (RMSNorm, rotary embeddings, SwiGLU, no biases): kiln k_f = 5 + 17 L (per block
+ *   ln_1 w, ln_1, qkv w, qkv, the rotation, attention out, o w, o out, residual, ln_2 w,
+ *   ln_2, gate/up w, gate/up out, SwiGLU, down w, down out, residual), k_b = 3 + 9 L (the
+ *   rotation's backward added); autocast k_f = 3 + 17 L (the rotation in bf16 with bf16 cos
+ *   and sin, SwiGLU's two products), k_b = 3 + 12 L.
  * The worst case, every stage's error u adding up with unit gain, is k u: 57 u = 0.22 for
  * the gradients. Too loose: dropping c_fc's bias (perturbed by N(0, 0.1)) reached only 62 u.
  * The tolerances use the statistical model instead (Higham & Mary, 2019): rounding errors
@@ -424,6 +429,10 @@ static void run_case(const char *dir) {
     double L = (double)rc.cfg.n_layer;
     /* rounding stages, as counted at the top of the file */
     bounds kiln = bf16_bounds(6 + 16 * L, 3 + 8 * L), ac = bf16_bounds(3 + 15 * L, 3 + 11 * L);
+    if (rc.cfg.family == KILN_FAMILY_LLAMA) { /* with rotary embeddings and SwiGLU */
+        kiln = bf16_bounds(5 + 17 * L, 3 + 9 * L);
+        ac = bf16_bounds(3 + 17 * L, 3 + 12 * L);
+    }
     bounds f32 = {TOL_F32, TOL_F32, TOL_F32, 1};
     fprintf(stderr,
             "case (%s): L=%" PRId64 " NH=%" PRId64 " C=%" PRId64 " V=%" PRId64 " B=%" PRId64

@@ -187,15 +187,19 @@ static void check_tensors(const ref_case *rc, kiln_gpt *m, const float *slab, co
     check_rel(what, worst, tol);
 }
 
-/* The embedding's padded rows (V..Vp-1) are outside every tensor: never a gradient. */
+/* The padded rows (V..Vp-1) of the embedding (the table's first tensor) and of an untied
+ * head are outside every tensor: never a gradient. */
 static void check_padded_rows(kiln_gpt *m) {
-    const kiln_tensor_info *wte = kiln_gpt_tensor(m, kiln_gpt_find_tensor(m, "wte.weight"));
     const kiln_gpt_config *cfg = kiln_gpt_get_config(m);
-    const float *g = kiln_gpt_grads(m) + wte->offset + wte->numel;
-    int64_t n = (cfg->padded_vocab_size - cfg->vocab_size) * cfg->n_embd, nonzero = 0;
-    for (int64_t i = 0; i < n; i++)
-        nonzero += g[i] != 0.0f;
-    CHECK_INT_EQ(nonzero, 0);
+    int head = kiln_gpt_find_tensor(m, "lm_head.weight");
+    for (int k = 0; k < (head >= 0 ? 2 : 1); k++) {
+        const kiln_tensor_info *t = kiln_gpt_tensor(m, k ? head : 0);
+        const float *g = kiln_gpt_grads(m) + t->offset + t->numel;
+        int64_t n = (cfg->padded_vocab_size - cfg->vocab_size) * cfg->n_embd, nonzero = 0;
+        for (int64_t i = 0; i < n; i++)
+            nonzero += g[i] != 0.0f;
+        CHECK_INT_EQ(nonzero, 0);
+    }
 }
 
 /* Forward and backward on batch 0; then once more, which must give the same bits. */

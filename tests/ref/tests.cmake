@@ -45,25 +45,34 @@ set_tests_properties(ref.gpt_fd PROPERTIES LABELS ref TIMEOUT 120 ENVIRONMENT "O
 
 # bf16 training against PyTorch's CPU bf16 autocast (fp32 master weights) and float64, for
 # the first AdamW steps: ref.bf16_gen runs tests/ref/gpt_ref_bf16.py into <build>/ref/bf16,
-# ref.bf16 the C driver on it; both skip (77) without PyTorch, as above.
+# ref.bf16 the C driver on it (ref.bf16_llama_mqa and ref.bf16_llama_mha: the Llamas); all
+# skip (77) without PyTorch, as above.
 add_executable(test_ref_bf16 ${CMAKE_SOURCE_DIR}/tests/ref/test_ref_bf16.c)
 target_include_directories(test_ref_bf16 PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit)
 target_link_libraries(test_ref_bf16 PRIVATE kiln)
 set_target_properties(test_ref_bf16 PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-set(dir ${CMAKE_BINARY_DIR}/ref/bf16)
-if(EXISTS ${KILN_TORCH_PYTHON})
-  add_test(NAME ref.bf16_gen
-    COMMAND ${KILN_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}/tests/ref/gpt_ref_bf16.py --out ${dir})
-else()
-  set(msg "reference tests need PyTorch: ${KILN_TORCH_PYTHON} does not exist")
-  set(msg "${msg} (set KILN_TORCH_PYTHON, or apt-get install python3-torch)")
-  add_test(NAME ref.bf16_gen
-    COMMAND sh -c "rm -f '${dir}/manifest.txt'; echo 'SKIP: ${msg}' >&2; exit 77")
-endif()
-set_tests_properties(ref.bf16_gen PROPERTIES
-  LABELS ref FIXTURES_SETUP ref_bf16 TIMEOUT 120 SKIP_RETURN_CODE 77
-  ENVIRONMENT "OMP_NUM_THREADS=2")
-add_test(NAME ref.bf16 COMMAND test_ref_bf16 ${dir} WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
-set_tests_properties(ref.bf16 PROPERTIES
-  LABELS ref FIXTURES_REQUIRED ref_bf16 TIMEOUT 120 SKIP_RETURN_CODE 77
-  ENVIRONMENT "OMP_NUM_THREADS=2")
+foreach(case gpt2 llama_mqa llama_mha)
+  if(case STREQUAL "gpt2")
+    set(name bf16)
+  else()
+    set(name bf16_${case})
+  endif()
+  set(dir ${CMAKE_BINARY_DIR}/ref/${name})
+  if(EXISTS ${KILN_TORCH_PYTHON})
+    add_test(NAME ref.${name}_gen
+      COMMAND ${KILN_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}/tests/ref/gpt_ref_bf16.py --case ${case}
+              --out ${dir})
+  else()
+    set(msg "reference tests need PyTorch: ${KILN_TORCH_PYTHON} does not exist")
+    set(msg "${msg} (set KILN_TORCH_PYTHON, or apt-get install python3-torch)")
+    add_test(NAME ref.${name}_gen
+      COMMAND sh -c "rm -f '${dir}/manifest.txt'; echo 'SKIP: ${msg}' >&2; exit 77")
+  endif()
+  set_tests_properties(ref.${name}_gen PROPERTIES
+    LABELS ref FIXTURES_SETUP ref_${name} TIMEOUT 120 SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=2")
+  add_test(NAME ref.${name} COMMAND test_ref_bf16 ${dir} WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  set_tests_properties(ref.${name} PROPERTIES
+    LABELS ref FIXTURES_REQUIRED ref_${name} TIMEOUT 120 SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=2")
+endforeach()

@@ -25,7 +25,7 @@ static inline void T(encoder_backward)(float *dwte, float *dwpe, const void *dou
     {
         int64_t c0, c1;
         kiln__cpu_split(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
-        for (int64_t n = 0; !dwte && n < B * T; n++) { /* wpe alone */
+        for (int64_t n = 0; !dwte && dwpe && n < B * T; n++) { /* wpe alone */
             float *dpe = dwpe + (n % T) * C;
 #pragma omp simd
             for (int64_t c = c0; c < c1; c++)
