@@ -1,4 +1,9 @@
-/* kiln: GPT-2 model: configuration, parameter layout, forward and backward.
+/* kiln: the model: its description (GPT-2 and Llama families, see kiln_family), configuration,
+ * parameter layout, forward and backward. What follows describes GPT-2's layout; a Llama's is
+ * Hugging Face Llama's (docs/models.md): model.embed_tokens.weight (Vp,C) | blocks of
+ * input_layernorm.weight (C), self_attn.{q,k,v,o}_proj.weight (out,in), post_attention_
+ * layernorm.weight (C), mlp.{gate,up,down}_proj.weight (out,in) | model.norm.weight (C) |
+ * lm_head.weight (Vp,C) when untied.
  *
  * The model is embedding, blocks 0..L-1 and head. Parameters, gradients and optimizer
  * moments each live in one slab, in one order (the working weights in the model's dtype,
@@ -106,14 +111,19 @@ float kiln_gpt_config_rope_theta(const kiln_gpt_config *cfg);
 /* Names the presets accept, NULL-terminated. */
 extern const char *const kiln_gpt_preset_names[];
 
-/* Fill cfg from a preset name: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, d4, d6, d12.
- * The vocabulary is GPT-2's (50257); callers may change it before validating. */
+/* Fill cfg from a preset name: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, d4, d6, d12, and
+ * the Llamas llama-d4, llama-d6, llama-d12, smollm2-135m. The vocabulary is GPT-2's (50257;
+ * SmolLM2's 49152); callers may change it before validating. */
 kiln_status kiln_gpt_config_preset(kiln_gpt_config *cfg, const char *name);
 /* Fill cfg from a JSON file (a regular file of at most 64 KiB) with keys n_layer, n_head,
  * n_embd, max_seq_len (Hugging Face's n_positions is accepted for it), optionally
  * share_layers and rank_qkv, rank_attproj, rank_fc, rank_fcproj, and vocab_size, which
  * may be left out or 0: then cfg->vocab_size is 0 (the caller supplies it, e.g. the data's,
- * before validating) and everything else is already checked. */
+ * before validating) and everything else is already checked. "family": "llama" with n_kv_head,
+ * norm_eps, rope_theta and untied_head describes a Llama. A file with "model_type" is Hugging
+ * Face's config.json ("llama" or "gpt2"): its keys are read as docs/models.md lists, and a key
+ * that changes the math and that kiln does not compute is refused by name
+ * (KILN_ERR_UNSUPPORTED). */
 kiln_status kiln_gpt_config_from_json(kiln_gpt_config *cfg, const char *path);
 /* Check that the configuration can work and set padded_vocab_size. */
 kiln_status kiln_gpt_config_validate(kiln_gpt_config *cfg);

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Llama models through the kiln command: a preset and a Hugging Face config.json train and
 # lower the loss; the weights carry Hugging Face Llama names and sample back; a run killed
-# after a checkpoint and resumed ends with the same bytes as one never interrupted; bf16
-# trains; what is built for GPT-2 only (GGUF export, quantization, structured pruning,
+# after a checkpoint and resumed ends with the same bytes as one never interrupted; bf16 and
+# fp16 train, with recomputation, distillation and pruning; what is built for GPT-2 only (GGUF export, quantization, structured pruning,
 # low-rank) says so by name; configurations kiln cannot run are refused before anything is
 # written.
 . "$(dirname "$0")/lib.sh"
@@ -105,6 +105,25 @@ case_bf16_trains() {
     expect_ok
     check "bf16: the loss fell by half a nat at least ($(first_loss m.jsonl) to $(last_loss m.jsonl))" \
         lower "$(last_loss m.jsonl)" "$(first_loss m.jsonl)"
+}
+
+# fp16 with its loss scaler, recomputation, distillation from a Llama teacher, magnitude pruning
+# and the memory plan run for a Llama as for GPT-2.
+case_other_features() {
+    need_fixture
+    run $TRAIN --steps 40 --lr 3e-3 --precision fp16 --metrics f16.jsonl --save f16.st
+    expect_ok
+    check "fp16: the loss fell ($(first_loss f16.jsonl) to $(last_loss f16.jsonl))" \
+        lower "$(last_loss f16.jsonl)" "$(first_loss f16.jsonl)"
+    run $TRAIN --steps 10 --recompute block --precision bf16 --save r.st
+    expect_ok
+    run $TRAIN --steps 10 --teacher f16.st --save s.st
+    expect_ok
+    run $TRAIN --steps 10 --prune-sparsity 0.5 --save p.st
+    expect_ok
+    run $TRAIN --plan
+    expect_ok
+    expect_out_re 'memory plan: parameters'
 }
 
 case_gpt2_only_features_refused() {
