@@ -42,9 +42,9 @@ kiln_status kiln__json_arch(const cJSON *root, kiln_gpt_config *c, const char *p
     if (f) {
         if (!cJSON_IsString(f))
             return kiln_error_setf(KILN_ERR_CONFIG, "%s: \"family\" must be a string", path);
-        kiln_status s = kiln_gpt_config_family(c, f->valuestring);
-        if (s)
-            return kiln_error_wrapf(s, "%s", path);
+        if (kiln_gpt_config_family(c, f->valuestring))
+            return kiln_error_setf(KILN_ERR_CONFIG, "%s: no model family named \"%.32s\" (known: "
+                                   "gpt2, llama)", path, f->valuestring);
     }
     KILN_CHECK(kiln__json_int(root, "n_kv_head", NULL, 1, &c->n_kv_head, path));
     KILN_CHECK(json_num(root, "norm_eps", &c->norm_eps, path));

@@ -126,6 +126,17 @@ static void config(void) {
          "\"vocab_size\": 0, \"share_layers\": 2}"),
         "{\"n_layer\": 1e3, \"n_head\": -1, \"n_embd\": 3.5, \"max_seq_len\": \"16\"}",
         "[1, 2, {\"n_layer\": null}]",
+        ("{\"family\": \"llama\", \"n_layer\": 2, \"n_head\": 4, \"n_kv_head\": 2, "
+         "\"n_embd\": 32, \"max_seq_len\": 16, \"mlp_hidden\": 40, \"norm_eps\": 1e-6, "
+         "\"rope_theta\": 500000, \"untied_head\": true}"),
+        ("{\"model_type\": \"llama\", \"hidden_size\": 576, \"intermediate_size\": 1536, "
+         "\"num_hidden_layers\": 30, \"num_attention_heads\": 9, \"num_key_value_heads\": 3, "
+         "\"rms_norm_eps\": 1e-05, \"rope_theta\": 100000, \"rope_scaling\": null, "
+         "\"tie_word_embeddings\": true, \"vocab_size\": 49152, "
+         "\"max_position_embeddings\": 8192, \"hidden_act\": \"silu\"}"),
+        ("{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, "
+         "\"n_positions\": 16, \"activation_function\": \"gelu_new\", "
+         "\"layer_norm_epsilon\": 1e-05, \"n_inner\": null}"),
     };
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         char p[1024], name[32];
