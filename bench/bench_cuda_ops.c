@@ -176,6 +176,21 @@ int main(int argc, char **argv) {
          be->attention_backward(be, dt, dqkv, scratch, o, qkv, saved, B, T, C, NH, NH));
     att_ms[0][1] = last_ms;
     kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, tc_old);
+    /* the Llama family's ops, not in GPT-2's step estimate: grouped-query attention with a
+     * quarter of the heads for keys and values (rows narrower than qkv's 3C), RMSNorm, rotary
+     * embeddings on qkv, SwiGLU over h's rows read as (N, 2 (2C)) */
+    int NKV = NH % 4 == 0 ? NH / 4 : 1;
+    TIME("attention_forward (GQA)", 0, f_att,
+         be->attention_forward(be, dt, o, saved, scratch, qkv, B, T, C, NH, NKV));
+    TIME("attention_backward (GQA)", 0, 2.5 * f_att,
+         be->attention_backward(be, dt, dqkv, scratch, o, qkv, saved, B, T, C, NH, NKV));
+    TIME("rmsnorm_forward", 0, 0, be->rmsnorm_forward(be, dt, o, rstd, x, lw, N, C, 1e-5f));
+    TIME("rmsnorm_backward", 0, 0,
+         be->rmsnorm_backward(be, dt, o, gb, x, y, lw, rstd, N, C));
+    TIME("rope_forward", 0, 0,
+         be->rope_forward(be, dt, qkv, B, T, NH, NH, C / NH, 0, 10000.0f));
+    TIME("swiglu_forward", 0, 0, be->swiglu_forward(be, dt, hg, h, N, 2 * C));
+    TIME("swiglu_backward", 0, 0, be->swiglu_backward(be, dt, dh, h, hg, N, 2 * C));
     TIME("gelu_backward", L, 0, be->gelu_backward(be, dt, dh, h, hg, N * H));
     TIME("residual_forward", 0, 0, be->residual_forward(be, dt, o, x, y, N * C));
     TIME("crossentropy_forward_backward", 1, 0,

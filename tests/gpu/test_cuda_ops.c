@@ -15,6 +15,12 @@
  * 1e-6, its working copy within one unit of its dtype. Each op's worst error over the shapes
  * is printed in a table.
  *
+ * The Llama family's ops: RMSNorm (and its fused residual form), rotary embeddings from
+ * position 0 and 37 with two bases, SwiGLU, the embedding without position table. Attention
+ * runs with NKV key/value heads for NKV = NH, NH/2 and 1 (grouped-query attention: a key/value
+ * head's gradient summed over its query heads), and attention_decode (the last rows of a
+ * cache, whose unfilled rows hold NaN that must not be read) against the reference's.
+ *
  * Attention runs with KILN_CUDA_TC_ATTENTION on and off: "tc" rows are the tensor-core
  * kernels (bf16 and fp16, head sizes that are multiples of 16 up to 128), "cc" rows the
  * CUDA-core ones, "after forward ..." rows the backward of one path from the forward of the
@@ -219,6 +225,15 @@ static void test_encoder(const sizes *s) {
     gpu->encoder_backward(gpu, dt, dwte2.d, dwpe2.d, dout.d, dids, s->B, s->T, C);
     check_true("encoder_backward with device ids, and twice the same", gpu_same(&dwte, &dwte2));
     gpu->free(gpu, dids);
+    /* no position table (rotary positions): wpe NULL, dwpe NULL */
+    ref->encoder_forward(ref, dt, out.h, ids, wte.h, NULL, s->B, s->T, C);
+    gpu->encoder_forward(gpu, dt, out.d, ids, wte.d, NULL, s->B, s->T, C);
+    cmp("encoder_forward without wpe", &out, 2 * U());
+    /* from the same values on both sides (the GPU's dwte took the runs above) */
+    gpu->copy(gpu, dwte.d, dwte.h, bytes_of(&dwte), KILN_COPY_TO_DEVICE);
+    ref->encoder_backward(ref, dt, dwte.h, NULL, dout.h, ids, s->B, s->T, C);
+    gpu->encoder_backward(gpu, dt, dwte.d, NULL, dout.d, ids, s->B, s->T, C);
+    cmp("encoder_backward without dwpe", &dwte, 1e-5);
     free(ids);
     rm(&wte), rm(&wpe), rm(&dout), rm(&out), rm(&dwte), rm(&dwpe), rm(&out2), rm(&dwte2),
         rm(&dwpe2);
@@ -260,6 +275,75 @@ static void test_layernorm(const sizes *s) {
     cmp("residual_layernorm_forward in place out", &out, 1e-5 + 4 * U());
     rm(&inp), rm(&w), rm(&b), rm(&dout), rm(&out), rm(&mean), rm(&rstd), rm(&dinp), rm(&dw),
         rm(&db), rm(&dinp2), rm(&dw2), rm(&db2), rm(&a), rm(&res);
+}
+
+static void test_rmsnorm(const sizes *s) {
+    int64_t N = s->B * s->T, C = s->C;
+    float eps = 1e-6f;
+    buf inp = mk(N * C, dt, 2, 1), w = mk(C, dt, 1, 1), dout = mk(N * C, dt, 1, 0);
+    buf out = mk(N * C, dt, 1e3f, 0), rstd = mk(N, F32, 1e3f, 0);
+    ref->rmsnorm_forward(ref, dt, out.h, rstd.h, inp.h, w.h, N, C, eps);
+    gpu->rmsnorm_forward(gpu, dt, out.d, rstd.d, inp.d, w.d, N, C, eps);
+    cmp("rmsnorm_forward out", &out, 1e-5 + 4 * U());
+    cmp("rmsnorm_forward rstd", &rstd, 1e-5);
+    /* backward from the same statistics on both sides (the reference's) */
+    gpu->copy(gpu, rstd.d, rstd.h, bytes_of(&rstd), KILN_COPY_TO_DEVICE);
+    buf dinp = mk(N * C, dt, 1, 0), dw = mk(C, F32, 1, 0);
+    buf dinp2 = clone(&dinp), dw2 = clone(&dw);
+    ref->rmsnorm_backward(ref, dt, dinp.h, dw.h, dout.h, inp.h, w.h, rstd.h, N, C);
+    gpu->rmsnorm_backward(gpu, dt, dinp.d, dw.d, dout.d, inp.d, w.d, rstd.d, N, C);
+    gpu->rmsnorm_backward(gpu, dt, dinp2.d, dw2.d, dout.d, inp.d, w.d, rstd.d, N, C);
+    cmp("rmsnorm_backward dinp", &dinp, 1e-4 + 4 * U());
+    cmp("rmsnorm_backward dweight", &dw, 1e-4);
+    check_true("rmsnorm_backward twice the same", gpu_same(&dinp, &dinp2) && gpu_same(&dw, &dw2));
+    /* fused residual: res separate, then res the same pointer as a */
+    buf a = mk(N * C, dt, 1, 0), res = mk(N * C, dt, 1e3f, 0);
+    ref->residual_rmsnorm_forward(ref, dt, res.h, out.h, rstd.h, a.h, inp.h, w.h, N, C, eps);
+    gpu->residual_rmsnorm_forward(gpu, dt, res.d, out.d, rstd.d, a.d, inp.d, w.d, N, C, eps);
+    cmp("residual_rmsnorm_forward res", &res, 2 * U());
+    cmp("residual_rmsnorm_forward out", &out, 1e-5 + 4 * U());
+    cmp("residual_rmsnorm_forward rstd", &rstd, 1e-5);
+    ref->residual_rmsnorm_forward(ref, dt, a.h, out.h, rstd.h, a.h, inp.h, w.h, N, C, eps);
+    gpu->residual_rmsnorm_forward(gpu, dt, a.d, out.d, rstd.d, a.d, inp.d, w.d, N, C, eps);
+    cmp("residual_rmsnorm_forward in place", &a, 2 * U());
+    cmp("residual_rmsnorm_forward in place out", &out, 1e-5 + 4 * U());
+    rm(&inp), rm(&w), rm(&dout), rm(&out), rm(&rstd), rm(&dinp), rm(&dw), rm(&dinp2), rm(&dw2),
+        rm(&a), rm(&res);
+}
+
+/* Rotary embeddings on qkv (B,T,(NH + 2 NKV) hs), forward and backward, from position 0 and
+ * 37, with Llama 2's base and Llama 3's. The angles stay below 100 radians: an fp32 inv_freq
+ * one ulp off between the host's powf and the GPU's power moves them by 6e-6 at most. */
+static void test_rope(const sizes *s, int64_t NKV) {
+    int64_t NH = s->NH, hs = s->C / NH, W = (NH + 2 * NKV) * hs, n = s->B * s->T * W;
+    static const float thetas[2] = {10000.0f, 500000.0f};
+    for (int k = 0; k < 2; k++)
+        for (int64_t pos0 = 0; pos0 <= 37; pos0 += 37) {
+            char op[64];
+            buf q = mk(n, dt, 1, 0), dq = mk(n, dt, 1, 0);
+            ref->rope_forward(ref, dt, q.h, s->B, s->T, NH, NKV, hs, pos0, thetas[k]);
+            gpu->rope_forward(gpu, dt, q.d, s->B, s->T, NH, NKV, hs, pos0, thetas[k]);
+            snprintf(op, sizeof op, "rope_forward%s", pos0 ? " (from position 37)" : "");
+            cmp(op, &q, 1e-5 + 2 * U());
+            ref->rope_backward(ref, dt, dq.h, s->B, s->T, NH, NKV, hs, pos0, thetas[k]);
+            gpu->rope_backward(gpu, dt, dq.d, s->B, s->T, NH, NKV, hs, pos0, thetas[k]);
+            snprintf(op, sizeof op, "rope_backward%s", pos0 ? " (from position 37)" : "");
+            cmp(op, &dq, 1e-5 + 2 * U());
+            rm(&q), rm(&dq);
+        }
+}
+
+static void test_swiglu(const sizes *s) {
+    int64_t N = s->B * s->T, H = 2 * s->C + 1; /* no multiple of the block */
+    buf inp = mk(N * 2 * H, dt, 3, 0), dout = mk(N * H, dt, 1, 0);
+    buf out = mk(N * H, dt, 1e3f, 0), dinp = mk(N * 2 * H, dt, 1e3f, 0);
+    ref->swiglu_forward(ref, dt, out.h, inp.h, N, H);
+    gpu->swiglu_forward(gpu, dt, out.d, inp.d, N, H);
+    cmp("swiglu_forward", &out, 1e-5 + 2 * U());
+    ref->swiglu_backward(ref, dt, dinp.h, inp.h, dout.h, N, H);
+    gpu->swiglu_backward(gpu, dt, dinp.d, inp.d, dout.d, N, H);
+    cmp("swiglu_backward", &dinp, 1e-5 + 2 * U());
+    rm(&inp), rm(&dout), rm(&out), rm(&dinp);
 }
 
 static void one_matmul(const char *name, int64_t N, int64_t C, int64_t OC, int trans_w,
@@ -324,19 +408,19 @@ static int att_tc_fits(int64_t hs) {
  * dK = dS^T Q and dQ = dS K, each term off by at most u/2 of itself, inside the backward's
  * 16 u (an emulation of the kernels' tiling on the CPU, at these shapes, saw 1.2 u and 1.8 u
  * at most). */
-static void test_attention(const sizes *s) {
-    int64_t B = s->B, T = s->T, C = s->C, NH = s->NH;
+static void test_attention(const sizes *s, int64_t NKV) {
+    int64_t B = s->B, T = s->T, C = s->C, NH = s->NH, W = C + 2 * NKV * (C / NH);
     int fits = att_tc_fits(C / NH);
     static const char *path[2] = {"cc", "tc"};
-    buf qkv = mk(B * T * 3 * C, dt, 1, 0), dout = mk(B * T * C, dt, 1, 0);
-    buf out = mk(B * T * C, dt, 1e3f, 0), dqkv = mk(B * T * 3 * C, dt, 1e3f, 0);
-    size_t rs = ref->attention_saved_bytes(ref, dt, B, T, C, NH, NH),
-           rw = ref->attention_scratch_bytes(ref, dt, B, T, C, NH, NH);
-    size_t gs = gpu->attention_saved_bytes(gpu, dt, B, T, C, NH, NH),
-           gw = gpu->attention_scratch_bytes(gpu, dt, B, T, C, NH, NH);
+    buf qkv = mk(B * T * W, dt, 1, 0), dout = mk(B * T * C, dt, 1, 0);
+    buf out = mk(B * T * C, dt, 1e3f, 0), dqkv = mk(B * T * W, dt, 1e3f, 0);
+    size_t rs = ref->attention_saved_bytes(ref, dt, B, T, C, NH, NKV),
+           rw = ref->attention_scratch_bytes(ref, dt, B, T, C, NH, NKV);
+    size_t gs = gpu->attention_saved_bytes(gpu, dt, B, T, C, NH, NKV),
+           gw = gpu->attention_scratch_bytes(gpu, dt, B, T, C, NH, NKV);
     void *rsaved = calloc(1, rs ? rs : 1), *rscr = calloc(1, rw ? rw : 1);
-    ref->attention_forward(ref, dt, out.h, rsaved, rscr, qkv.h, B, T, C, NH, NH);
-    ref->attention_backward(ref, dt, dqkv.h, rscr, dout.h, qkv.h, rsaved, B, T, C, NH, NH);
+    ref->attention_forward(ref, dt, out.h, rsaved, rscr, qkv.h, B, T, C, NH, NKV);
+    ref->attention_backward(ref, dt, dqkv.h, rscr, dout.h, qkv.h, rsaved, B, T, C, NH, NKV);
     /* [f]: forward with the flag f; [f][b]: that forward's saved, backward with the flag b.
      * Each starts from the same device values as out and dqkv (all must be overwritten). */
     void *gsaved[2], *gscr = gpu->alloc(gpu, gw);
@@ -347,7 +431,7 @@ static void test_attention(const sizes *s) {
         gsaved[f] = gpu->alloc(gpu, gs);
         o[f] = clone(&out);
         kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, f);
-        gpu->attention_forward(gpu, dt, o[f].d, gsaved[f], gscr, qkv.d, B, T, C, NH, NH);
+        gpu->attention_forward(gpu, dt, o[f].d, gsaved[f], gscr, qkv.d, B, T, C, NH, NKV);
         snprintf(op, sizeof op, "attention_forward %s", path[f && fits]);
         cmp(op, &o[f], 1e-4 + 4 * U());
     }
@@ -356,7 +440,7 @@ static void test_attention(const sizes *s) {
             d[f][b] = clone(&dqkv);
             kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, b);
             gpu->attention_backward(gpu, dt, d[f][b].d, gscr, dout.d, qkv.d, gsaved[f], B, T, C,
-                                    NH, NH);
+                                    NH, NKV);
             if (f != b && !fits)
                 continue; /* the same kernels as f == b */
             snprintf(op, sizeof op, "attention_backward %s%s", path[b && fits],
@@ -368,7 +452,8 @@ static void test_attention(const sizes *s) {
     for (int b = 0; b < 2; b++) { /* no atomics: twice the same bits, on each path */
         buf again = clone(&dqkv);
         kiln_cuda_set_flag(KILN_CUDA_TC_ATTENTION, b);
-        gpu->attention_backward(gpu, dt, again.d, gscr, dout.d, qkv.d, gsaved[b], B, T, C, NH, NH);
+        gpu->attention_backward(gpu, dt, again.d, gscr, dout.d, qkv.d, gsaved[b], B, T, C, NH,
+                                NKV);
         snprintf(op, sizeof op, "attention_backward %s twice the same", path[b && fits]);
         check_true(op, gpu_same(&d[b][b], &again));
         rm(&again);
@@ -382,15 +467,55 @@ static void test_attention(const sizes *s) {
     else if (!fits)
         check_true("attention: the flag changes nothing where tensor cores do not fit",
                    gpu_same(&o[0], &o[1]) && gpu_same(&d[0][0], &d[1][1]));
-    printf("attention %-4s B %lld T %3lld C %3lld NH %lld (head size %3lld): %s\n",
+    printf("attention %-4s B %lld T %3lld C %3lld NH %lld NKV %lld (head size %3lld): %s\n",
            kiln_dtype_name(dt), (long long)B, (long long)T, (long long)C, (long long)NH,
-           (long long)(C / NH),
+           (long long)NKV, (long long)(C / NH),
            fits ? "tc and cc, each forward with each backward" : "cc (flag on and off)");
     free(rsaved), free(rscr);
     gpu->free(gpu, gsaved[0]), gpu->free(gpu, gsaved[1]), gpu->free(gpu, gscr);
     rm(&qkv), rm(&dout), rm(&out), rm(&dqkv), rm(&o[0]), rm(&o[1]);
     for (int f = 0; f < 2; f++)
         rm(&d[f][0]), rm(&d[f][1]);
+}
+
+/* attention_decode: each of B sequences has ldT = T + 3 rows, Tk = T of them filled (the
+ * rest NaN, which must not be read), the last Tq queries' outputs against the reference's:
+ * all T rows (what attention_forward gives them), one row (a generation step) and three. */
+static void test_decode(const sizes *s, int64_t NKV) {
+    int64_t B = s->B, Tk = s->T, ldT = Tk + 3, C = s->C, NH = s->NH, W = C + 2 * NKV * (C / NH);
+    buf qkv = mk(B * ldT * W, dt, 1, 0);
+    float *nan_row = malloc((size_t)W * sizeof(float));
+    for (int64_t i = 0; i < W; i++)
+        nan_row[i] = NAN;
+    size_t e = kiln_dtype_size(dt);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = Tk; t < ldT; t++)
+            kiln_convert((char *)qkv.h + (size_t)((b * ldT + t) * W) * e, dt, nan_row, F32, W);
+    gpu->copy(gpu, qkv.d, qkv.h, bytes_of(&qkv), KILN_COPY_TO_DEVICE);
+    free(nan_row);
+    int64_t tqs[3] = {Tk, 1, Tk < 3 ? Tk : 3};
+    for (int k = 0; k < 3; k++) {
+        int64_t Tq = tqs[k];
+        buf out = mk(B * Tq * C, dt, 1e3f, 0);
+        ref->attention_decode(ref, dt, out.h, qkv.h, B, ldT, Tk, Tq, C, NH, NKV);
+        gpu->attention_decode(gpu, dt, out.d, qkv.d, B, ldT, Tk, Tq, C, NH, NKV);
+        cmp(k == 0 ? "attention_decode all rows" : "attention_decode last rows", &out,
+            1e-4 + 4 * U());
+        rm(&out);
+    }
+    rm(&qkv);
+}
+
+/* Attention and decode with NKV = NH, NH/2 (when NH is even) and 1. */
+static void test_attention_gqa(const sizes *s) {
+    int64_t nkv[3] = {s->NH, s->NH % 2 == 0 ? s->NH / 2 : s->NH, 1};
+    for (int k = 0; k < 3; k++) {
+        if ((k == 1 && nkv[1] == nkv[0]) || (k == 2 && (nkv[2] == nkv[1] || nkv[2] == nkv[0])))
+            continue; /* each distinct count once */
+        test_attention(s, nkv[k]);
+        test_decode(s, nkv[k]);
+        test_rope(s, nkv[k]);
+    }
 }
 
 static void test_elementwise(const sizes *s) {
@@ -522,6 +647,10 @@ static void test_errors(void) {
     check_true("an op that cannot run is reported", s == KILN_ERR_UNSUPPORTED);
     check_true("with a message", strstr(kiln_error_message(), "head size") != NULL);
     check_true("and then cleared", gpu->synchronize(gpu) == KILN_OK);
+    /* 3 key/value heads for 4 query heads: no grouping */
+    gpu->attention_forward(gpu, dt, out.d, saved, NULL, qkv.d, 1, 2, 64, 4, 3);
+    check_true("key/value heads that do not divide the query heads are reported",
+               gpu->synchronize(gpu) == KILN_ERR_UNSUPPORTED);
     gpu->free(gpu, saved);
     rm(&qkv), rm(&out);
 }
@@ -560,13 +689,15 @@ int main(void) {
             const sizes *s = &shapes[i];
             test_encoder(s);
             test_layernorm(s);
+            test_rmsnorm(s);
             test_matmul(s);
-            test_attention(s);
+            test_attention_gqa(s);
+            test_swiglu(s);
             test_elementwise(s);
             test_crossentropy(s);
         }
         for (size_t i = 0; i < sizeof att_shapes / sizeof att_shapes[0]; i++)
-            test_attention(&att_shapes[i]);
+            test_attention_gqa(&att_shapes[i]);
         test_slabs();
         test_optim();
         test_errors();

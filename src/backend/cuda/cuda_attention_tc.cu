@@ -5,11 +5,13 @@
  *
  *   forward   one block per (batch and head, tile of 64 query rows): O and the lse;
  *   dq        one block per (batch and head, tile of 64 query rows): dQ = scale dS K;
- *   dkv       one block per (batch and head, tile of 64 keys): dK = scale dS^T Q, dV = P^T dO;
+ *   dkv       one block per (batch and key/value head, tile of 64 keys): dK = scale dS^T Q,
+ *             dV = P^T dO, summed over the group's query heads (NH/NKV of them, in order);
  *
  * where S = scale Q K^T (causal), P = softmax(S) = exp(S - lse), dP = dO V^T and
- * dS = P (dP - D), D = rowsum(dO O) from cuda_attention.cu's kernel. Each block owns what it
- * writes and sums in a fixed order: no atomics, the same bits on every run.
+ * dS = P (dP - D), D = rowsum(dO O) from cuda_attention.cu's kernel. qkv rows are
+ * W = (NH + 2 NKV) hs wide, query head h reading key/value head h / (NH/NKV). Each block owns
+ * what it writes and sums in a fixed order: no atomics, the same bits on every run.
  *
  * 128 threads, four warps; a warp owns 16 rows of the block's tile (queries, or keys in dkv).
  * Products are WMMA m16n16k16 fragments loaded from shared memory; their fp32 results go to
@@ -135,7 +137,7 @@ __device__ __forceinline__ void tc_write(T *dst, int64_t ld, int64_t t0, int64_t
 /* grid: x = B*NH, y = query tiles (the longest, last, first). */
 template <typename T, int HSP>
 __global__ void __launch_bounds__(TC_THREADS)
-    kcu_att_tc_fwd(T *out, float *lse, T *osave, const T *qkv, int64_t T_, int64_t C, int NH,
+    kcu_att_tc_fwd(T *out, float *lse, T *osave, const T *qkv, int64_t T_, int NH, int NKV,
                    int hs, float scale) {
     constexpr int LDH = HSP + 8, G = HSP < 64 ? HSP : 64;
     extern __shared__ __align__(128) unsigned char tc_sm[];
@@ -145,10 +147,12 @@ __global__ void __launch_bounds__(TC_THREADS)
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
     float *S = Ss + warp * 16 * LDS; /* this warp's rows */
     T *P = Ps + warp * 16 * LDP;
-    int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    int64_t C = (int64_t)NH * hs, W = C + 2 * (int64_t)NKV * hs;
+    int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
     int64_t q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * TQ, qw = q0 + 16 * warp, qi = qw + r;
-    const T *base = qkv + b * T_ * 3 * C + h * hs;
-    tc_load<T, HSP>(Qs, base, 3 * C, q0, T_, hs);
+    const T *base = qkv + b * T_ * W + h * hs;
+    const T *kb = qkv + b * T_ * W + C + kvh * hs, *vb = kb + (int64_t)NKV * hs;
+    tc_load<T, HSP>(Qs, base, W, q0, T_, hs);
     float o[HSP / 2]; /* row r of the output, channels half + 2 j */
 #pragma unroll
     for (int j = 0; j < HSP / 2; j++)
@@ -157,8 +161,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     int64_t qend = q0 + TQ < T_ ? q0 + TQ : T_; /* keys below qend are all any row sees */
     for (int64_t k0 = 0; k0 < qend; k0 += TK) {
         __syncthreads(); /* the previous tile's K and V are no longer read */
-        tc_load<T, HSP>(Ks, base + C, 3 * C, k0, T_, hs);
-        tc_load<T, HSP>(Vs, base + 2 * C, 3 * C, k0, T_, hs);
+        tc_load<T, HSP>(Ks, kb, W, k0, T_, hs);
+        tc_load<T, HSP>(Vs, vb, W, k0, T_, hs);
         __syncthreads();
         /* the key chunks the warp's rows see: up to its last row, below T */
         int nk = tc_chunks(qw + 16 < T_ ? qw + 16 - k0 : T_ - k0);
@@ -237,7 +241,7 @@ __global__ void __launch_bounds__(TC_THREADS)
 template <typename T, int HSP>
 __global__ void __launch_bounds__(TC_THREADS)
     kcu_att_tc_dq(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *D,
-                  int64_t T_, int64_t C, int NH, int hs, float scale) {
+                  int64_t T_, int NH, int NKV, int hs, float scale) {
     constexpr int LDH = HSP + 8;
     extern __shared__ __align__(128) unsigned char tc_sm[];
     T *Qs = (T *)tc_sm, *dOs = Qs + TQ * LDH, *Ks = dOs + TQ * LDH, *Vs = Ks + TK * LDH;
@@ -246,10 +250,12 @@ __global__ void __launch_bounds__(TC_THREADS)
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
     float *S = Ss + warp * 16 * LDS;
     T *dS = dSs + warp * 16 * LDP;
-    int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    int64_t C = (int64_t)NH * hs, W = C + 2 * (int64_t)NKV * hs;
+    int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
     int64_t q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * TQ, qw = q0 + 16 * warp, qi = qw + r;
-    const T *base = qkv + b * T_ * 3 * C + h * hs;
-    tc_load<T, HSP>(Qs, base, 3 * C, q0, T_, hs);
+    const T *base = qkv + b * T_ * W + h * hs;
+    const T *kb = qkv + b * T_ * W + C + kvh * hs, *vb = kb + (int64_t)NKV * hs;
+    tc_load<T, HSP>(Qs, base, W, q0, T_, hs);
     tc_load<T, HSP>(dOs, dout + b * T_ * C + h * hs, C, q0, T_, hs);
     float lr = qi < T_ ? lse[bh * T_ + qi] : 0.0f, dr = qi < T_ ? D[bh * T_ + qi] : 0.0f;
     tc_acc dq[HSP / 16];
@@ -259,8 +265,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     int64_t qend = q0 + TQ < T_ ? q0 + TQ : T_;
     for (int64_t k0 = 0; k0 < qend; k0 += TK) {
         __syncthreads();
-        tc_load<T, HSP>(Ks, base + C, 3 * C, k0, T_, hs);
-        tc_load<T, HSP>(Vs, base + 2 * C, 3 * C, k0, T_, hs);
+        tc_load<T, HSP>(Ks, kb, W, k0, T_, hs);
+        tc_load<T, HSP>(Vs, vb, W, k0, T_, hs);
         __syncthreads();
         int nk = tc_chunks(qw + 16 < T_ ? qw + 16 - k0 : T_ - k0);
         tc_scores<T, HSP>(S, Qs + 16 * warp * LDH, Ks, 0, nk);
@@ -283,14 +289,16 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncwarp();
         tc_accumulate<T, HSP>(dq, dS, Ks, 0, nk);
     }
-    tc_write<T, HSP>(dqkv + b * T_ * 3 * C + h * hs, 3 * C, qw, T_, hs, dq, scale, S);
+    tc_write<T, HSP>(dqkv + b * T_ * W + h * hs, W, qw, T_, hs, dq, scale, S);
 }
 
-/* dK, dV: grid x = B*NH, y = key tiles (the longest, first, first). */
+/* dK, dV: grid x = B*NKV, y = key tiles (the longest, first, first); the block of key/value
+ * head kvh walks query heads kvh G .. kvh G + G - 1 (G = NH/NKV) in order, each over its
+ * query tiles, the sums staying in the accumulator fragments. */
 template <typename T, int HSP>
 __global__ void __launch_bounds__(TC_THREADS)
     kcu_att_tc_dkv(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *D,
-                   int64_t T_, int64_t C, int NH, int hs, float scale) {
+                   int64_t T_, int NH, int NKV, int hs, float scale) {
     constexpr int LDH = HSP + 8;
     extern __shared__ __align__(128) unsigned char tc_sm[];
     T *Ks = (T *)tc_sm, *Vs = Ks + TK * LDH, *Qs = Vs + TK * LDH, *dOs = Qs + TQ * LDH;
@@ -300,57 +308,64 @@ __global__ void __launch_bounds__(TC_THREADS)
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
     float *S = Ss + warp * 16 * LDS; /* S^T, then dP^T: key rows, query columns */
     T *Pt = Pts + warp * 16 * LDP, *dSt = dSts + warp * 16 * LDP;
-    int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    int64_t C = (int64_t)NH * hs, W = C + 2 * (int64_t)NKV * hs;
+    int G = NH / NKV;
+    int64_t bk = blockIdx.x, b = bk / NKV, kvh = bk % NKV;
     int64_t k0 = (int64_t)blockIdx.y * TK, kw = k0 + 16 * warp, kj = kw + r;
-    const T *base = qkv + b * T_ * 3 * C + h * hs;
-    const T *dbase = dout + b * T_ * C + h * hs;
-    tc_load<T, HSP>(Ks, base + C, 3 * C, k0, T_, hs);
-    tc_load<T, HSP>(Vs, base + 2 * C, 3 * C, k0, T_, hs);
+    const T *kb = qkv + b * T_ * W + C + kvh * hs, *vb = kb + (int64_t)NKV * hs;
+    tc_load<T, HSP>(Ks, kb, W, k0, T_, hs);
+    tc_load<T, HSP>(Vs, vb, W, k0, T_, hs);
     tc_acc dk[HSP / 16], dv[HSP / 16];
 #pragma unroll
     for (int c = 0; c < HSP / 16; c++) {
         wmma::fill_fragment(dk[c], 0.0f);
         wmma::fill_fragment(dv[c], 0.0f);
     }
-    /* query tiles from the diagonal one (earlier queries see none of these keys) */
-    for (int64_t q0 = k0; q0 < T_; q0 += TQ) {
-        __syncthreads(); /* the previous query tile is no longer read */
-        tc_load<T, HSP>(Qs, base, 3 * C, q0, T_, hs);
-        tc_load<T, HSP>(dOs, dbase, C, q0, T_, hs);
-        if (threadIdx.x < TQ) {
-            int64_t t = q0 + threadIdx.x;
-            Ls[threadIdx.x] = t < T_ ? lse[bh * T_ + t] : 0.0f;
-            Ds[threadIdx.x] = t < T_ ? D[bh * T_ + t] : 0.0f;
-        }
-        __syncthreads();
-        /* the query chunks that see a key of the warp's (at or after its first) and are
-         * below T; in the diagonal tile the first is chunk `warp` */
-        int n0 = kw > q0 ? (int)((kw - q0) / 16) : 0, n1 = tc_chunks(T_ - q0);
-        tc_scores<T, HSP>(S, Ks + 16 * warp * LDH, Qs, n0, n1);
-        __syncwarp();
-        float p[32];
+    for (int64_t h = kvh * G; h < (kvh + 1) * G; h++) {
+        int64_t bh = b * NH + h;
+        const T *base = qkv + b * T_ * W + h * hs;
+        const T *dbase = dout + b * T_ * C + h * hs;
+        /* query tiles from the diagonal one (earlier queries see none of these keys) */
+        for (int64_t q0 = k0; q0 < T_; q0 += TQ) {
+            __syncthreads(); /* the previous query tile is no longer read */
+            tc_load<T, HSP>(Qs, base, W, q0, T_, hs);
+            tc_load<T, HSP>(dOs, dbase, C, q0, T_, hs);
+            if (threadIdx.x < TQ) {
+                int64_t t = q0 + threadIdx.x;
+                Ls[threadIdx.x] = t < T_ ? lse[bh * T_ + t] : 0.0f;
+                Ds[threadIdx.x] = t < T_ ? D[bh * T_ + t] : 0.0f;
+            }
+            __syncthreads();
+            /* the query chunks that see a key of the warp's (at or after its first) and are
+             * below T; in the diagonal tile the first is chunk `warp` */
+            int n0 = kw > q0 ? (int)((kw - q0) / 16) : 0, n1 = tc_chunks(T_ - q0);
+            tc_scores<T, HSP>(S, Ks + 16 * warp * LDH, Qs, n0, n1);
+            __syncwarp();
+            float p[32];
 #pragma unroll
-        for (int j = 0; j < 32; j++) { /* columns outside chunks n0..n1-1 are masked */
-            int c = half + 2 * j;
-            p[j] = kj <= q0 + c && q0 + c < T_ ? expf(S[r * LDS + c] * scale - Ls[c]) : 0.0f;
-            kcu_st(Pt, r * LDP + c, p[j]);
-        }
-        __syncwarp();
-        tc_scores<T, HSP>(S, Vs + 16 * warp * LDH, dOs, n0, n1);
-        __syncwarp();
+            for (int j = 0; j < 32; j++) { /* columns outside chunks n0..n1-1 are masked */
+                int c = half + 2 * j;
+                p[j] = kj <= q0 + c && q0 + c < T_ ? expf(S[r * LDS + c] * scale - Ls[c])
+                                                   : 0.0f;
+                kcu_st(Pt, r * LDP + c, p[j]);
+            }
+            __syncwarp();
+            tc_scores<T, HSP>(S, Vs + 16 * warp * LDH, dOs, n0, n1);
+            __syncwarp();
 #pragma unroll
-        for (int j = 0; j < 32; j++) {
-            int c = half + 2 * j;
-            float ds = kj <= q0 + c && q0 + c < T_ ? p[j] * (S[r * LDS + c] - Ds[c]) : 0.0f;
-            kcu_st(dSt, r * LDP + c, ds);
+            for (int j = 0; j < 32; j++) {
+                int c = half + 2 * j;
+                float ds = kj <= q0 + c && q0 + c < T_ ? p[j] * (S[r * LDS + c] - Ds[c]) : 0.0f;
+                kcu_st(dSt, r * LDP + c, ds);
+            }
+            __syncwarp();
+            tc_accumulate<T, HSP>(dv, Pt, dOs, n0, n1);
+            tc_accumulate<T, HSP>(dk, dSt, Qs, n0, n1);
         }
-        __syncwarp();
-        tc_accumulate<T, HSP>(dv, Pt, dOs, n0, n1);
-        tc_accumulate<T, HSP>(dk, dSt, Qs, n0, n1);
     }
-    T *dst = dqkv + b * T_ * 3 * C + h * hs;
-    tc_write<T, HSP>(dst + C, 3 * C, kw, T_, hs, dk, scale, S);
-    tc_write<T, HSP>(dst + 2 * C, 3 * C, kw, T_, hs, dv, 1.0f, S);
+    T *dst = dqkv + b * T_ * W + C + kvh * hs;
+    tc_write<T, HSP>(dst, W, kw, T_, hs, dk, scale, S);
+    tc_write<T, HSP>(dst + (int64_t)NKV * hs, W, kw, T_, hs, dv, 1.0f, S);
 }
 
 /* ---- launch ---- */
@@ -365,20 +380,21 @@ template <typename K> static int tc_prepare(kiln_backend *be, K kernel, size_t s
 
 template <typename T, int HSP>
 static void tc_forward(kiln_backend *be, T *out, float *lse, T *osave, const T *qkv, int64_t B,
-                       int64_t T_, int64_t C, int64_t NH) {
+                       int64_t T_, int64_t C, int64_t NH, int64_t NKV) {
     size_t smem = tc_dims<HSP>::fwd;
     if (tc_prepare(be, kcu_att_tc_fwd<T, HSP>, smem))
         return;
     int hs = (int)(C / NH);
     dim3 grid((unsigned)(B * NH), (unsigned)((T_ + TQ - 1) / TQ));
     kcu_att_tc_fwd<T, HSP><<<grid, TC_THREADS, smem, kcu_st(be)->stream>>>(
-        out, lse, osave, qkv, T_, C, (int)NH, hs, 1.0f / sqrtf((float)hs));
+        out, lse, osave, qkv, T_, (int)NH, (int)NKV, hs, 1.0f / sqrtf((float)hs));
     KCU_LAUNCHED(be, "attention_forward (tensor cores)");
 }
 
 template <typename T, int HSP>
 static void tc_backward(kiln_backend *be, T *dqkv, const float *D, const T *dout, const T *qkv,
-                        const float *lse, int64_t B, int64_t T_, int64_t C, int64_t NH) {
+                        const float *lse, int64_t B, int64_t T_, int64_t C, int64_t NH,
+                        int64_t NKV) {
     cudaStream_t st = kcu_st(be)->stream;
     size_t s1 = tc_dims<HSP>::dq, s2 = tc_dims<HSP>::dkv;
     if (tc_prepare(be, kcu_att_tc_dq<T, HSP>, s1) || tc_prepare(be, kcu_att_tc_dkv<T, HSP>, s2))
@@ -386,12 +402,13 @@ static void tc_backward(kiln_backend *be, T *dqkv, const float *D, const T *dout
     int hs = (int)(C / NH);
     float scale = 1.0f / sqrtf((float)hs);
     dim3 grid((unsigned)(B * NH), (unsigned)((T_ + TQ - 1) / TQ));
-    kcu_att_tc_dq<T, HSP>
-        <<<grid, TC_THREADS, s1, st>>>(dqkv, dout, qkv, lse, D, T_, C, (int)NH, hs, scale);
+    kcu_att_tc_dq<T, HSP><<<grid, TC_THREADS, s1, st>>>(dqkv, dout, qkv, lse, D, T_, (int)NH,
+                                                        (int)NKV, hs, scale);
     if (KCU_LAUNCHED(be, "attention_backward (dq, tensor cores)"))
         return;
-    kcu_att_tc_dkv<T, HSP>
-        <<<grid, TC_THREADS, s2, st>>>(dqkv, dout, qkv, lse, D, T_, C, (int)NH, hs, scale);
+    dim3 grid2((unsigned)(B * NKV), (unsigned)((T_ + TK - 1) / TK));
+    kcu_att_tc_dkv<T, HSP><<<grid2, TC_THREADS, s2, st>>>(dqkv, dout, qkv, lse, D, T_, (int)NH,
+                                                          (int)NKV, hs, scale);
     KCU_LAUNCHED(be, "attention_backward (dk, dv, tensor cores)");
 }
 
@@ -400,10 +417,11 @@ int kcu_attention_tc_fits(kiln_dtype dt, int64_t hs) {
 }
 
 void kcu_attention_tc_forward(kiln_backend *be, kiln_dtype dt, void *out, float *lse, void *osave,
-                              const void *qkv, int64_t B, int64_t T_, int64_t C, int64_t NH) {
+                              const void *qkv, int64_t B, int64_t T_, int64_t C, int64_t NH,
+                              int64_t NKV) {
     int64_t hs = C / NH;
 #define TC_FWD_(T, HSP)                                                                            \
-    tc_forward<T, HSP>(be, (T *)out, lse, (T *)osave, (const T *)qkv, B, T_, C, NH)
+    tc_forward<T, HSP>(be, (T *)out, lse, (T *)osave, (const T *)qkv, B, T_, C, NH, NKV)
 #define TC_FWD_HS_(T) hs <= 32 ? TC_FWD_(T, 32) : hs <= 64 ? TC_FWD_(T, 64) : TC_FWD_(T, 128)
     if (dt == KILN_DTYPE_BF16)
         TC_FWD_HS_(__nv_bfloat16);
@@ -415,10 +433,11 @@ void kcu_attention_tc_forward(kiln_backend *be, kiln_dtype dt, void *out, float 
 
 void kcu_attention_tc_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, const float *D,
                                const void *dout, const void *qkv, const float *lse, int64_t B,
-                               int64_t T_, int64_t C, int64_t NH) {
+                               int64_t T_, int64_t C, int64_t NH, int64_t NKV) {
     int64_t hs = C / NH;
 #define TC_BWD_(T, HSP)                                                                            \
-    tc_backward<T, HSP>(be, (T *)dqkv, D, (const T *)dout, (const T *)qkv, lse, B, T_, C, NH)
+    tc_backward<T, HSP>(be, (T *)dqkv, D, (const T *)dout, (const T *)qkv, lse, B, T_, C, NH,     \
+                        NKV)
 #define TC_BWD_HS_(T) hs <= 32 ? TC_BWD_(T, 32) : hs <= 64 ? TC_BWD_(T, 64) : TC_BWD_(T, 128)
     if (dt == KILN_DTYPE_BF16)
         TC_BWD_HS_(__nv_bfloat16);

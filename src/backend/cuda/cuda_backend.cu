@@ -227,6 +227,7 @@ static kiln_status start(void) {
     be->name = "cuda";
     be->device_memory = 1;
     be->prepare = NULL;
+    be->attention_decode = kiln__cuda_attention_decode; /* generation's cache */
     be->impl = s;
     cudaError_t e = cudaSuccess;
     const char *what = NULL;

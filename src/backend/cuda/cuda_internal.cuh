@@ -133,28 +133,69 @@ __device__ __forceinline__ float kcu_warp_max(float v) {
     return v;
 }
 
+/* The input row `row` (C wide) of a LayerNorm or RMSNorm, read by one warp: with b, x = a + b
+ * rounded to T and stored in res (res may be a or b: each element is read and written by the
+ * same lane), and the row of res returned; without b, the row of a. *part receives the lane's
+ * sum of x (square 0) or of x^2 (square 1) over its channels lane, lane + 32, ... */
+template <typename T>
+__device__ __forceinline__ const T *kcu_norm_row(T *res, const T *a, const T *b, int64_t row,
+                                                 int64_t C, int square, float *part) {
+    int lane = threadIdx.x & 31;
+    const T *x = a + row * C;
+    float sum = 0.0f;
+    if (b) {
+        T *r = res + row * C;
+        const T *y = b + row * C;
+        for (int64_t c = lane; c < C; c += 32) {
+            kcu_st(r, c, kcu_ld(x, c) + kcu_ld(y, c));
+            float v = kcu_ld((const T *)r, c);
+            sum += square ? v * v : v;
+        }
+        x = r;
+    } else {
+        for (int64_t c = lane; c < C; c += 32) {
+            float v = kcu_ld(x, c);
+            sum += square ? v * v : v;
+        }
+    }
+    *part = sum;
+    return x;
+}
+
 /* cuda_layers.cu: column sums of x (N, cols) of dtype T (or products, see there) added into
  * dst (cols, fp32), in a fixed order: partial sums over chunks of rows, then the chunks. */
 void kcu_column_sums(kiln_backend *be, kiln_dtype dt, float *dst, const void *x, int64_t N,
                      int64_t cols);
 
+/* cuda_layers.cu: the rows per chunk of such a sum for N rows (so that the chunks fit the
+ * grid's y limit), and the chunks' partial sums part (chunks, stride) added in chunk order:
+ * dst0[c] += sum of part[k stride + c], and dst1 (when not NULL) from part[k stride + cols + c],
+ * c < cols. */
+int64_t kcu_rows_per_chunk(int64_t N);
+void kcu_add_parts(kiln_backend *be, float *dst0, float *dst1, const float *part, int64_t chunks,
+                   int64_t cols, int64_t stride);
+
 /* cuda_attention_tc.cu: attention on tensor cores, for bf16 and fp16 and head sizes that are
- * multiples of 16 up to 128 (kcu_attention_tc_fits); pointers 16-byte aligned. The forward
- * writes out, the lse (B,NH,T) and osave (B,T,C) as cuda_attention.cu's forward does; the
- * backward writes dqkv from D = rowsum(dO O) (B,NH,T), already computed, and the lse. */
+ * multiples of 16 up to 128 (kcu_attention_tc_fits); pointers 16-byte aligned; NKV key/value
+ * heads as in attention_forward. The forward writes out, the lse (B,NH,T) and osave (B,T,C) as
+ * cuda_attention.cu's forward does; the backward writes dqkv from D = rowsum(dO O) (B,NH,T),
+ * already computed, and the lse. */
 int kcu_attention_tc_fits(kiln_dtype dt, int64_t hs);
 void kcu_attention_tc_forward(kiln_backend *be, kiln_dtype dt, void *out, float *lse, void *osave,
-                              const void *qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+                              const void *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                              int64_t NKV);
 void kcu_attention_tc_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, const float *D,
                                const void *dout, const void *qkv, const float *lse, int64_t B,
-                               int64_t T, int64_t C, int64_t NH);
+                               int64_t T, int64_t C, int64_t NH, int64_t NKV);
 
 /* cuda_matmul.cu: load cuBLASLt and create the handle (the thread's error message says why
  * not); forget the cached algorithms. */
 kiln_status kcu_matmul_start(kcu_state *s);
 void kcu_matmul_release(kcu_state *s);
 
-/* Every op of the table: KILN_BACKEND_DECLARE gives kiln__cuda_<op>. */
+/* Every op of the table: KILN_BACKEND_DECLARE gives kiln__cuda_<op>; and the optional one the
+ * backend has (cuda_attention.cu). */
 KILN_BACKEND_DECLARE(kiln__cuda_)
+kiln_op_attention_decode kiln__cuda_attention_decode;
 
 #endif

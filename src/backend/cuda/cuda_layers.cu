@@ -21,7 +21,7 @@ enum { COL_THREADS = 128, ROW_WARPS = 4 };
 
 /* Rows per chunk of a column sum: 32, or more when N is so large that the chunks would
  * pass the grid's y limit. */
-static int64_t rows_per_chunk(int64_t N) {
+int64_t kcu_rows_per_chunk(int64_t N) {
     int64_t r = (N + 65534) / 65535;
     return r > 32 ? r : 32;
 }
@@ -34,7 +34,8 @@ __global__ void kcu_encoder_forward(T *out, const int32_t *ids, const T *wte, co
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * C;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t bt = i / C, c = i % C, t = bt % T_;
-        kcu_st(out, i, kcu_ld(wte, (int64_t)ids[bt] * C + c) + kcu_ld(wpe, t * C + c));
+        float pe = wpe ? kcu_ld(wpe, t * C + c) : 0.0f; /* NULL: rotary positions, none here */
+        kcu_st(out, i, kcu_ld(wte, (int64_t)ids[bt] * C + c) + pe);
     }
 }
 
@@ -85,6 +86,8 @@ void kiln__cuda_encoder_backward(kiln_backend *be, kiln_dtype dt, float *dwte, f
         return;
     kcu_state *s = kcu_st(be);
     int64_t N = B * Tn;
+    if (!dwte && !dwpe)
+        return;
     if (!dwte) { /* wpe alone */
         KCU_DISPATCH(dt, {
             kcu_encoder_backward_wpe<T><<<kcu_blocks(Tn * C, 256), 256, 0, s->stream>>>(
@@ -133,16 +136,17 @@ void kiln__cuda_encoder_backward(kiln_backend *be, kiln_dtype dt, float *dwte, f
     KCU_DISPATCH(dt, {
         kcu_encoder_backward_wte<T><<<grid, COL_THREADS, 0, s->stream>>>(
             dwte, (const T *)dout, d, d + N, d + N + nseg + 1, C);
-        kcu_encoder_backward_wpe<T><<<kcu_blocks(Tn * C, 256), 256, 0, s->stream>>>(
-            dwpe, (const T *)dout, B, Tn, C);
+        if (dwpe) /* NULL: no position embedding */
+            kcu_encoder_backward_wpe<T><<<kcu_blocks(Tn * C, 256), 256, 0, s->stream>>>(
+                dwpe, (const T *)dout, B, Tn, C);
     });
     KCU_LAUNCHED(be, "encoder_backward");
 }
 
 /* ---- LayerNorm: one warp per row ---- */
 
-/* With a (and b): x = a + b rounded to T and stored in res (res may be a or b: each element
- * is read and written by the same lane); without b, x = a. */
+/* With a (and b): x = a + b rounded to T and stored in res (res may be a or b), without b
+ * x = a (kcu_norm_row). */
 template <typename T>
 __global__ void kcu_layernorm_forward(T *out, float *mean, float *rstd, T *res, const T *a,
                                       const T *b, const T *w, const T *bias, int64_t N,
@@ -151,20 +155,8 @@ __global__ void kcu_layernorm_forward(T *out, float *mean, float *rstd, T *res, 
     int64_t row = blockIdx.x * (int64_t)ROW_WARPS + (threadIdx.x >> 5);
     if (row >= N)
         return;
-    const T *x = a + row * C;
-    float sum = 0.0f;
-    if (b) {
-        T *r = res + row * C;
-        const T *y = b + row * C;
-        for (int64_t c = lane; c < C; c += 32) {
-            kcu_st(r, c, kcu_ld(x, c) + kcu_ld(y, c));
-            sum += kcu_ld((const T *)r, c);
-        }
-        x = r;
-    } else {
-        for (int64_t c = lane; c < C; c += 32)
-            sum += kcu_ld(x, c);
-    }
+    float sum;
+    const T *x = kcu_norm_row(res, a, b, row, C, 0, &sum);
     float m = kcu_warp_sum(sum) / (float)C;
     float var = 0.0f;
     for (int64_t c = lane; c < C; c += 32) {
@@ -276,7 +268,7 @@ void kiln__cuda_layernorm_backward(kiln_backend *be, kiln_dtype dt, void *dinp, 
     if (kcu_skip(be) || N <= 0)
         return;
     kcu_state *s = kcu_st(be);
-    int64_t rpc = rows_per_chunk(N), chunks = (N + rpc - 1) / rpc;
+    int64_t rpc = kcu_rows_per_chunk(N), chunks = (N + rpc - 1) / rpc;
     float *part = (float *)kcu_grow(be, &s->part, (size_t)(chunks * 2 * C) * sizeof(float));
     if (!part)
         return;
@@ -291,6 +283,16 @@ void kiln__cuda_layernorm_backward(kiln_backend *be, kiln_dtype dt, void *dinp, 
     });
     kcu_sum_parts<<<cols, COL_THREADS, 0, s->stream>>>(dweight, dbias, part, chunks, C, 2 * C);
     KCU_LAUNCHED(be, "layernorm_backward");
+}
+
+void kcu_add_parts(kiln_backend *be, float *dst0, float *dst1, const float *part, int64_t chunks,
+                   int64_t cols, int64_t stride) {
+    if (kcu_skip(be) || cols <= 0)
+        return;
+    unsigned cb = (unsigned)((cols + COL_THREADS - 1) / COL_THREADS);
+    kcu_sum_parts<<<cb, COL_THREADS, 0, kcu_st(be)->stream>>>(dst0, dst1, part, chunks, cols,
+                                                              stride);
+    KCU_LAUNCHED(be, "column sums (chunks)");
 }
 
 /* Column sums of x (N, cols) into dst (+=), the bias gradient of a product. */
@@ -311,7 +313,7 @@ void kcu_column_sums(kiln_backend *be, kiln_dtype dt, float *dst, const void *x,
     if (kcu_skip(be) || N <= 0 || cols <= 0)
         return;
     kcu_state *s = kcu_st(be);
-    int64_t rpc = rows_per_chunk(N), chunks = (N + rpc - 1) / rpc;
+    int64_t rpc = kcu_rows_per_chunk(N), chunks = (N + rpc - 1) / rpc;
     float *part = (float *)kcu_grow(be, &s->part, (size_t)(chunks * cols) * sizeof(float));
     if (!part)
         return;
