@@ -7,12 +7,16 @@
         [--torch-env VAR=VALUE ...] [--peer-malloc tuned|glibc-default] [--markdown]
 
 Each system trains the same model (random initialisation, AdamW) at the same shapes for
-`warmup` untimed and `steps` timed steps, in its own process:
+`warmup` untimed and `steps` timed steps, in its own process. --model is a preset of kiln's,
+a GPT-2 (gpt2-124m, gpt2-350m, d12, d6, d4) or a Llama (llama-d4, llama-d6, llama-d12,
+smollm2-135m), each with GPT-2's vocabulary (the data's), as bench/model_presets.py gives
+them:
 
   kiln P        `kiln train --model M --batch B --seq T --steps N --data D --metrics F
                 --precision P`, one row per --kiln-precision (fp32 and bf16 by default),
                 the per-step times read from F (the JSON Lines metrics file)
-  PyTorch fp32  bench/torch_gpt.py --dtype fp32 (tests/ref/gpt_model.py, torch.optim.AdamW)
+  PyTorch fp32  bench/torch_gpt.py --dtype fp32 (tests/ref/gpt_model.py, or for a Llama
+                tests/ref/llama_model.py; torch.optim.AdamW)
   PyTorch bf16  bench/torch_gpt.py --dtype bf16 (forward under CPU autocast, fp32 master)
 
 and the table gives ms/step (mean of the timed steps), tokens/s, MFU against the fp32
@@ -22,7 +26,9 @@ notes say), peak RSS (/usr/bin/time -v), kiln fp32's speed and memory as ratios 
 peer, and for each reduced kiln precision P a ratio column "kiln P x": kiln fp32's and
 PyTorch P's step time over kiln P's. FLOPs per step are counted as kiln
 counts them (kiln_gpt_flops_per_token, with the real vocabulary of 50257; kiln computes
-the head over 50304 padded columns, which is not credited).
+the head over 50304 padded columns, which is not credited); the model line of the header
+names the family and shape. The llm.c row (figures cited, not measured) is for GPT-2
+presets only.
 
 A peer is only as fast as the BLAS it is given (Debian's PyTorch calls whatever
 libblas.so.3 the alternatives system selects), so the table also says, for each peer,
@@ -62,14 +68,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "ref"))
 sys.path.insert(0, HERE)
 import blas_probe  # noqa: E402  (bench/blas_probe.py)
-from gpt_model import flops_per_token  # noqa: E402  (no torch import at module level)
+import model_presets  # noqa: E402  (bench/model_presets.py: shapes and FLOPs of --model)
 
 ROOT = os.path.normpath(os.path.join(HERE, ".."))
 TORCH_PY = "/usr/bin/python3"  # Debian's PyTorch
-# name: (n_layer, n_head, n_embd), as kiln's presets (src/model/config.c) define them
-PRESETS = {"gpt2-124m": (12, 12, 768), "gpt2-350m": (24, 16, 1024), "d12": (12, 12, 384),
-           "d6": (6, 6, 192), "d4": (4, 4, 128)}
-VOCAB = 50257
+# GPT-2 name: (n_layer, n_head, n_embd), as kiln's presets (src/model/config.c) define them
+# (the scripts that compare with GPT-2-only peers choose from these); --model here also takes
+# the Llama presets of model_presets.LLAMA
+PRESETS = {name: p[:3] for name, p in model_presets.GPT2.items()}
+VOCAB = model_presets.VOCAB
 OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 LLMC_CITED = "llm.c (cited)"
@@ -559,7 +566,8 @@ def parse_args():
     ap = argparse.ArgumentParser(description="kiln vs PyTorch training-step benchmark")
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"))
     ap.add_argument("--data", help="kiln's training shards (file, folder or glob)")
-    ap.add_argument("--model", default="gpt2-124m", choices=sorted(PRESETS))
+    ap.add_argument("--model", default="gpt2-124m", choices=model_presets.NAMES,
+                    help="a GPT-2 or Llama preset of kiln's (default gpt2-124m)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=2)
@@ -666,7 +674,8 @@ def measure(args, env, torch_env):
     for r in rows.values():
         if r:
             r["blas"] = peer_blas(r)
-    rows[LLMC_CITED] = None
+    if model_presets.family(args.model) == "gpt2":  # llm.c trains GPT-2 only
+        rows[LLMC_CITED] = None
     return rows, peaks, peak_note
 
 
@@ -698,8 +707,9 @@ def report(args, rows, peaks, header, alt, tokens, flops_step):
                             "GEMM peak" if peaks.get("bf16") else
                             "every row against the fp32 GEMM peak (no bf16 GEMM peak in this "
                             "run: `kiln bench peak --dtype bf16` failed or is missing)") + ".")
-    notes.append("llm.c: figures measured earlier on this machine class (gpt2-124m, B=4, T=64, "
-                 "2 threads), not in this run.")
+    if LLMC_CITED in rows:
+        notes.append("llm.c: figures measured earlier on this machine class (gpt2-124m, B=4, "
+                     "T=64, 2 threads), not in this run.")
     print("\n" + "\n".join(notes))
 
     blas = blas_lines(rows, peaks)
@@ -744,13 +754,12 @@ def main():
     print("environment:")
     for line in header:
         print("  " + line)
-    L, NH, C = PRESETS[args.model]
     tokens = args.batch * args.seq
-    flops_step = flops_per_token(L, C, VOCAB, args.seq) * tokens
-    model_line = "model %s (L=%d NH=%d C=%d V=%d), B=%d T=%d: %.1f GFLOP per step; %d " \
-        "warm-up + %d timed steps; kiln precisions %s" % (
-            args.model, L, NH, C, VOCAB, args.batch, args.seq, flops_step / 1e9, args.warmup,
-            args.steps, ", ".join(args.kiln_precision))
+    flops_step = model_presets.flops_per_token(args.model, args.seq) * tokens
+    model_line = "model %s (%s), B=%d T=%d: %.1f GFLOP per step; %d warm-up + %d timed " \
+        "steps; kiln precisions %s" % (
+            args.model, model_presets.describe(args.model), args.batch, args.seq,
+            flops_step / 1e9, args.warmup, args.steps, ", ".join(args.kiln_precision))
     print(model_line)
     rows, peaks, peak_note = measure(args, env, torch_env)
     report(args, rows, peaks, header + [model_line, peak_note], alt, tokens, flops_step)

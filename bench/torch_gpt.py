@@ -1,19 +1,24 @@
 #!/usr/bin/python3
-"""PyTorch peer of kiln's training benchmark: GPT-2 training steps on random tokens.
+"""PyTorch peer of kiln's training benchmark: GPT-2 or Llama training steps on random tokens.
 
     /usr/bin/python3 bench/torch_gpt.py --model gpt2-124m --batch 4 --seq 64 \
         --warmup 2 --steps 5 --threads 2 --dtype fp32|bf16 [--peak-gflops G] \
         [--gemm-seconds 0.25] [--json]
 
-The model is tests/ref/gpt_model.py (the one kiln's reference tests compare against),
-with GPT-2's initialisation from a seed, the real vocabulary (50257, no padding) and
-AdamW (lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on 2-D tensors). A step is
+--model is a preset of kiln's (bench/model_presets.py: the shapes of src/model/config.c).
+For a GPT-2 preset the model is tests/ref/gpt_model.py (the one kiln's reference tests
+compare against) with GPT-2's initialisation from a seed; for a Llama preset (llama-d4,
+llama-d6, llama-d12, smollm2-135m) tests/ref/llama_model.py's Llama (RMSNorm, rotary
+embeddings, grouped-query attention, SwiGLU, no biases, tied head) with init_llama from a
+seed. Both with the real vocabulary (50257, no padding) and AdamW (lr 6e-4, betas (0.9,
+0.95), eps 1e-8, weight decay 0.1 on 2-D tensors, none on biases and norms). A step is
 zero_grad, forward, backward, optimizer step; bf16 runs forward under CPU autocast with
 float32 master weights and optimizer. Warm-up steps are run and not timed.
 
 Prints one line per step, a summary, and with --json a last line holding the summary as
 JSON (ms_per_step is the mean over the timed steps). MFU counts FLOPs as kiln does
-(gpt_model.flops_per_token) and needs the peak from `kiln bench peak`.
+(model_presets.flops_per_token: gpt_model's or llama_model's flops_per_token) and needs the
+peak from `kiln bench peak`.
 
 It also reports the BLAS this process really calls and the rate it gets from it, so that
 a PyTorch given a slow BLAS shows up (Debian's PyTorch calls whatever libblas.so.3 the
@@ -21,7 +26,8 @@ alternatives system selects):
   - where libtorch_cpu's sgemm_ resolves, that file's OpenBLAS build and kernel, and the
     BLAS, OpenMP and oneDNN files in /proc/self/maps;
   - the GEMM rate of the model's own products, nn.Linear's (B*T, C) x (C, N) for the
-    attention (N = 3C, C), MLP (4C, and 4C -> C) and head (V) shapes: fp32, and with
+    attention (N = 3C, C), MLP (4C, and 4C -> C) and head (V) shapes (a Llama's: q (N = A),
+    k and v (NKV x hs), o (A -> C), gate and up (H), down (H -> C), head (V)): fp32, and with
     --dtype bf16 also under the forward pass's autocast (its casts included). They are
     timed before the model is built and again after the timed steps, with the same thread
     count, never inside a step. A rate is that of the fastest call, as `kiln bench peak`
@@ -41,25 +47,54 @@ import torch.nn.functional as F
 
 import blas_probe  # bench/blas_probe.py, next to this file
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ref"))
-from gpt_model import GPT, flops_per_token  # noqa: E402
+import model_presets  # noqa: E402  (bench/model_presets.py, next to this file)
 
-# name: (n_layer, n_head, n_embd, positions), as kiln's presets (src/model/config.c)
-# define them; all with GPT-2's vocabulary.
-PRESETS = {
-    "gpt2-124m": (12, 12, 768, 1024),
-    "gpt2-350m": (24, 16, 1024, 1024),
-    "d12": (12, 12, 384, 512),
-    "d6": (6, 6, 192, 256),
-    "d4": (4, 4, 128, 256),
-}
-VOCAB = 50257
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ref"))
+from gpt_model import GPT  # noqa: E402
+from llama_model import Llama  # noqa: E402
+
+# GPT-2 name: (n_layer, n_head, n_embd, positions), as kiln's presets (src/model/config.c)
+# define them; all with GPT-2's vocabulary. --model also takes model_presets.LLAMA's.
+PRESETS = model_presets.GPT2
+VOCAB = model_presets.VOCAB
 
 
 def gemm_shapes(BT, C, V):
     """(name, M, K, N) of the model's matrix products, (M, K) x (K, N)."""
     return [("attn qkv", BT, C, 3 * C), ("attn proj", BT, C, C), ("mlp fc", BT, C, 4 * C),
             ("mlp proj", BT, 4 * C, C), ("head", BT, C, V)]
+
+
+def llama_gemm_shapes(BT, NH, C, NKV, H, V):
+    """(name, M, K, N) of a Llama's matrix products as llama_model.Llama's nn.Linear
+    computes them (q, k and v apart, gate and up apart; k and v share a shape)."""
+    hs = C // NH
+    A, KV = NH * hs, NKV * hs
+    return [("attn q", BT, C, A), ("attn k/v", BT, C, KV), ("attn o", BT, A, C),
+            ("mlp gate/up", BT, C, H), ("mlp down", BT, H, C), ("head", BT, C, V)]
+
+
+def model_gemm_shapes(name, BT):
+    if name in model_presets.LLAMA:
+        _, NH, C, _, NKV, H, _, _ = model_presets.LLAMA[name]
+        return llama_gemm_shapes(BT, NH, C, NKV, H, VOCAB)
+    return gemm_shapes(BT, PRESETS[name][2], VOCAB)
+
+
+def build_model(name, seed):
+    """The preset's model in train mode, initialised from seed."""
+    torch.manual_seed(seed)
+    if name in model_presets.LLAMA:
+        L, NH, C, _, NKV, H, theta, tied = model_presets.LLAMA[name]
+        model = Llama(L, NH, C, VOCAB, n_kv_head=NKV, mlp_hidden=H, rope_theta=theta,
+                      untied_head=not tied)
+        model.init_llama(torch.Generator().manual_seed(seed))
+    else:
+        L, NH, C, max_t = PRESETS[name]
+        model = GPT(L, NH, C, VOCAB, max_t)
+        model.init_gpt2()
+    model.train()
+    return model
 
 
 def time_linear(x, w, seconds, bf16):
@@ -127,22 +162,21 @@ def torch_config():
             "threads": torch.get_num_threads()}
 
 
-def train(args, L, NH, C, max_t):
+def train(args):
     """Warm-up and timed steps; returns (timed ms, timed CPU ms, losses, FLOPs/step)."""
     B, T = args.batch, args.seq
-    torch.manual_seed(args.seed)
-    model = GPT(L, NH, C, VOCAB, max_t)
-    model.init_gpt2()
-    model.train()
+    model = build_model(args.model, args.seed)
     opt = torch.optim.AdamW(model.decay_groups(0.1), lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
     gen = torch.Generator().manual_seed(args.seed)
     n_steps = args.warmup + args.steps
     data = torch.randint(0, VOCAB, (n_steps, B, T + 1), generator=gen)
     n_params = sum(p.numel() for p in model.parameters())
-    flops_step = flops_per_token(L, C, VOCAB, T) * B * T
-    print("PyTorch %s %s: %s, %d parameters, B=%d T=%d, %d threads, %.1f GFLOP/step" % (
-        torch.__version__, args.dtype, args.model, n_params, B, T, torch.get_num_threads(),
-        flops_step / 1e9), flush=True)
+    flops_step = model_presets.flops_per_token(args.model, T) * B * T
+    shape = " (%s)" % model_presets.describe(args.model) if args.model in model_presets.LLAMA \
+        else ""
+    print("PyTorch %s %s: %s%s, %d parameters, B=%d T=%d, %d threads, %.1f GFLOP/step" % (
+        torch.__version__, args.dtype, args.model, shape, n_params, B, T,
+        torch.get_num_threads(), flops_step / 1e9), flush=True)
 
     times, cpu_times, losses = [], [], []
     for k in range(n_steps):
@@ -166,8 +200,9 @@ def train(args, L, NH, C, max_t):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="PyTorch GPT-2 training-step benchmark")
-    ap.add_argument("--model", default="gpt2-124m", choices=sorted(PRESETS))
+    ap = argparse.ArgumentParser(description="PyTorch GPT-2 or Llama training-step benchmark")
+    ap.add_argument("--model", default="gpt2-124m", choices=model_presets.NAMES,
+                    help="a GPT-2 or Llama preset of kiln's (default gpt2-124m)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=2)
@@ -184,14 +219,16 @@ def main():
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
-    L, NH, C, max_t = PRESETS[args.model]
     B, T = args.batch, args.seq
-    shapes = gemm_shapes(B * T, C, VOCAB)
+    if T > model_presets.context(args.model):
+        sys.exit("sequence length %d is beyond %s's context of %d" % (
+            T, args.model, model_presets.context(args.model)))
+    shapes = model_gemm_shapes(args.model, B * T)
     modes = ("fp32", "bf16") if args.dtype == "bf16" else ("fp32",)
     gemm = {}
     if args.gemm_seconds > 0:
         gemm_probe(shapes, args.gemm_seconds, modes, gemm)
-    times, cpu_times, losses, flops_step = train(args, L, NH, C, max_t)
+    times, cpu_times, losses, flops_step = train(args)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
     # the second probe runs with the model freed, well under the training's peak RSS
     if args.gemm_seconds > 0:

@@ -16,7 +16,9 @@ a Hugging Face Llama checkpoint's:
     model.norm.weight (C)   lm_head.weight (V,C) when untied
 
 Written here, not imported from transformers, so that the reference is the math itself. Used
-by tests/ref/gpt_ref.py and tests/ref/gpt_ref_bf16.py (reference values) and bench/torch_gpt.py.
+by tests/ref/gpt_ref.py and tests/ref/gpt_ref_bf16.py (reference values) and bench/torch_gpt.py
+(the PyTorch peer of the training benchmark, which with bench/bench_train.py also counts FLOPs
+with flops_per_token here).
 """
 
 import math
@@ -157,3 +159,18 @@ class Llama(nn.Module):
         no_decay = [p for p in self.parameters() if p.dim() < 2]
         return [{"params": decay, "weight_decay": weight_decay},
                 {"params": no_decay, "weight_decay": 0.0}]
+
+
+def flops_per_token(n_layer, n_embd, n_head, vocab_size, T, n_kv_head=None, head_size=None,
+                    mlp_hidden=None):
+    """Model FLOPs of one training step per token, as kiln counts them
+    (kiln_gpt_flops_per_token in src/model/config.c): 6 x (weights of the matrix products:
+    per layer q, k, v (C, A + 2 x NKV x hs), o (A, C), gate and up (C, 2H), down (H, C); the
+    head with V columns, tied or not) + 6 x 2 x L x T x A for attention's QK^T and AV, A =
+    NH x hs. Norm weights, rotary embeddings and the embedding lookup are not counted."""
+    hs = head_size or n_embd // n_head
+    A, KV = n_head * hs, (n_kv_head or n_head) * hs
+    H = mlp_hidden or 4 * n_embd
+    block = n_embd * (A + 2 * KV) + A * n_embd + n_embd * 2 * H + H * n_embd
+    matmul_params = n_layer * block + vocab_size * n_embd
+    return 6.0 * matmul_params + 12.0 * n_layer * T * A
