@@ -7,6 +7,7 @@
  * under NFC a run of characters that are starters, are their own normal form and never
  * compose with a character before them (the ranges in nfc_inert) is left as it is. Bytes
  * that are not UTF-8 are copied as they are; they end a run like a starter would. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,8 @@
 #include "kiln/core.h"
 #include "tok/hf_internal.h"
 #include "tok/tok_internal.h"
+#define HF_UNI_WANT_COMPOSE
+#include "tok/hf_unicode_tables.h"
 
 static kiln_status put(kiln_bytes *b, const void *s, size_t n) {
     KILN_CHECK(kiln__tok_bytes_reserve(b, n));
@@ -32,6 +35,68 @@ static int nfc_inert(uint32_t c) {
            (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0xAC00 && c <= 0xD7A3);
 }
 
+/* The canonical compositions node's ICU makes and this utf8proc does not know (their
+ * composite is unassigned in its Unicode version): applied after utf8proc, with the rule
+ * that a character combines with the last starter unless a character between them is a
+ * starter or has a combining class at least its own. */
+static uint32_t extra[HF_UNI_COMPOSE_COUNT][3];
+static int n_extra;
+static pthread_once_t extra_once = PTHREAD_ONCE_INIT;
+
+static void extra_init(void) {
+    for (int i = 0; i < HF_UNI_COMPOSE_COUNT; i++)
+        if (utf8proc_category((utf8proc_int32_t)hf_uni_compose[i][2]) == UTF8PROC_CATEGORY_CN)
+            memcpy(extra[n_extra++], hf_uni_compose[i], sizeof extra[0]);
+}
+
+static uint32_t extra_compose(uint32_t a, uint32_t b) {
+    for (int i = 0; i < n_extra; i++)
+        if (extra[i][0] == a && extra[i][1] == b)
+            return extra[i][2];
+    return UINT32_MAX;
+}
+
+static int ccc(uint32_t c) {
+    return utf8proc_get_property((utf8proc_int32_t)c)->combining_class;
+}
+
+/* Apply the extra compositions to the NFC text out[from..). */
+static kiln_status compose_extra(kiln_bytes *out, size_t from) {
+    size_t n = out->len - from, k = 0;
+    int32_t *cp = malloc((n + 1) * sizeof *cp);
+    if (!cp)
+        return kiln_error_setf(KILN_ERR_NOMEM, "Unicode normalisation: no memory");
+    for (size_t i = 0, l = 1; i < n; i += l)
+        cp[k++] = (int32_t)kiln__tok_utf8_next((const uint8_t *)out->data + from + i, n - i, &l);
+    size_t m = 0;
+    int64_t starter = -1, last = -1; /* in the output cp[0..m) */
+    for (size_t i = 0; i < k; i++) {
+        int cc = ccc((uint32_t)cp[i]);
+        uint32_t c = UINT32_MAX;
+        if (starter >= 0 &&
+            (last == starter || (ccc((uint32_t)cp[last]) != 0 && ccc((uint32_t)cp[last]) < cc)))
+            c = extra_compose((uint32_t)cp[starter], (uint32_t)cp[i]);
+        if (c != UINT32_MAX) {
+            cp[starter] = (int32_t)c;
+            continue;
+        }
+        cp[m] = cp[i];
+        last = (int64_t)m;
+        if (cc == 0)
+            starter = (int64_t)m;
+        m++;
+    }
+    out->len = from;
+    kiln_status st = KILN_OK;
+    for (size_t i = 0; i < m && st == KILN_OK; i++) {
+        utf8proc_uint8_t u[4];
+        utf8proc_ssize_t ul = utf8proc_encode_char(cp[i], u);
+        st = put(out, u, (size_t)ul);
+    }
+    free(cp);
+    return st;
+}
+
 /* Normalise valid UTF-8 s[0..n) through utf8proc. */
 static kiln_status unicode_form(const uint8_t *s, size_t n, int compat, kiln_bytes *out) {
     utf8proc_uint8_t *dst = NULL;
@@ -39,8 +104,12 @@ static kiln_status unicode_form(const uint8_t *s, size_t n, int compat, kiln_byt
     utf8proc_ssize_t m = utf8proc_map(s, (utf8proc_ssize_t)n, &dst, (utf8proc_option_t)opts);
     if (m < 0)
         return kiln_error_setf(KILN_ERR_INTERNAL, "Unicode normalisation: %s", utf8proc_errmsg(m));
+    size_t from = out->len;
     kiln_status st = put(out, dst, (size_t)m);
     free(dst);
+    pthread_once(&extra_once, extra_init);
+    if (st == KILN_OK && n_extra > 0)
+        st = compose_extra(out, from);
     return st;
 }
 

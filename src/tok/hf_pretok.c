@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "tok/hf_internal.h"
+#define HF_UNI_WANT_CLASSES
 #include "tok/hf_unicode_tables.h"
 
 enum { C_L = 1, C_N = 2, C_WS = 4, C_JSWS = 8, C_CRLF = 16 };
