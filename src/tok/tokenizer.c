@@ -158,6 +158,9 @@ int64_t kiln_tokenizer_vocab_size(const kiln_tokenizer *t) {
 int32_t kiln_tokenizer_eot(const kiln_tokenizer *t) {
     return t ? t->eot : -1;
 }
+int32_t kiln_tokenizer_bos(const kiln_tokenizer *t) {
+    return t && t->hf ? t->hf->bos : -1;
+}
 
 /* XXH3 over a tag and version, the id count, <|endoftext|>'s id, whether a whole piece is
  * looked up first, each id's length (u32) and bytes, then the merges (u32 pairs): everything
