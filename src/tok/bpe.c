@@ -67,6 +67,7 @@ kiln_status kiln__tok_pair_map_init(tok_pair_map *m, int64_t expected) {
     m->keys = k;
     m->vals = v;
     memset(m->keys, 0xff, slots * sizeof(uint64_t)); /* TOK_PAIR_EMPTY */
+    memset(m->vals, 0, slots * sizeof(int32_t));     /* written out whole by hf_cache.c */
     m->mask = slots - 1;
     return KILN_OK;
 }

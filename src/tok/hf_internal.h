@@ -76,6 +76,8 @@ typedef struct tok_hf {
     int32_t *rank_ids;           /* [n_ranks] merged id (what t->rank_id points to) */
     uint8_t added_first[2][256]; /* [normalized][byte] 1: an added token starts with it */
     uint64_t identity;           /* XXH3 of the prepared form (kiln_tokenizer_id) */
+    void *arena; /* a prepared form mapped whole; the arrays point into it */
+    size_t arena_len;
 } tok_hf;
 
 struct tok_encoder;
@@ -83,8 +85,9 @@ struct tok_encoder;
 /* Load a tokenizer.json (through the prepared cache beside it when that is current). */
 kiln_status kiln__tok_load_hf(kiln_tokenizer **out, const char *path);
 void kiln__tok_hf_free(tok_hf *h);
-/* Pair map, piece map and the tables derived from a loaded tok_hf. */
-kiln_status kiln__tok_hf_finish(kiln_tokenizer *t);
+/* The tables derived from a loaded tok_hf: rank ids and the pair map (tables_ready: read
+ * from the prepared form, then only checked), and the small lookups. */
+kiln_status kiln__tok_hf_finish(kiln_tokenizer *t, int tables_ready);
 
 /* ---- hf_json.c ---- */
 /* Build a tokenizer from tokenizer.json's text; where names the file in messages. */
@@ -92,12 +95,12 @@ kiln_status kiln__tok_hf_from_json(kiln_tokenizer **out, const char *text, size_
                                    const char *where);
 
 /* ---- hf_cache.c ---- */
-/* The prepared form: everything that decides the ids, written after a checksum of the
- * source text. kiln__tok_hf_serialize gives it without the source checksum (the identity
- * hashes it). */
+/* The prepared form: everything that decides the ids and the tables built from it, after
+ * the checksum of the source text; bytes 24..32 hold the identity. Deserialize takes buf
+ * (malloc'ed) on success: the tokenizer's arrays point into it. */
 kiln_status kiln__tok_hf_serialize(const kiln_tokenizer *t, uint64_t source_hash, uint8_t **buf,
                                    size_t *len);
-kiln_status kiln__tok_hf_deserialize(kiln_tokenizer **out, const uint8_t *buf, size_t len,
+kiln_status kiln__tok_hf_deserialize(kiln_tokenizer **out, char *buf, size_t len,
                                      uint64_t source_hash, const char *where);
 
 /* ---- hf_pretok.c ---- */

@@ -633,7 +633,7 @@ kiln_status kiln__tok_hf_from_json(kiln_tokenizer **out, const char *text, size_
     KILN_CHECK_GOTO(s, kiln__tok_build_piece_map(t), fail);
     KILN_CHECK_GOTO(s, merges(&p, cJSON_GetObjectItemCaseSensitive(model, "merges")), fail);
     t->eot = pick_eot(t);
-    KILN_CHECK_GOTO(s, kiln__tok_hf_finish(t), fail);
+    KILN_CHECK_GOTO(s, kiln__tok_hf_finish(t, 0), fail);
     cJSON_Delete(root);
     *out = t;
     return KILN_OK;

@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -27,6 +29,15 @@
 void kiln__tok_hf_free(tok_hf *h) {
     if (!h)
         return;
+    if (h->arena) { /* these point into it */
+        h->added = NULL;
+        h->added_text = NULL;
+        h->special = NULL;
+        h->mblob = NULL;
+        h->moff = NULL;
+        h->rank_ids = NULL;
+        munmap(h->arena, h->arena_len);
+    }
     kiln_free(h->added);
     kiln_free(h->added_text);
     kiln_free(h->special);
@@ -56,7 +67,51 @@ static int has_inner_space_mark(const kiln_tokenizer *t) {
     return 0;
 }
 
-kiln_status kiln__tok_hf_finish(kiln_tokenizer *t) {
+/* rank -> merged id, the pair map, and whether SentencePiece words may be cut. */
+static kiln_status build_tables(kiln_tokenizer *t) {
+    tok_hf *h = t->hf;
+    void *ri = NULL;
+    KILN_CHECK(
+        kiln_alloc_checked(&ri, (size_t)(h->n_ranks ? h->n_ranks : 1) * sizeof(int32_t), "merges"));
+    h->rank_ids = ri;
+    t->rank_id = h->rank_ids;
+    KILN_CHECK(kiln__tok_pair_map_init(&t->pairs, h->n_ranks));
+    for (int64_t r = 0; r < h->n_ranks; r++) {
+        const int32_t *m = h->rank_merge[r];
+        if (m[0] < 0 || m[1] < 0 || m[2] < 0 || m[0] >= t->n || m[1] >= t->n || m[2] >= t->n)
+            return kiln_error_setf(KILN_ERR_FORMAT,
+                                   "%s: merge %lld names an id outside the "
+                                   "vocabulary",
+                                   t->name, (long long)r);
+        h->rank_ids[r] = m[2];
+        kiln__tok_pair_map_set(&t->pairs, m[0], m[1], (int32_t)r); /* the last one wins */
+    }
+    h->sp_cut = h->moff && !h->ignore_merges && !has_inner_space_mark(t);
+    return KILN_OK;
+}
+
+static kiln_status check_tables(kiln_tokenizer *t) {
+    const tok_hf *h = t->hf;
+    int bad = 0;
+    for (int64_t r = 0; r < h->n_ranks; r++)
+        bad |= h->rank_ids[r] < 0 || h->rank_ids[r] >= t->n;
+    /* A key is only ever compared; a value indexes rank_id, so every one must be a rank
+     * (free slots hold 0: kiln__tok_pair_map_init zeroes them). */
+    uint32_t ranks = h->n_ranks ? (uint32_t)h->n_ranks : 1;
+    for (uint64_t i = 0; i <= t->pairs.mask; i++)
+        bad |= (uint32_t)t->pairs.vals[i] >= ranks;
+    bad |= h->n_ranks == 0 && t->pairs.count != 0;
+    for (uint64_t i = 0; i <= t->piece_mask; i++)
+        bad |= t->pieces[i].id1 > (uint32_t)t->n;
+    if (bad)
+        return kiln_error_setf(KILN_ERR_FORMAT,
+                               "%s: the prepared tables name ids outside the "
+                               "vocabulary",
+                               t->name);
+    return KILN_OK;
+}
+
+kiln_status kiln__tok_hf_finish(kiln_tokenizer *t, int tables_ready) {
     tok_hf *h = t->hf;
     const char *where = t->name;
     int32_t n = t->n;
@@ -74,22 +129,10 @@ kiln_status kiln__tok_hf_finish(kiln_tokenizer *t) {
         added_len += a->len;
         h->added_first[a->normalized ? 1 : 0][(uint8_t)h->added_text[a->off]] = 1;
     }
-    void *ri = NULL;
-    KILN_CHECK(
-        kiln_alloc_checked(&ri, (size_t)(h->n_ranks ? h->n_ranks : 1) * sizeof(int32_t), "merges"));
-    h->rank_ids = ri;
-    t->rank_id = h->rank_ids;
-    KILN_CHECK(kiln__tok_pair_map_init(&t->pairs, h->n_ranks));
-    for (int64_t r = 0; r < h->n_ranks; r++) {
-        const int32_t *m = h->rank_merge[r];
-        if (m[0] < 0 || m[1] < 0 || m[2] < 0 || m[0] >= n || m[1] >= n || m[2] >= n)
-            return kiln_error_setf(KILN_ERR_FORMAT,
-                                   "%s: merge %lld names an id outside the "
-                                   "vocabulary",
-                                   where, (long long)r);
-        h->rank_ids[r] = m[2];
-        kiln__tok_pair_map_set(&t->pairs, m[0], m[1], (int32_t)r); /* the last one wins */
-    }
+    if (tables_ready) /* read from the prepared form: check that every id is in range */
+        KILN_CHECK(check_tables(t));
+    else
+        KILN_CHECK(build_tables(t));
     for (int b = 0; b < 256; b++) {
         char c = (char)b, hex[8];
         snprintf(hex, sizeof hex, "<0x%02X>", b);
@@ -104,7 +147,6 @@ kiln_status kiln__tok_hf_finish(kiln_tokenizer *t) {
                                    where, b);
     }
     t->whole_piece_first = h->style == HF_BYTE_LEVEL && h->ignore_merges;
-    h->sp_cut = h->moff && !h->ignore_merges && !has_inner_space_mark(t);
     return KILN_OK;
 }
 
@@ -123,28 +165,63 @@ static void beside_path(char *out, size_t cap, const char *path) {
     snprintf(out, cap, "%.*s.%s.kiln", (int)dl, path, slash ? slash + 1 : path);
 }
 
+/* A file mapped whole (read-only), or NULL. */
+static void *map_file(const char *path, size_t *len) {
+    int fd = -1;
+    uint64_t size = 0;
+    if (kiln_file_open_regular(path, &fd, &size) != KILN_OK) {
+        kiln_error_clear();
+        return NULL;
+    }
+    void *p =
+        size ? mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED)
+        return NULL;
+    *len = (size_t)size;
+    return p;
+}
+
 /* A current prepared form at cpath, or NULL (stale, damaged or absent: made again). */
 static kiln_tokenizer *try_cache(const char *cpath, uint64_t src, const char *path) {
-    char *buf = NULL;
     size_t len = 0;
+    char *buf = map_file(cpath, &len);
     kiln_tokenizer *t = NULL;
-    if (kiln_file_read(cpath, 0, &buf, &len) == KILN_OK &&
-        kiln__tok_hf_deserialize(&t, (const uint8_t *)buf, len, src, path) == KILN_OK) {
-        free(buf);
+    if (!buf)
+        return NULL;
+    if (kiln__tok_hf_deserialize(&t, buf, len, src, path) == KILN_OK) {
+        t->hf->arena_len = len; /* it owns the mapping now */
         return t;
     }
-    free(buf);
+    munmap(buf, len);
     kiln_error_clear();
     return NULL;
 }
 
 kiln_status kiln__tok_load_hf(kiln_tokenizer **out, const char *path) {
     *out = NULL;
-    char *text = NULL;
     size_t len = 0;
-    kiln_status s = kiln_file_read(path, HF_JSON_MAX_BYTES, &text, &len);
-    if (s != KILN_OK)
-        return kiln_error_wrapf(s, "tokenizer.json");
+    char *text = map_file(path, &len); /* no copy: it is read once, to check the cache */
+    kiln_status s = KILN_OK;
+    if (!text) { /* empty, or not mappable: read it, for the message or the text */
+        s = kiln_file_read(path, HF_JSON_MAX_BYTES, &text, &len);
+        if (s != KILN_OK)
+            return kiln_error_wrapf(s, "tokenizer.json");
+        char *copy = text;
+        text = len ? NULL : copy;
+        if (len) { /* a file that reads but does not map: parse its copy */
+            s = kiln__tok_hf_from_json(out, copy, len, path);
+            free(copy);
+            return s;
+        }
+        free(copy);
+        return kiln_error_setf(KILN_ERR_FORMAT, "%s: empty file (not a tokenizer.json)", path);
+    }
+    if (len > HF_JSON_MAX_BYTES) {
+        munmap(text, len);
+        return kiln_error_setf(KILN_ERR_RANGE, "%s: %zu bytes (a tokenizer.json has at most %zu)",
+                               path, len, HF_JSON_MAX_BYTES);
+    }
     uint64_t src = XXH3_64bits(text, len);
     char beside[PATH_MAX + 16], dir[PATH_MAX], other[PATH_MAX + 64];
     beside_path(beside, sizeof beside, path);
@@ -155,12 +232,12 @@ kiln_status kiln__tok_load_hf(kiln_tokenizer **out, const char *path) {
     if (!t && have_dir)
         t = try_cache(other, src, path);
     if (t) {
-        free(text);
+        munmap(text, len);
         *out = t;
         return KILN_OK;
     }
     s = kiln__tok_hf_from_json(&t, text, len, path);
-    free(text);
+    munmap(text, len);
     if (s != KILN_OK)
         return s;
     uint8_t *buf = NULL;
@@ -170,7 +247,7 @@ kiln_status kiln__tok_load_hf(kiln_tokenizer **out, const char *path) {
         kiln_tokenizer_free(t);
         return s;
     }
-    memcpy(&t->hf->identity, buf + 24, 8);
+    memcpy(&t->hf->identity, buf + 24, 8); /* the identity the prepared form records */
     if (kiln__write_file_atomic(beside, buf, blen) != KILN_OK) {
         kiln_error_clear();
         if (have_dir && (mkdir(dir, 0755) == 0 || errno == EEXIST) &&

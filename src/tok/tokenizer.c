@@ -88,6 +88,13 @@ void kiln_tokenizer_free(kiln_tokenizer *t) {
     if (!t)
         return;
     kiln__tok_pretok_free(&t->pretok);
+    if (t->hf && t->hf->arena) { /* a prepared form's arrays live in it (hf_cache.c) */
+        t->off = NULL;
+        t->blob = NULL;
+        t->pieces = NULL;
+        t->pairs.keys = NULL;
+        t->pairs.vals = NULL;
+    }
     kiln__tok_pair_map_free(&t->pairs);
     kiln_free(t->off);
     kiln_free(t->blob);
