@@ -352,7 +352,6 @@ static kiln_status vocabulary(hf_parse *p, const cJSON *vocab, const cJSON *adde
         spell[id] = it->string;
     }
     int n_added = 0;
-    size_t added_bytes = 0;
     cJSON_ArrayForEach(it, added) {
         int32_t id = (int32_t)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
         const char *c = str_of(it, "content");
@@ -381,7 +380,6 @@ static kiln_status vocabulary(hf_parse *p, const cJSON *vocab, const cJSON *adde
                 goto done;
             }
             n_added++;
-            added_bytes += strlen(c) * 8 + 64; /* room for its normalised form */
         }
     }
     for (int64_t id = 0; id < n; id++)
@@ -392,7 +390,11 @@ static kiln_status vocabulary(hf_parse *p, const cJSON *vocab, const cJSON *adde
                                 p->where, (long long)id, (long long)n - 1);
             goto done;
         }
-    size_t cap = total * 64 + 8;
+    size_t grow = 1; /* a decoder's Replace may lengthen a spelling this many times */
+    for (int r = 0; r < p->n_dec_replace; r++)
+        if ((p->dec_replace[r].blen + p->dec_replace[r].alen - 1) / p->dec_replace[r].alen > grow)
+            grow = (p->dec_replace[r].blen + p->dec_replace[r].alen - 1) / p->dec_replace[r].alen;
+    size_t cap = total * grow + 8;
     KILN_CHECK_GOTO(
         s, kiln_alloc_checked(&off, ((size_t)n + 1) * sizeof(uint32_t), "token offsets"), done);
     t->off = off;
@@ -439,14 +441,12 @@ static kiln_status vocabulary(hf_parse *p, const cJSON *vocab, const cJSON *adde
     if (h->moff)
         h->moff[n] = (uint32_t)mat;
     /* The added tokens looked for in text; normalised ones by their normalised text. */
-    void *ad = NULL, *at_text = NULL;
+    void *ad = NULL;
     KILN_CHECK_GOTO(
         s, kiln_alloc_checked(&ad, (size_t)(n_added + 1) * sizeof(hf_added), "added tokens"), done);
     h->added = ad;
-    KILN_CHECK_GOTO(s, kiln_alloc_checked(&at_text, added_bytes + 1, "added tokens"), done);
-    h->added_text = at_text;
-    size_t used = 0;
-    kiln_bytes nb = {0};
+    kiln_bytes nb = {0}, acc = {0};
+    KILN_CHECK_GOTO(s, kiln__tok_bytes_reserve(&acc, 1), added_done);
     cJSON_ArrayForEach(it, added) {
         if (bool_of(it, "special", 0) == 1)
             continue;
@@ -454,17 +454,29 @@ static kiln_status vocabulary(hf_parse *p, const cJSON *vocab, const cJSON *adde
         hf_added *a = &h->added[h->n_added++];
         a->id = (int32_t)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
         a->normalized = bool_of(it, "normalized", 1) == 1 && h->n_norm > 0;
-        a->off = (uint32_t)used;
+        a->off = (uint32_t)acc.len;
+        const char *text = c;
+        size_t tl = strlen(c);
         if (a->normalized) {
-            KILN_CHECK_GOTO(s, kiln__tok_hf_normalize(h, (const uint8_t *)c, strlen(c), &nb), done);
-            memcpy(h->added_text + used, nb.data, nb.len);
-            a->len = (uint32_t)nb.len;
-        } else {
-            a->len = (uint32_t)strlen(c);
-            memcpy(h->added_text + used, c, a->len);
+            KILN_CHECK_GOTO(s, kiln__tok_hf_normalize(h, (const uint8_t *)c, tl, &nb), added_done);
+            text = nb.data;
+            tl = nb.len;
         }
-        used += a->len;
+        if (tl == 0 || tl > (1u << 20)) {
+            s = kiln_error_setf(KILN_ERR_FORMAT,
+                                "%s: added token \"%.40s\" normalises to %zu bytes", p->where, c,
+                                tl);
+            goto added_done;
+        }
+        KILN_CHECK_GOTO(s, kiln__tok_bytes_reserve(&acc, tl), added_done);
+        memcpy(acc.data + acc.len, text, tl);
+        acc.len += tl;
+        a->len = (uint32_t)tl;
     }
+    h->added_text = acc.data;
+    acc.data = NULL;
+added_done:
+    kiln_bytes_free(&acc);
     kiln_bytes_free(&nb);
 done:
     free(spell);

@@ -41,6 +41,10 @@ for (const [p, what] of [[jsDir, 'tokenizers.js'], [file, `the ${a.model} tokeni
   }
 }
 fs.mkdirSync(a.work, { recursive: true });
+// kiln reads a copy in the work folder, so that its prepared form is written there and not
+// beside the installed package.
+const copy = path.join(a.work, 'tokenizer.json');
+fs.copyFileSync(file, copy);
 
 let failures = 0, compared = 0;
 function fail(msg) {
@@ -59,7 +63,7 @@ async function main() {
   const ref = (text) => tok.encode(text, { add_special_tokens: false }).ids;
 
   function kilnEncode(files) {
-    const out = execFileSync(a.kiln, ['tokenizer', 'encode', '--tokenizer', file, ...files],
+    const out = execFileSync(a.kiln, ['tokenizer', 'encode', '--tokenizer', copy, ...files],
       { maxBuffer: 1 << 30 }).toString().split('\n');
     return files.map((_, i) => (out[i] ? out[i].split(' ').map(Number) : []));
   }
