@@ -1,5 +1,6 @@
 /* kiln: tokenizers. GPT-2's byte-level BPE (identical to tiktoken's "gpt2" encoding),
- * byte-level BPEs trained by kiln, and "bytes" (256 ids, one per byte). */
+ * byte-level BPEs trained by kiln, "bytes" (256 ids, one per byte), and Hugging Face
+ * tokenizer.json BPEs (identical to tokenizers.js: Llama 3, Qwen 2, Llama 2, Gemma). */
 #ifndef KILN_TOKENIZER_H
 #define KILN_TOKENIZER_H
 
@@ -58,7 +59,9 @@ int32_t kiln_tokenizer_bos(const kiln_tokenizer *t);
  * id's bytes, <|endoftext|>'s id, the merges), never 0. Two tokenizers with the same identity
  * give the same ids for every text; two trained ones with the same vocabulary size differ.
  * It does not depend on the name or the file: "bytes" is always 0x3de38a25146c3056 and GPT-2
- * (its published encoder.json and vocab.bpe) 0x704357ace21a687e. Shards and prepare.json
+ * (its published encoder.json and vocab.bpe) 0x704357ace21a687e. A Hugging Face tokenizer's
+ * covers its options, normalisers, tokens, special flags, added tokens and merges by rank (not
+ * its path, nor the JSON's spelling or whitespace). Shards and prepare.json
  * record it so that shards of different tokenizers are never mixed. */
 uint64_t kiln_tokenizer_id(const kiln_tokenizer *t);
 
