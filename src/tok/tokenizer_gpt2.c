@@ -269,3 +269,9 @@ kiln_status kiln__tok_load_gpt2(kiln_tokenizer **out, const char *dir) {
     *out = t;
     return KILN_OK;
 }
+
+long kiln__tok_byte_alphabet_decode(const char *s, size_t len, uint8_t *out) {
+    gpt2_alphabet a; /* 900 bytes, built in well under a microsecond */
+    alphabet_init(&a);
+    return alphabet_decode(&a, s, len, out);
+}

@@ -77,7 +77,9 @@ kiln_status kiln_tokenizer_encode_parallel(const kiln_tokenizer *t, const char *
     if (!t || !out || (!text && len))
         return kiln_error_setf(KILN_ERR_ARG, "kiln_tokenizer_encode_parallel: missing argument");
     int threads = omp_get_max_threads();
-    if (len < TOK_PARALLEL_MIN || threads == 1 || t->kind == TOK_BYTES)
+    /* A Hugging Face tokenizer's normalisers (Prepend) make every cut a change: it runs on one
+     * thread */
+    if (len < TOK_PARALLEL_MIN || threads == 1 || t->kind == TOK_BYTES || t->kind == TOK_HF)
         return kiln_tokenizer_encode(t, text, len, out);
     const uint8_t *s = (const uint8_t *)text;
     int64_t parts = (int64_t)threads * 8;

@@ -51,8 +51,8 @@ if(KILN_FUZZ)
     target_compile_options(fuzz_tokenizer PRIVATE ${KILN_FUZZ_FLAGS})
     target_link_options(fuzz_tokenizer PRIVATE -fsanitize=fuzzer,address,undefined)
     target_include_directories(fuzz_tokenizer PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src
-      ${CJSON_INCLUDE_DIR} ${XXHASH_INCLUDE_DIR})
-    target_link_libraries(fuzz_tokenizer PRIVATE ${CJSON_LIB} ${XXHASH_LIB} PkgConfig::PCRE2 OpenMP::OpenMP_C m)
+      ${CJSON_INCLUDE_DIR} ${XXHASH_INCLUDE_DIR} ${UTF8PROC_INCLUDE_DIR})
+    target_link_libraries(fuzz_tokenizer PRIVATE ${CJSON_LIB} ${XXHASH_LIB} ${UTF8PROC_LIB} PkgConfig::PCRE2 OpenMP::OpenMP_C m)
     set_target_properties(fuzz_tokenizer PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
     file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz/tokenizer)
     add_test(NAME fuzz.tokenizer
@@ -61,6 +61,25 @@ if(KILN_FUZZ)
       WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz/tokenizer)
     set_tests_properties(fuzz.tokenizer PROPERTIES LABELS fuzz TIMEOUT 120
       ENVIRONMENT "KILN_GPT2_DIR=${CMAKE_SOURCE_DIR}/deps/gpt2")
+
+    # Hugging Face tokenizer.json: any file parses cleanly or gives a tokenizer whose ids are in
+    # range and whose prepared form reads back the same; any text encodes.
+    add_executable(fuzz_tokenizer_hf ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_tokenizer_hf.c ${KILN_FUZZ_TOK_SOURCES})
+    target_compile_options(fuzz_tokenizer_hf PRIVATE ${KILN_FUZZ_FLAGS})
+    target_link_options(fuzz_tokenizer_hf PRIVATE -fsanitize=fuzzer,address,undefined)
+    add_executable(fuzz_seed_tokenizer_hf ${CMAKE_SOURCE_DIR}/tests/fuzz/gen_tokenizer_hf_seeds.c)
+    foreach(t fuzz_tokenizer_hf fuzz_seed_tokenizer_hf)
+      target_include_directories(${t} PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src
+        ${CMAKE_SOURCE_DIR}/tests/fuzz ${CJSON_INCLUDE_DIR} ${XXHASH_INCLUDE_DIR} ${UTF8PROC_INCLUDE_DIR})
+      target_link_libraries(${t} PRIVATE ${CJSON_LIB} ${XXHASH_LIB} ${UTF8PROC_LIB} PkgConfig::PCRE2 OpenMP::OpenMP_C m)
+      set_target_properties(${t} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
+    endforeach()
+    file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz/tokenizer_hf)
+    add_test(NAME fuzz.tokenizer_hf
+      COMMAND sh -c "rm -rf corpus seeds && mkdir corpus seeds && \"$0\" seeds && \"$1\" -seed=1 -max_total_time=30 -max_len=16384 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 corpus seeds"
+        $<TARGET_FILE:fuzz_seed_tokenizer_hf> $<TARGET_FILE:fuzz_tokenizer_hf>
+      WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz/tokenizer_hf)
+    set_tests_properties(fuzz.tokenizer_hf PROPERTIES LABELS fuzz TIMEOUT 120)
 
     # The readers of the files users hand kiln that need a model to load into or a trainer to
     # resume: one instrumented copy of the whole library, shared by their targets (coverage

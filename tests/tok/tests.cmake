@@ -29,3 +29,27 @@ foreach(mode hard unicode shakespeare brown fuzz_1 fuzz_2 bytes)
   set_tests_properties(ref.tok_${mode} PROPERTIES LABELS ref TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT "KILN_GPT2_DIR=${CMAKE_SOURCE_DIR}/deps/gpt2;OMP_NUM_THREADS=2")
 endforeach()
+
+# Hugging Face tokenizer.json against tokenizers.js (npm @huggingface/tokenizers), label "ref":
+# tests/tok/ref_hf.js on the files of @lenml/tokenizer-{llama3,qwen2_5,llama2,gemma}:
+#   ref.hf_MODEL_hard     hard cases, each alone and all as one text
+#   ref.hf_MODEL_unicode  every code point of planes 0-3 and 14 (the rest sampled) in contexts
+#   ref.hf_MODEL_brown    the Brown corpus as one text, and a long mixed-script text
+#   ref.hf_MODEL_fuzz     2000 seeded random texts
+# tokenizers.js takes minutes on the whole corpus with Llama 2's and Gemma's tokenizers (it
+# runs BPE over the whole text as one word), hence the longer timeout.
+set(hf_script ${CMAKE_SOURCE_DIR}/tests/tok/ref_hf.js)
+foreach(model llama3 qwen2_5 llama2 gemma)
+  foreach(mode hard unicode brown fuzz)
+    set(name ref.hf_${model}_${mode})
+    if(KILN_NODE)
+      add_test(NAME ${name}
+        COMMAND ${KILN_NODE} ${hf_script} ${model} ${mode} --kiln $<TARGET_FILE:kiln_cli>
+                --root ${CMAKE_SOURCE_DIR} --work ${CMAKE_BINARY_DIR}/ref/hf_${model}_${mode})
+    else()
+      add_test(NAME ${name}
+        COMMAND sh -c "echo 'SKIP: the tokenizer reference tests need node (scripts/setup.sh installs it)' >&2; exit 77")
+    endif()
+    set_tests_properties(${name} PROPERTIES LABELS ref TIMEOUT 600 SKIP_RETURN_CODE 77)
+  endforeach()
+endforeach()
