@@ -5,7 +5,7 @@
  * value and the result does not depend on the thread count.
  *
  * Every kernel is written once, as a force-inlined body taking the dtype, and instantiated
- * for each dtype by a switch on a constant (DISPATCH): loads widen to fp32, arithmetic is
+ * for each dtype by a switch on a constant (KILN_CPU_DISPATCH): loads widen to fp32, arithmetic is
  * fp32, stores round once. */
 #include <math.h>
 #include <omp.h>
@@ -43,13 +43,6 @@ KILN_INLINE float gelu(float x) {
 #undef DT
 #undef T
 
-/* Call the kernel for dt. */
-#define DISPATCH(dt, name, args)                                                                   \
-    switch (dt) {                                                                                  \
-    case KILN_DTYPE_BF16: name##_bf16 args; break;                                                 \
-    case KILN_DTYPE_F16: name##_f16 args; break;                                                   \
-    default: name##_f32 args; break;                                                               \
-    }
 
 
 /* out (B,T,C) = wte[inp[b,t]] + wpe[t] */
@@ -57,7 +50,7 @@ void kiln__cpu_encoder_forward(kiln_backend *be, kiln_dtype dt, void *out, const
                                const void *wte, const void *wpe, int64_t B, int64_t T,
                                int64_t C) {
     (void)be;
-    DISPATCH(dt, encoder_forward, (out, inp, wte, wpe, B, T, C));
+    KILN_CPU_DISPATCH(dt, encoder_forward, (out, inp, wte, wpe, B, T, C));
 }
 
 /* Threads own channel ranges: positions with the same token add into the same dwte row,
@@ -66,7 +59,7 @@ void kiln__cpu_encoder_backward(kiln_backend *be, kiln_dtype dt, float *dwte, fl
                                 const void *dout, const int32_t *inp, int64_t B, int64_t T,
                                 int64_t C) {
     (void)be;
-    DISPATCH(dt, encoder_backward, (dwte, dwpe, dout, inp, B, T, C));
+    KILN_CPU_DISPATCH(dt, encoder_backward, (dwte, dwpe, dout, inp, B, T, C));
 }
 
 /* One row: out = (x - mean) * rstd * weight + bias. Two passes over the row (mean, then the
@@ -76,7 +69,7 @@ void kiln__cpu_layernorm_forward(kiln_backend *be, kiln_dtype dt, void *out, flo
                                  float *rstd, const void *inp, const void *weight,
                                  const void *bias, int64_t N, int64_t C) {
     (void)be;
-    DISPATCH(dt, layernorm_forward, (out, mean, rstd, NULL, inp, NULL, weight, bias, N, C));
+    KILN_CPU_DISPATCH(dt, layernorm_forward, (out, mean, rstd, NULL, inp, NULL, weight, bias, N, C));
 }
 
 void kiln__cpu_residual_layernorm_forward(kiln_backend *be, kiln_dtype dt, void *res, void *out,
@@ -84,7 +77,7 @@ void kiln__cpu_residual_layernorm_forward(kiln_backend *be, kiln_dtype dt, void 
                                           const void *weight, const void *bias, int64_t N,
                                           int64_t C) {
     (void)be;
-    DISPATCH(dt, layernorm_forward, (out, mean, rstd, res, a, b, weight, bias, N, C));
+    KILN_CPU_DISPATCH(dt, layernorm_forward, (out, mean, rstd, res, a, b, weight, bias, N, C));
 }
 
 /* dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = weight * dout, by rows;
@@ -94,7 +87,7 @@ void kiln__cpu_layernorm_backward(kiln_backend *be, kiln_dtype dt, void *dinp, f
                                   const void *weight, const float *mean, const float *rstd,
                                   int64_t N, int64_t C) {
     (void)be;
-    DISPATCH(dt, layernorm_backward, (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
+    KILN_CPU_DISPATCH(dt, layernorm_backward, (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
                                          C));
 }
 
@@ -102,7 +95,7 @@ void kiln__cpu_layernorm_backward(kiln_backend *be, kiln_dtype dt, void *dinp, f
 void kiln__cpu_gelu_forward(kiln_backend *be, kiln_dtype dt, void *out, const void *inp,
                             int64_t n) {
     (void)be;
-    DISPATCH(dt, gelu_forward, (out, inp, n));
+    KILN_CPU_DISPATCH(dt, gelu_forward, (out, inp, n));
 }
 
 
@@ -111,13 +104,13 @@ void kiln__cpu_gelu_forward(kiln_backend *be, kiln_dtype dt, void *out, const vo
 void kiln__cpu_gelu_backward(kiln_backend *be, kiln_dtype dt, void *dinp, const void *inp,
                              const void *dout, int64_t n) {
     (void)be;
-    DISPATCH(dt, gelu_backward, (dinp, inp, dout, n));
+    KILN_CPU_DISPATCH(dt, gelu_backward, (dinp, inp, dout, n));
 }
 
 void kiln__cpu_residual_forward(kiln_backend *be, kiln_dtype dt, void *out, const void *a,
                                 const void *b, int64_t n) {
     (void)be;
-    DISPATCH(dt, residual, (out, a, b, n));
+    KILN_CPU_DISPATCH(dt, residual, (out, a, b, n));
 }
 
 /* One row of logits (Vp): returns -log p[y]. With d != NULL, d (which may be x itself)
@@ -129,5 +122,5 @@ void kiln__cpu_crossentropy_forward_backward(kiln_backend *be, kiln_dtype dt, fl
                                              const int32_t *targets, float dloss, int64_t N,
                                              int64_t V, int64_t Vp) {
     (void)be;
-    DISPATCH(dt, crossentropy, (losses, dlogits, logits, targets, dloss, N, V, Vp));
+    KILN_CPU_DISPATCH(dt, crossentropy, (losses, dlogits, logits, targets, dloss, N, V, Vp));
 }

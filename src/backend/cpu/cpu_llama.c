@@ -27,32 +27,26 @@
 #undef DT
 #undef T
 
-#define DISPATCH(dt, name, args)                                                                   \
-    switch (dt) {                                                                                  \
-    case KILN_DTYPE_BF16: name##_bf16 args; break;                                                 \
-    case KILN_DTYPE_F16: name##_f16 args; break;                                                   \
-    default: name##_f32 args; break;                                                               \
-    }
 
 void kiln__cpu_rmsnorm_forward(kiln_backend *be, kiln_dtype dt, void *out, float *rstd,
                                const void *inp, const void *weight, int64_t N, int64_t C,
                                float eps) {
     (void)be;
-    DISPATCH(dt, rmsnorm_forward, (out, rstd, NULL, inp, NULL, weight, N, C, eps));
+    KILN_CPU_DISPATCH(dt, rmsnorm_forward, (out, rstd, NULL, inp, NULL, weight, N, C, eps));
 }
 
 void kiln__cpu_residual_rmsnorm_forward(kiln_backend *be, kiln_dtype dt, void *res, void *out,
                                         float *rstd, const void *a, const void *b,
                                         const void *weight, int64_t N, int64_t C, float eps) {
     (void)be;
-    DISPATCH(dt, rmsnorm_forward, (out, rstd, res, a, b, weight, N, C, eps));
+    KILN_CPU_DISPATCH(dt, rmsnorm_forward, (out, rstd, res, a, b, weight, N, C, eps));
 }
 
 void kiln__cpu_rmsnorm_backward(kiln_backend *be, kiln_dtype dt, void *dinp, float *dweight,
                                 const void *dout, const void *inp, const void *weight,
                                 const float *rstd, int64_t N, int64_t C) {
     (void)be;
-    DISPATCH(dt, rmsnorm_backward, (dinp, dweight, dout, inp, weight, rstd, N, C));
+    KILN_CPU_DISPATCH(dt, rmsnorm_backward, (dinp, dweight, dout, inp, weight, rstd, N, C));
 }
 
 /* The cos and sin of positions 0..npos-1 for a head size and base, kept by the backend and
@@ -90,7 +84,7 @@ static void rope(kiln_backend *be, kiln_dtype dt, void *x, int64_t B, int64_t T,
     const float *tab = rope_table(be, pos0 + T, hs, theta);
     if (!tab)
         return;
-    DISPATCH(dt, rope, (x, tab, B, T, NH, NKV, hs, pos0, sign));
+    KILN_CPU_DISPATCH(dt, rope, (x, tab, B, T, NH, NKV, hs, pos0, sign));
 }
 
 void kiln__cpu_rope_forward(kiln_backend *be, kiln_dtype dt, void *qkv, int64_t B, int64_t T,
@@ -106,12 +100,12 @@ void kiln__cpu_rope_backward(kiln_backend *be, kiln_dtype dt, void *dqkv, int64_
 void kiln__cpu_swiglu_forward(kiln_backend *be, kiln_dtype dt, void *out, const void *inp,
                               int64_t N, int64_t H) {
     (void)be;
-    DISPATCH(dt, swiglu_forward, (out, inp, N, H));
+    KILN_CPU_DISPATCH(dt, swiglu_forward, (out, inp, N, H));
 }
 
 /* d gate = dy up silu'(g), silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g); d up = dy silu(g) */
 void kiln__cpu_swiglu_backward(kiln_backend *be, kiln_dtype dt, void *dinp, const void *inp,
                                const void *dout, int64_t N, int64_t H) {
     (void)be;
-    DISPATCH(dt, swiglu_backward, (dinp, inp, dout, N, H));
+    KILN_CPU_DISPATCH(dt, swiglu_backward, (dinp, inp, dout, N, H));
 }

@@ -49,4 +49,12 @@ static inline void kiln__cpu_split(int64_t n, int i, int parts, int64_t *begin, 
     *end = e < n ? e : n;
 }
 
+/* Call kernel name_f32, name_bf16 or name_f16 (instantiated per dtype, see cpu_layers.c) for dt. */
+#define KILN_CPU_DISPATCH(dt, name, args)                                                          \
+    switch (dt) {                                                                                  \
+    case KILN_DTYPE_BF16: name##_bf16 args; break;                                                 \
+    case KILN_DTYPE_F16: name##_f16 args; break;                                                   \
+    default: name##_f32 args; break;                                                               \
+    }
+
 #endif
