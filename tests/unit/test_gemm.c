@@ -489,8 +489,13 @@ static void test_edges(void) {
     if (!kiln__cpu_gemm_has_avx512bf16())
         CHECK_STATUS(kiln__cpu_gemm_set_impl(KILN__GEMM_OWN), KILN_ERR_UNSUPPORTED);
     CHECK_OK(kiln__cpu_gemm_set_impl(KILN__GEMM_AUTO));
-    CHECK_TRUE(kiln__cpu_gemm_get_impl() ==
-               (kiln__cpu_gemm_has_avx512bf16() ? KILN__GEMM_OWN : KILN__GEMM_FP32));
+    /* the default: oneDNN where it runs on AMX tiles, else kiln's kernel, else widened */
+    kiln__gemm_impl want = KILN__GEMM_FP32;
+    if (kiln__cpu_gemm_has_dnnl() && kiln__gemm_dnnl_has_amx())
+        want = KILN__GEMM_DNNL;
+    else if (kiln__cpu_gemm_has_avx512bf16())
+        want = KILN__GEMM_OWN;
+    CHECK_TRUE(kiln__cpu_gemm_get_impl() == want);
 }
 
 int main(void) {

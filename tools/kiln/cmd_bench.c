@@ -17,8 +17,9 @@ static const char *usage =
     "usage: kiln bench peak [flags]\n\n"
     "Measure the matrix-product rate of this machine with the GEMM kiln uses, on square and\n"
     "GPT-2-shaped products; the best rate is MFU's denominator in that precision. fp32: OpenBLAS\n"
-    "sgemm. bf16 (bf16 inputs, fp32 accumulation): kiln's AVX512-BF16 kernel, or oneDNN with\n"
-    "KILN_GEMM_BF16=dnnl; on a CPU without AVX512-BF16, bf16 is widened to fp32 (slower).";
+    "sgemm. bf16 (bf16 inputs, fp32 accumulation): oneDNN where it runs on AMX tiles, else kiln's\n"
+    "AVX512-BF16 kernel (KILN_GEMM_BF16=own|dnnl|fp32 forces one); on a CPU without AVX512-BF16,\n"
+    "bf16 is widened to fp32 (slower).";
 
 int cmd_bench(int argc, char **argv) {
     int64_t max_dim = 3072, threads = 0;

@@ -99,7 +99,9 @@ const char *kiln__cpu_gemm_f32_name(kiln__gemm_f32 impl);
 /* ---- which implementation computes the bf16 products ---- */
 
 typedef enum kiln__gemm_impl {
-    KILN__GEMM_AUTO = 0, /* the default: OWN where the CPU has AVX512-BF16, else FP32 */
+    KILN__GEMM_AUTO = 0, /* the default: DNNL where oneDNN runs on AMX tiles (14x OWN's rate
+                            on an Emerald Rapids host: docs/training-and-precision.md), else
+                            OWN where the CPU has AVX512-BF16, else FP32 */
     KILN__GEMM_OWN,      /* kiln's AVX512-BF16 kernel (src/backend/cpu/gemm_bf16.c) */
     KILN__GEMM_DNNL,     /* oneDNN's matmul primitive, where kiln was built with oneDNN */
     KILN__GEMM_FP32,     /* bf16 widened to fp32, then sgemm: correct, slower */
@@ -169,6 +171,9 @@ const char *kiln__gemm_dnnl_version(void);
 /* 1 when oneDNN has a bf16 matmul for this CPU (oneDNN 2.6 has none without AVX-512: there it
  * refuses every bf16 primitive), else 0 with the reason in kiln_error_message; asked once. */
 int kiln__gemm_dnnl_bf16_ok(void);
+/* 1 when oneDNN runs its bf16 products on AMX tiles on this CPU (its effective ISA includes
+ * AVX-512 with AMX: the CPU has AMX-BF16 and the kernel lets the process use the tiles). */
+int kiln__gemm_dnnl_has_amx(void);
 void kiln__gemm_dnnl_release(void);
 void kiln__gemm_own_release(void);
 

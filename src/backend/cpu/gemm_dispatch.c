@@ -74,6 +74,8 @@ static kiln__gemm_impl impl_now = KILN__GEMM_AUTO;
 static int impl_env_read;
 
 static kiln__gemm_impl impl_default(void) {
+    if (kiln__cpu_gemm_has_dnnl() && kiln__gemm_dnnl_has_amx() && kiln__gemm_dnnl_bf16_ok())
+        return KILN__GEMM_DNNL;
     return kiln__cpu_gemm_has_avx512bf16() ? KILN__GEMM_OWN : KILN__GEMM_FP32;
 }
 

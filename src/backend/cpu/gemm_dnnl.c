@@ -217,6 +217,12 @@ int kiln__gemm_dnnl_bf16_ok(void) {
     return probed == KILN_OK;
 }
 
+int kiln__gemm_dnnl_has_amx(void) {
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return ((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_amx) ==
+           (unsigned)dnnl_cpu_isa_avx512_core_amx;
+}
+
 /* rows x cols of an F32 operand (leading dimension ld) rounded to bf16, dense. */
 static kiln_status to_bf16(const void **out, int64_t *ld, int slot, const void *src, int64_t rows,
                            int64_t cols) {
@@ -306,6 +312,9 @@ int kiln__gemm_dnnl_bf16_ok(void) {
 kiln_status kiln__gemm_dnnl(const kiln__gemm_call *g) {
     (void)g;
     return kiln_error_setf(KILN_ERR_UNSUPPORTED, "this kiln was built without oneDNN");
+}
+int kiln__gemm_dnnl_has_amx(void) {
+    return 0;
 }
 void kiln__gemm_dnnl_release(void) {}
 
