@@ -328,6 +328,55 @@ kiln_status kiln_gpt_forward_backward(kiln_gpt *m, const int32_t *inputs, const 
                                       int64_t B, int64_t T, float grad_scale, float *loss);
 void kiln_gpt_zero_grad(kiln_gpt *m);
 
+/* ---- the model in parts: the embedding, ranges of blocks, the head ----
+ * What kiln_gpt_forward_backward runs, as calls of their own, so that a caller can run part of
+ * the model (a pipeline stage: a range of blocks, with the embedding in front or the head
+ * behind) and move the residual stream between parts itself. One training pass is
+ *
+ *   kiln_gpt_begin(m, inputs, targets, B, T)
+ *   kiln_gpt_embed_forward(m)                     or write the stream into kiln_gpt_stream(m, first)
+ *   kiln_gpt_blocks_forward(m, first, last)       any ranges, in order
+ *   kiln_gpt_head_forward_backward(m, scale, &loss)   or write the gradient of the stream
+ *                                                  leaving block last-1 into kiln_gpt_stream_grad
+ *   kiln_gpt_blocks_backward(m, first, last)      the same ranges, in reverse order
+ *   kiln_gpt_embed_backward(m)                    or read kiln_gpt_stream_grad: the gradient of
+ *                                                  the stream entering block first
+ *
+ * and gives the same loss and gradients, bit for bit in fp32, as kiln_gpt_forward_backward,
+ * whatever the ranges (tests/unit/test_gpt_parts.c): a block whose previous block ran in
+ * another call computes its own first norm, which a fused tail would otherwise have computed.
+ * kiln_gpt_head_forward and kiln_gpt_head_backward split the head's pass in two as
+ * kiln_gpt_forward and kiln_gpt_backward do. Parameter hooks (kiln_gpt_set_param_need) and
+ * gradient reports (kiln_gpt_set_grad_ready) fire for the parts each call runs. */
+
+/* The batch of the coming pass: inputs (B,T) for the embedding (NULL for a part that does not
+ * embed), targets (B,T) for the loss (NULL: none), ids checked as kiln_gpt_forward checks
+ * them. */
+kiln_status kiln_gpt_begin(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
+                           int64_t B, int64_t T);
+kiln_status kiln_gpt_embed_forward(kiln_gpt *m);
+/* Blocks first..last-1 forward (0 <= first <= last <= n_layer), reading the stream entering
+ * block first. */
+kiln_status kiln_gpt_blocks_forward(kiln_gpt *m, int64_t first, int64_t last);
+/* The residual stream entering block l (l = n_layer: the last block's output), (B,T,C) of the
+ * model's dtype in the backend's memory; NULL for l outside 0..n_layer. */
+void *kiln_gpt_stream(kiln_gpt *m, int64_t l);
+/* The gradient of the stream, (B,T,C) in the model's dtype in the backend's memory: before
+ * kiln_gpt_blocks_backward(m, first, last), of the stream leaving block last-1 (the head's
+ * backward leaves it there); after it, of the stream entering block first. */
+void *kiln_gpt_stream_grad(kiln_gpt *m);
+/* The final norm, classifier and loss: as kiln_gpt_forward's head (targets: the loss into
+ * *loss; none: the logits). */
+kiln_status kiln_gpt_head_forward(kiln_gpt *m, float *loss);
+/* The head's backward after kiln_gpt_head_forward with targets, as kiln_gpt_backward's. */
+kiln_status kiln_gpt_head_backward(kiln_gpt *m, float grad_scale);
+/* The head forward and backward in one pass, chunk by chunk, as kiln_gpt_forward_backward's;
+ * needs targets. */
+kiln_status kiln_gpt_head_forward_backward(kiln_gpt *m, float grad_scale, float *loss);
+/* Blocks last-1 down to first backward, from the gradient in kiln_gpt_stream_grad. */
+kiln_status kiln_gpt_blocks_backward(kiln_gpt *m, int64_t first, int64_t last);
+kiln_status kiln_gpt_embed_backward(kiln_gpt *m);
+
 /* Called during backward each time a range [lo, hi) of the gradient slab (elements) holds its
  * final value for this backward pass: ln_f, then blocks L-1..0, then the embeddings (wte and
  * wpe together: the classifier's backward adds to wte too; but see

@@ -201,8 +201,10 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
     /* GELU in the product's output pass; SwiGLU reads two columns of it, so runs apart */
     int fuse_act = m->opt.fuse_gelu && m->cfg.mlp == KILN_MLP_GELU;
 
-    if (l == 0 || !fused || (how & BLOCK_RECOMPUTE))
+    if (!fused || (how & BLOCK_RECOMPUTE) || m->norm_ready != l)
         norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, BT);
+    if (!(how & BLOCK_RECOMPUTE))
+        m->norm_ready = -1;
     linear(m, l, KILN_GPT_MATRIX_QKV, a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, Q, NULL);
     rotate(m, a->qkv, B, T);
     attend(m, l, a, B, T);
@@ -241,6 +243,7 @@ static void block_forward(kiln_gpt *m, int64_t l, int64_t B, int64_t T, int how)
                               last ? m->lnf_rstd : next->ln1_rstd, a->tmp, a->res2,
                               last ? m->p.lnfw : m->p.block[l + 1].ln1w,
                               last ? m->p.lnfb : m->p.block[l + 1].ln1b, BT);
+        m->norm_ready = l + 1;
     } else {
         linear(m, l, KILN_GPT_MATRIX_FCPROJ, a->res3, a->fch_gelu, w->fcprojw, w->fcprojb, BT, H, C,
                NULL);
@@ -299,7 +302,7 @@ static void block_backward(kiln_gpt *m, int64_t l, int64_t B, int64_t T) {
 
 /* The final norm, unless the last block's fused tail computed it. */
 static void head_norm(kiln_gpt *m, int64_t BT) {
-    if (m->opt.fuse_residual_ln)
+    if (m->opt.fuse_residual_ln && m->norm_ready == m->cfg.n_layer)
         return;
     norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, block_input(m, m->cfg.n_layer), m->p.lnfw,
                  m->p.lnfb, BT);
@@ -463,36 +466,97 @@ kiln_status kiln_gpt_set_soft_targets(kiln_gpt *m, const float *p, float alpha, 
     return KILN_OK;
 }
 
-/* Checks the batch and runs the embedding and every block; with_lnf: the last block's fused
- * tail computes ln_f over every row (generation computes it for the last rows only). */
-static kiln_status body_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
-                                int64_t B, int64_t T, int with_lnf) {
+kiln_status kiln_gpt_begin(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
+                           int64_t B, int64_t T) {
+    if (!m)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_begin: NULL model");
     if (B < 1 || B > m->maxB || T < 1 || T > m->maxT)
         return kiln_error_setf(KILN_ERR_ARG,
                                "batch %lld x %lld does not fit the model's plan of %lld x %lld",
                                (long long)B, (long long)T, (long long)m->maxB, (long long)m->maxT);
     int64_t BT = B * T, V = m->cfg.vocab_size;
+    m->have_batch = 0;
     m->have_targets = 0;
     m->logits_valid = 0;
-    KILN_CHECK(check_ids(inputs, BT, T, V, "input"));
+    m->norm_ready = -1;
+    if (inputs)
+        KILN_CHECK(check_ids(inputs, BT, T, V, "input"));
     if (targets) {
         KILN_CHECK(check_ids(targets, BT, T, V, "target"));
         memcpy(m->targets, targets, (size_t)BT * sizeof *targets);
     }
-    memcpy(m->inputs, inputs, (size_t)BT * sizeof *inputs);
+    if (inputs)
+        memcpy(m->inputs, inputs, (size_t)BT * sizeof *inputs);
     m->B = B;
     m->T = T;
-    int64_t L = m->cfg.n_layer;
+    m->have_batch = 1 | (inputs ? 2 : 0) | (targets ? 4 : 0);
+    return KILN_OK;
+}
+
+/* A stage call's checks: a batch begun (with inputs or targets where `what` needs them). */
+static kiln_status need_batch(const kiln_gpt *m, int bits, const char *fn) {
+    if (!m)
+        return kiln_error_setf(KILN_ERR_ARG, "%s: NULL model", fn);
+    if ((m->have_batch & bits) != bits)
+        return kiln_error_setf(KILN_ERR_ARG, "%s: no batch%s (kiln_gpt_begin first)", fn,
+                               bits & 2 ? " with inputs" : bits & 4 ? " with targets" : "");
+    return KILN_OK;
+}
+
+kiln_status kiln_gpt_embed_forward(kiln_gpt *m) {
+    KILN_CHECK(need_batch(m, 3, "kiln_gpt_embed_forward"));
     KILN_CHECK(need(m, -1, 0));
-    embed_forward(m, B, T);
-    for (int64_t l = 0; l < L; l++) {
-        int how = l + 1 < L || with_lnf ? BLOCK_TAIL : 0;
+    embed_forward(m, m->B, m->T);
+    m->norm_ready = -1;
+    return KILN_OK;
+}
+
+/* Blocks [first, last) forward; each fused tail computes the next block's first norm when the
+ * next block runs in this call, and the last block's the final norm when lnf_tail says so. */
+static kiln_status blocks_run(kiln_gpt *m, int64_t first, int64_t last, int lnf_tail) {
+    int64_t L = m->cfg.n_layer;
+    for (int64_t l = first; l < last; l++) {
+        int how = l + 1 < last || (l + 1 == L && lnf_tail) ? BLOCK_TAIL : 0;
         KILN_CHECK(need(m, l, l + 1));
-        if ((how & BLOCK_TAIL) && m->opt.fuse_residual_ln) /* the next LayerNorm's weights */
+        if ((how & BLOCK_TAIL) && m->opt.fuse_residual_ln) /* the next norm's weights */
             KILN_CHECK(need(m, l + 1, l + 2 <= L ? l + 2 : -2));
-        block_forward(m, l, B, T, how);
+        block_forward(m, l, m->B, m->T, how);
     }
     return KILN_OK;
+}
+
+static kiln_status check_range(const kiln_gpt *m, int64_t first, int64_t last, const char *fn) {
+    if (first < 0 || last > m->cfg.n_layer || first > last)
+        return kiln_error_setf(KILN_ERR_ARG, "%s: blocks [%lld, %lld) of a model of %lld", fn,
+                               (long long)first, (long long)last, (long long)m->cfg.n_layer);
+    return KILN_OK;
+}
+
+kiln_status kiln_gpt_blocks_forward(kiln_gpt *m, int64_t first, int64_t last) {
+    KILN_CHECK(need_batch(m, 1, "kiln_gpt_blocks_forward"));
+    KILN_CHECK(check_range(m, first, last, "kiln_gpt_blocks_forward"));
+    if (m->kv.t0 >= 0)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_blocks_forward: a cached forward runs");
+    return blocks_run(m, first, last, 1);
+}
+
+void *kiln_gpt_stream(kiln_gpt *m, int64_t l) {
+    if (!m || l < 0 || l > m->cfg.n_layer)
+        return NULL;
+    return block_input(m, l);
+}
+
+void *kiln_gpt_stream_grad(kiln_gpt *m) {
+    return m ? m->d.dres : NULL;
+}
+
+/* The batch, then the embedding and every block; with_lnf: the last block's fused tail
+ * computes ln_f over every row (generation computes it for the last rows only). */
+static kiln_status body_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
+                                int64_t B, int64_t T, int with_lnf) {
+    KILN_CHECK(kiln_gpt_begin(m, inputs, targets, B, T));
+    KILN_CHECK(kiln_gpt_embed_forward(m));
+    return blocks_run(m, 0, m->cfg.n_layer, with_lnf);
 }
 
 /* ln_f and the head on each sequence's last position of the body just run: logits (B,Vp). */
@@ -560,24 +624,30 @@ kiln_status kiln_gpt_forward_cached(kiln_gpt *m, const int32_t *inputs, int64_t 
     return last_logits(m, B, T);
 }
 
-kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets, int64_t B,
-                             int64_t T, float *loss) {
-    KILN_CHECK(body_forward(m, inputs, targets, B, T, 1));
-    KILN_CHECK(need_head(m));
-    int64_t BT = B * T, C = m->cfg.n_embd, Vp = m->cfg.padded_vocab_size;
+/* The head over the batch's rows: ln_f (unless the last block's tail made it), then the
+ * classifier and the losses chunk by chunk; with grad, the logits' gradient and the
+ * classifier's backward too (d.dln: the gradient of ln_f's output). */
+static void head_run(kiln_gpt *m, float dloss, int grad) {
+    int64_t BT = m->B * m->T;
     head_norm(m, BT);
-    if (targets) {
+    for (int64_t r0 = 0; r0 < BT; r0 += m->logit_rows)
+        head_rows(m, r0, BT - r0 < m->logit_rows ? BT - r0 : m->logit_rows, dloss, grad);
+}
+
+kiln_status kiln_gpt_head_forward(kiln_gpt *m, float *loss) {
+    KILN_CHECK(need_batch(m, 1, "kiln_gpt_head_forward"));
+    KILN_CHECK(need_head(m));
+    int64_t BT = m->B * m->T, C = m->cfg.n_embd, Vp = m->cfg.padded_vocab_size;
+    if (m->have_batch & 4) {
         /* the losses chunk by chunk; the logits stay only when one chunk holds them all */
-        for (int64_t r0 = 0; r0 < BT; r0 += m->logit_rows) {
-            int64_t n = BT - r0 < m->logit_rows ? BT - r0 : m->logit_rows;
-            head_rows(m, r0, n, 0.0f, 0);
-        }
+        head_run(m, 0.0f, 0);
         m->logits_valid = m->logit_rows >= BT;
         float l = mean_loss(m, BT);
         if (loss)
             *loss = l;
         m->have_targets = 1;
     } else if (m->logit_rows >= BT) {
+        head_norm(m, BT);
         linear(m, -1, KILN_GPT_MATRIX_HEAD, m->logits, m->lnf, m->p.head, NULL, BT, C, Vp, NULL);
         m->logits_valid = 1;
     } else {
@@ -589,25 +659,10 @@ kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *
     return m->be->synchronize(m->be);
 }
 
-/* ln_f, the blocks and the embedding backward, after the classifier's (d.dln holds the
- * gradient of ln_f's output). Each part's gradients are final once its own backward has run,
- * except wte's, which the classifier's backward also adds to: they are final with wpe's, last. */
-static kiln_status body_backward(kiln_gpt *m, int64_t B, int64_t T) {
-    int64_t L = m->cfg.n_layer;
-    m->have_targets = 0;
-    m->logits_valid = 0; /* they now hold their gradient, or nothing */
-    KILN_CHECK(report_wte(m));
-    KILN_CHECK(need(m, L, L - 1));
-    head_norm_backward(m, B * T);
-    KILN_CHECK(report_grads(m, L));
-    for (int64_t l = L - 1; l >= 0; l--) {
-        KILN_CHECK(need(m, l, l - 1 >= 0 ? l - 1 : -2));
-        block_backward(m, l, B, T);
-        KILN_CHECK(report_grads(m, l));
-    }
-    embed_backward(m, B, T);
-    KILN_CHECK(report_grads(m, -1));
-    return m->be->synchronize(m->be);
+kiln_status kiln_gpt_forward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets, int64_t B,
+                             int64_t T, float *loss) {
+    KILN_CHECK(body_forward(m, inputs, targets, B, T, 1));
+    return kiln_gpt_head_forward(m, loss);
 }
 
 static kiln_status check_trainable(const kiln_gpt *m) {
@@ -617,14 +672,30 @@ static kiln_status check_trainable(const kiln_gpt *m) {
     return KILN_OK;
 }
 
-kiln_status kiln_gpt_backward(kiln_gpt *m, float grad_scale) {
+/* After the classifier's backward (d.dln holds the gradient of ln_f's output): ln_f's
+ * backward into d.dres, the gradient of the last block's output. Each part's gradients are
+ * final once its own backward has run, except wte's, which the classifier's backward also
+ * adds to: they are final with wpe's, last (or now, with the rows apart). */
+static kiln_status head_tail_backward(kiln_gpt *m) {
+    int64_t L = m->cfg.n_layer;
+    m->have_targets = 0;
+    m->logits_valid = 0; /* they now hold their gradient, or nothing */
+    KILN_CHECK(report_wte(m));
+    KILN_CHECK(need(m, L, L - 1));
+    head_norm_backward(m, m->B * m->T);
+    return report_grads(m, L);
+}
+
+kiln_status kiln_gpt_head_backward(kiln_gpt *m, float grad_scale) {
+    if (!m)
+        return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_head_backward: NULL model");
     KILN_CHECK(check_trainable(m));
     if (!m->have_targets)
         return kiln_error_setf(KILN_ERR_ARG, "backward needs a forward with targets before it");
     if (m->soft.p)
         return kiln_error_setf(KILN_ERR_UNSUPPORTED,
                                "distillation's gradient comes from forward_backward");
-    int64_t B = m->B, T = m->T, BT = B * T;
+    int64_t BT = m->B * m->T;
     float dloss = grad_scale / (float)BT;
     KILN_CHECK(need_head(m));
     if (m->logits_valid) {
@@ -640,7 +711,52 @@ kiln_status kiln_gpt_backward(kiln_gpt *m, float grad_scale) {
         for (int64_t r0 = 0; r0 < BT; r0 += m->logit_rows) /* the chunks again */
             head_rows(m, r0, BT - r0 < m->logit_rows ? BT - r0 : m->logit_rows, dloss, 1);
     }
-    return body_backward(m, B, T);
+    return head_tail_backward(m);
+}
+
+kiln_status kiln_gpt_head_forward_backward(kiln_gpt *m, float grad_scale, float *loss) {
+    KILN_CHECK(need_batch(m, 5, "kiln_gpt_head_forward_backward"));
+    KILN_CHECK(check_trainable(m));
+    KILN_CHECK(need_head(m));
+    int64_t BT = m->B * m->T;
+    head_run(m, grad_scale / (float)BT, 1);
+    KILN_CHECK(head_tail_backward(m));
+    /* the losses' rows live to the end of the step, so the blocks' backward leaves them alone:
+     * the caller reads the loss after queueing it (the step's one wait for the device) */
+    if (loss)
+        *loss = mean_loss(m, BT);
+    return KILN_OK;
+}
+
+kiln_status kiln_gpt_blocks_backward(kiln_gpt *m, int64_t first, int64_t last) {
+    KILN_CHECK(need_batch(m, 1, "kiln_gpt_blocks_backward"));
+    KILN_CHECK(check_trainable(m));
+    KILN_CHECK(check_range(m, first, last, "kiln_gpt_blocks_backward"));
+    for (int64_t l = last - 1; l >= first; l--) {
+        KILN_CHECK(need(m, l, l - 1 >= 0 ? l - 1 : -2));
+        block_backward(m, l, m->B, m->T);
+        KILN_CHECK(report_grads(m, l));
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_gpt_embed_backward(kiln_gpt *m) {
+    KILN_CHECK(need_batch(m, 3, "kiln_gpt_embed_backward"));
+    KILN_CHECK(check_trainable(m));
+    embed_backward(m, m->B, m->T);
+    KILN_CHECK(report_grads(m, -1));
+    return m->be->synchronize(m->be);
+}
+
+/* The blocks and the embedding backward, after the head's. */
+static kiln_status body_backward(kiln_gpt *m) {
+    KILN_CHECK(kiln_gpt_blocks_backward(m, 0, m->cfg.n_layer));
+    return kiln_gpt_embed_backward(m);
+}
+
+kiln_status kiln_gpt_backward(kiln_gpt *m, float grad_scale) {
+    KILN_CHECK(kiln_gpt_head_backward(m, grad_scale));
+    return body_backward(m);
 }
 
 kiln_status kiln_gpt_forward_backward(kiln_gpt *m, const int32_t *inputs, const int32_t *targets,
@@ -649,16 +765,10 @@ kiln_status kiln_gpt_forward_backward(kiln_gpt *m, const int32_t *inputs, const 
     if (!targets)
         return kiln_error_setf(KILN_ERR_ARG, "forward_backward needs targets");
     KILN_CHECK(body_forward(m, inputs, targets, B, T, 1));
-    KILN_CHECK(need_head(m));
-    int64_t BT = B * T;
-    head_norm(m, BT);
-    float dloss = grad_scale / (float)BT;
-    for (int64_t r0 = 0; r0 < BT; r0 += m->logit_rows)
-        head_rows(m, r0, BT - r0 < m->logit_rows ? BT - r0 : m->logit_rows, dloss, 1);
-    /* the loss is read after backward is queued: reading it is the step's one wait for the
-     * device (the losses' rows live to the end of the step, so backward leaves them alone) */
-    KILN_CHECK(body_backward(m, B, T));
-    float l = mean_loss(m, BT);
+    float l = 0.0f;
+    KILN_CHECK(kiln_gpt_head_forward_backward(m, grad_scale, NULL));
+    KILN_CHECK(body_backward(m));
+    l = mean_loss(m, B * T);
     if (loss)
         *loss = l;
     return KILN_OK;

@@ -115,6 +115,10 @@ struct kiln_gpt {
     int64_t B, T;     /* sizes of the last forward */
     int have_targets; /* the last forward had targets and backward may run */
     int logits_valid; /* kiln_gpt_logits holds the last forward's logits */
+    /* the block (L: the final norm) whose first norm the fused tail of the block run last in
+     * this forward computed; -1 none (it runs its own) */
+    int64_t norm_ready;
+    int have_batch; /* kiln_gpt_begin has recorded a batch this step */
 
     int rows_apart;                /* kiln_gpt_set_embed_rows_apart */
     int64_t rows_n;                /* rows the last backward left apart (0: none) */
