@@ -292,8 +292,12 @@ kiln_status kiln_gpt_forward_last(kiln_gpt *m, const int32_t *inputs, int64_t B,
  * kiln_gpt_logits (B,Vp) as kiln_gpt_forward_last does for the whole window: the same
  * values up to the order of floating-point sums. t0 0 starts afresh; otherwise t0 is at most
  * the positions cached so far (a later t0 would skip positions), the batch the same, and
- * t0 + T at most maxT: positions are absolute, so a window that slides past the context must
- * be run whole (kiln_gpt_forward_last). */
+ * t0 + T at most maxT. Past maxT, learned positions being absolute, a window that slides past
+ * the context must be run whole (kiln_gpt_forward_last); rotary positions go on in the cache
+ * one at a time (T 1, t0 the positions run so far), each attending over the last maxT
+ * positions, as kiln_gpt_forward_last over those positions computes (attention sees only
+ * the differences of rotary positions). Their cache holds 2 maxT rows a sequence for it and
+ * moves the last maxT - 1 to its front once every maxT + 1 positions. */
 kiln_status kiln_gpt_enable_cache(kiln_gpt *m);
 kiln_status kiln_gpt_forward_cached(kiln_gpt *m, const int32_t *inputs, int64_t B, int64_t t0,
                                     int64_t T);

@@ -169,12 +169,32 @@ static void attend(kiln_gpt *m, int64_t l, gpt_block_acts *a, int64_t B, int64_t
         return;
     }
     size_t e = kiln_dtype_size(m->dt), row = (size_t)Q * e;
-    char *layer = (char *)m->kv.buf + (size_t)(l * m->maxB * m->maxT) * row;
+    int64_t cap = m->kv.cap, at = m->kv.t0 - m->kv.base;
+    char *layer = (char *)m->kv.buf + (size_t)(l * m->maxB * cap) * row;
     for (int64_t b = 0; b < B; b++)
-        be->copy(be, layer + (size_t)(b * m->maxT + m->kv.t0) * row,
+        be->copy(be, layer + (size_t)(b * cap + at) * row,
                  (const char *)a->qkv + (size_t)(b * T) * row, (size_t)T * row,
                  KILN_COPY_ON_DEVICE);
-    be->attention_decode(be, m->dt, a->atty, layer, B, m->maxT, m->kv.t0 + T, T, A, NH, NKV);
+    /* the window: the last maxT positions (all of them, until maxT have run) */
+    int64_t end = at + T, from = end > m->maxT ? end - m->maxT : 0;
+    be->attention_decode(be, m->dt, a->atty, layer + (size_t)from * row, B, cap, end - from, T, A,
+                         NH, NKV);
+}
+
+/* Before position t0 is appended past the cache's end (rotary positions): the last maxT - 1
+ * positions moved to the front of each sequence's rows, where the window goes on. cap is
+ * 2 maxT, so the rows moved and the rows they land on never overlap. */
+static void cache_slide(kiln_gpt *m, int64_t t0) {
+    int64_t keep = m->maxT - 1, at = t0 - m->kv.base, cap = m->kv.cap;
+    if (at < cap)
+        return;
+    size_t row = (size_t)kiln_gpt_config_qkv_width(&m->cfg) * kiln_dtype_size(m->dt);
+    for (int64_t i = 0; i < m->cfg.n_layer * m->B; i++) {
+        char *seq = (char *)m->kv.buf + (size_t)(i * cap) * row;
+        m->be->copy(m->be, seq, seq + (size_t)(at - keep) * row, (size_t)keep * row,
+                    KILN_COPY_ON_DEVICE);
+    }
+    m->kv.base = t0 - keep;
 }
 
 /* The MLP's activation: fch_gelu (BT,H) from fch (BT,H), or SwiGLU's from gate and up
@@ -591,13 +611,16 @@ kiln_status kiln_gpt_enable_cache(kiln_gpt *m) {
                                "a generation cache needs an inference model on a backend with "
                                "attention_decode (the %s backend%s)",
                                m->be->name, m->be->attention_decode ? " has it" : " has none");
-    size_t bytes = (size_t)(m->cfg.n_layer * m->maxB * m->maxT) *
+    int64_t cap = m->cfg.position == KILN_POSITION_ROPE ? 2 * m->maxT : m->maxT;
+    size_t bytes = (size_t)(m->cfg.n_layer * m->maxB * cap) *
                    (size_t)kiln_gpt_config_qkv_width(&m->cfg) * kiln_dtype_size(m->dt);
     m->kv.buf = m->be->alloc(m->be, bytes);
     if (!m->kv.buf)
         return kiln_error_setf(KILN_ERR_NOMEM, "no memory for a generation cache of %.1f MiB",
                                (double)bytes / (1 << 20));
     m->kv.len = 0;
+    m->kv.cap = cap;
+    m->kv.base = 0;
     return KILN_OK;
 }
 
@@ -608,14 +631,27 @@ kiln_status kiln_gpt_forward_cached(kiln_gpt *m, const int32_t *inputs, int64_t 
     if (!m->kv.buf)
         return kiln_error_setf(KILN_ERR_ARG, "kiln_gpt_forward_cached: no cache "
                                              "(kiln_gpt_enable_cache first)");
-    if (t0 < 0 || t0 > m->kv.len || T < 1 || t0 + T > m->maxT || B < 1 || B > m->maxB ||
-        (t0 > 0 && B != m->B))
+    /* past maxT positions only rotary ones go on, a position at a time after the last */
+    int slides = m->cfg.position == KILN_POSITION_ROPE && T == 1 && t0 == m->kv.len;
+    if (t0 < 0 || t0 > m->kv.len || T < 1 || (t0 + T > m->maxT && !slides) || B < 1 ||
+        B > m->maxB || (t0 > 0 && B != m->B))
         return kiln_error_setf(KILN_ERR_ARG,
                                "cached forward of positions %lld..%lld (batch %lld): the cache "
-                               "holds %lld positions of batch %lld, the plan %lld x %lld",
+                               "holds %lld positions of batch %lld, the plan %lld x %lld%s",
                                (long long)t0, (long long)(t0 + T - 1), (long long)B,
                                (long long)m->kv.len, (long long)m->B, (long long)m->maxB,
-                               (long long)m->maxT);
+                               (long long)m->maxT,
+                               m->cfg.position == KILN_POSITION_ROPE
+                                   ? " (past it, one position at a time after the last)"
+                                   : " (learned positions end there)");
+    if (t0 == 0)
+        m->kv.base = 0;
+    if (t0 < m->kv.base) /* a position that slid out of the window */
+        return kiln_error_setf(KILN_ERR_ARG,
+                               "cached forward from position %lld: the cache starts at %lld",
+                               (long long)t0, (long long)m->kv.base);
+    if (t0 + T > m->maxT)
+        cache_slide(m, t0);
     m->kv.t0 = t0; /* the blocks' attention appends to the cache and reads it */
     kiln_status s = body_forward(m, inputs, NULL, B, T, 0);
     m->kv.t0 = -1;

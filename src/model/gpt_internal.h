@@ -128,12 +128,13 @@ struct kiln_gpt {
     void *param_need_ctx;
     int mapped; /* opt.sharded: params and grads from kiln_memory_map */
     /* kiln_gpt_set_linear: the products done outside the backend (NULL: none) */
-    /* generation's cache (kiln_gpt_enable_cache): every layer's q, k, v rows, (L, maxB, maxT,
-     * 3A) in dt; len positions of each sequence filled; t0 >= 0 while a cached forward runs
-     * (its first position), -1 otherwise */
+    /* generation's cache (kiln_gpt_enable_cache): every layer's q, k, v rows, (L, maxB, cap,
+     * Q) in dt, cap rows a sequence (maxT; 2 maxT with rotary positions, whose window slides
+     * on past maxT); row r holds position base + r; len positions of each sequence run so far;
+     * t0 >= 0 while a cached forward runs (its first position), -1 otherwise */
     struct {
         void *buf;
-        int64_t len, t0;
+        int64_t len, t0, cap, base;
     } kv;
     kiln_gpt_linear_fn linear;
     void *linear_ctx;

@@ -108,13 +108,16 @@ kiln_status kiln_generate_ex(kiln_gpt *m, int32_t *ids, int64_t n, int64_t count
     kiln_rng_seed(&rng, seed);
     kiln_status s = KILN_OK;
     /* With a cache each new token runs alone through the model, until the window is full:
-     * then, positions being absolute, every window runs whole. */
+     * then learned positions, being absolute, run every window whole, and rotary ones go on
+     * with the cache over the last maxT positions (the same attention, as only their
+     * differences count). */
     int cached = use_cache && kiln_gpt_enable_cache(m) == KILN_OK;
+    int slides = cfg->position == KILN_POSITION_ROPE;
     if (use_cache && !cached)
         kiln_error_clear();
     for (int64_t i = 0; i < count; i++) {
         int64_t len = n + i, T = len < maxT ? len : maxT;
-        if (cached && len <= maxT)
+        if (cached && (len <= maxT || slides))
             s = i == 0 ? kiln_gpt_forward_cached(m, ids, 1, 0, len)
                        : kiln_gpt_forward_cached(m, ids + len - 1, 1, len - 1, 1);
         else

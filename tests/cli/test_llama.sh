@@ -54,6 +54,14 @@ case_hf_config_json() {
     expect_ok
     expect_out_re 'model: llama: 2 key/value heads, RMSNorm eps 1e-06'
     check "an untied head is saved as lm_head.weight" grep -aq 'lm_head.weight' hf.safetensors
+    # past the 32 positions generation goes on with the cache (rotary positions slide)
+    run sample --weights hf.safetensors --tokenizer bytes --tokens 90 --seed 5
+    expect_ok
+    cp "$W/stdout" long1
+    check "90 tokens sampled past the 32 positions ($(wc -c <long1) bytes)" \
+        test "$(wc -c <long1)" -ge 90
+    run sample --weights hf.safetensors --tokenizer bytes --tokens 90 --seed 5
+    check "and the same again" same_file long1 "$W/stdout"
     # what changes the math and is not supported is refused by name, and nothing written
     for kv in '"rope_scaling": {"type": "linear", "factor": 4.0}' '"attention_bias": true' \
         '"hidden_act": "gelu"' '"mlp_bias": true'; do

@@ -316,6 +316,93 @@ static void test_cache(void) {
     kiln_gpt_free(cached);
 }
 
+/* Past the context (maxT W) the cache goes on a position at a time, every layer's attention
+ * over the last W positions of that layer (a sliding window: through the layers a position
+ * still sees further back, which a whole rerun of the last W tokens would cut off). With one
+ * layer the two are the same computation, so a rerun of the last W tokens from position 0 is
+ * the reference; with two, the reference backend's cache. 40 positions slide the cache's rows
+ * to its front several times. A GPT-2's learned positions end at maxT. */
+static double past_window(int64_t layers, kiln_backend *ref_be, int32_t *ids, int N, int W) {
+    kiln_gpt_config c = small(2, 1);
+    c.n_layer = layers;
+    kiln_gpt *full = NULL, *cached = NULL;
+    CHECK_OK(kiln_gpt_create_inference(&full, &c, 1, W, KILN_DTYPE_F32,
+                                       ref_be ? ref_be : kiln_backend_cpu()));
+    CHECK_OK(kiln_gpt_create_inference(&cached, &c, 1, W, KILN_DTYPE_F32, kiln_backend_cpu()));
+    double worst = 1.0;
+    float *a = NULL, *b = NULL;
+    if (!full || !cached)
+        goto done;
+    int64_t Vp = kiln_gpt_get_config(full)->padded_vocab_size;
+    a = malloc((size_t)Vp * sizeof(float));
+    b = malloc((size_t)Vp * sizeof(float));
+    if (!a || !b)
+        goto done;
+    kiln_gpt_init_weights(full, 7);
+    kiln_gpt_init_weights(cached, 7);
+    CHECK_OK(kiln_gpt_enable_cache(cached));
+    if (ref_be)
+        CHECK_OK(kiln_gpt_enable_cache(full));
+    worst = 0.0;
+    CHECK_OK(kiln_gpt_forward_cached(cached, ids, 1, 0, 3));
+    if (ref_be)
+        CHECK_OK(kiln_gpt_forward_cached(full, ids, 1, 0, 3));
+    for (int64_t t = 4; t <= N; t++) {
+        CHECK_OK(kiln_gpt_forward_cached(cached, ids + t - 1, 1, t - 1, 1));
+        int64_t n = t < W ? t : W;
+        if (ref_be)
+            CHECK_OK(kiln_gpt_forward_cached(full, ids + t - 1, 1, t - 1, 1));
+        else
+            CHECK_OK(kiln_gpt_forward_last(full, ids + t - n, 1, n));
+        CHECK_OK(kiln_gpt_logits_f32(full, 1, a));
+        CHECK_OK(kiln_gpt_logits_f32(cached, 1, b));
+        double e = test_rel_err(b, a, c.vocab_size);
+        worst = e > worst ? e : worst;
+    }
+    /* past the window: one position at a time, after the last */
+    CHECK_STATUS(kiln_gpt_forward_cached(cached, ids, 1, N, 2), KILN_ERR_ARG);
+    CHECK_STATUS(kiln_gpt_forward_cached(cached, ids, 1, N - 1, 1), KILN_ERR_ARG);
+    /* t0 0 starts afresh */
+    CHECK_OK(kiln_gpt_forward_cached(cached, ids, 1, 0, W));
+    CHECK_OK(kiln_gpt_forward_last(full, ids, 1, W));
+    CHECK_OK(kiln_gpt_logits_f32(full, 1, a));
+    CHECK_OK(kiln_gpt_logits_f32(cached, 1, b));
+    CHECK_TRUE(test_rel_err(b, a, c.vocab_size) < 1e-5);
+done:
+    free(a);
+    free(b);
+    kiln_gpt_free(full);
+    kiln_gpt_free(cached);
+    return worst;
+}
+
+static void test_cache_past_window(void) {
+    enum { W = 6, N = 40 };
+    int32_t ids[N];
+    fill_ids(ids, N, 61, 4);
+    CHECK_TRUE(past_window(1, NULL, ids, N, W) < 1e-5);
+    CHECK_TRUE(past_window(2, kiln_backend_ref(), ids, N, W) < 1e-5);
+    /* the window matters with two layers: a rerun of the last W tokens differs */
+    CHECK_TRUE(past_window(2, NULL, ids, N, W) > 1e-3);
+    /* learned positions end at maxT */
+    kiln_gpt_config g;
+    memset(&g, 0, sizeof g);
+    g.n_layer = 1;
+    g.n_head = 2;
+    g.n_embd = 16;
+    g.max_seq_len = W;
+    g.vocab_size = 61;
+    kiln_gpt *gm = NULL;
+    CHECK_OK(kiln_gpt_create_inference(&gm, &g, 1, W, KILN_DTYPE_F32, kiln_backend_cpu()));
+    if (gm) {
+        kiln_gpt_init_weights(gm, 1);
+        CHECK_OK(kiln_gpt_enable_cache(gm));
+        CHECK_OK(kiln_gpt_forward_cached(gm, ids, 1, 0, W));
+        CHECK_STATUS(kiln_gpt_forward_cached(gm, ids + W, 1, W, 1), KILN_ERR_ARG);
+        kiln_gpt_free(gm);
+    }
+}
+
 /* Saved weights carry the description and load back the same; a Hugging Face file (no kiln
  * metadata) takes its configuration from the config.json beside it; a file of another shape
  * is refused naming the tensor. */
@@ -433,6 +520,7 @@ int main(void) {
     RUN_TEST(test_finite_differences);
     RUN_TEST(test_cpu_against_ref);
     RUN_TEST(test_cache);
+    RUN_TEST(test_cache_past_window);
     RUN_TEST(test_save_load);
     RUN_TEST(test_hf_folder);
     RUN_TEST(test_gpt2_only_features);
