@@ -6,6 +6,7 @@
 #
 #   sh bench/family_curves.sh [KILN] [OUT]     (defaults: build/kiln, build/family_curves)
 #   KILN_FAMILY_STEPS=N   optimizer steps (default 300)   KILN_FAMILY_THREADS=N (default 2)
+#   KILN_FAMILY_PRECISION=fp32|bf16|fp16 (default fp32)
 #
 # The data is data/brown (kiln prepare --out data/brown, as scripts/demo.sh makes it).
 set -eu
@@ -14,13 +15,15 @@ kiln=${1:-$root/build/kiln}
 out=${2:-$root/build/family_curves}
 steps=${KILN_FAMILY_STEPS:-300}
 threads=${KILN_FAMILY_THREADS:-2}
+precision=${KILN_FAMILY_PRECISION:-fp32}
 data=$root/data/brown
 [ -f "$data/train_000.bin" ] || "$kiln" prepare --out "$data"
 mkdir -p "$out"
 for model in d6 llama-d6; do
     "$kiln" train --model "$model" --data "$data/train_*.bin" --val-data "$data/val_*.bin" \
         --batch 8 --seq 128 --steps "$steps" --lr 1e-3 --warmup 20 --eval-every 50 \
-        --eval-batches 10 --threads "$threads" --seed 1 --metrics "$out/$model.jsonl" \
+        --eval-batches 10 --threads "$threads" --precision "$precision" --seed 1 \
+        --metrics "$out/$model.jsonl" \
         --save "$out/$model.safetensors" >"$out/$model.log"
 done
 "$kiln" report "$out/d6.jsonl" "$out/llama-d6.jsonl" --out "$out/report.html" --png "$out/png" \
