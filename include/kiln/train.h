@@ -23,18 +23,28 @@ typedef struct kiln_batch_skip {
 enum { KILN_TRAIN_MAX_SKIPS = 64 };
 
 /* The watchdog's exit statuses (kiln train's; next to its 3, "preempted"): a step ran past
- * the hang limit (the process ends, under mpirun every rank with it), or a rank stayed a
- * straggler with straggler_exit set (every rank stops after the same step, saved). */
+ * the hang limit (kiln train's hang handler ends the process, under mpirun every rank with
+ * it), or a rank stayed a straggler with straggler_exit set (every rank stops after the same
+ * step, saved). */
 #define KILN_EXIT_HUNG 4
 #define KILN_EXIT_STRAGGLER 5
+
+/* A hang the watchdog found (kiln_watchdog_config.on_hang). */
+typedef struct kiln_watchdog_hang {
+    int rank;
+    int64_t step;        /* the step in progress, or the last one done (between steps) */
+    double stalled_s;    /* seconds without progress */
+    double limit_s;      /* the hang limit it passed */
+    const char *message; /* "kiln: watchdog: rank R: no progress for ... : hung" (no newline) */
+} kiln_watchdog_hang;
 
 /* Hangs and stragglers. A thread per process knows when each step begins and ends and keeps
  * the median of the last `window` step times (the process's first step, warming caches, is
  * left out). When no progress (a step's beginning or end) comes for warn_factor x the median
  * (and at least min(hang_min_s / 4, 10 s)) it warns on stderr, naming the rank, the step and
  * how long; at hang_factor x the median, and never before hang_min_s (the only limit until
- * three steps are timed), it writes the heartbeat with health "hung" and ends the process
- * with KILN_EXIT_HUNG. It watches from the first step to the last: the time between two
+ * three steps are timed), it writes the heartbeat with health "hung" and reports the hang
+ * (on_hang); the library never ends the process. It watches from the first step to the last: the time between two
  * kiln_trainer_step calls counts, and an evaluation is allowed its batches' worth of steps. With
  * several ranks, each rank's compute time per step (the step less what it waited in communication)
  * goes to every rank each step (an allgather of one float, counted in the step's communication;
@@ -59,6 +69,14 @@ typedef struct kiln_watchdog_config {
     int straggler_window;    /* exchanges in a rank's median (3..1024) */
     int straggler_exit;      /* a straggler for another whole window after the warning ends
                                 the run: kiln_trainer_watchdog_exit says KILN_EXIT_STRAGGLER */
+    /* A hang: called once, on the watchdog's thread, after the heartbeat says "hung" (the
+     * training thread is still inside the stuck step). It may end the process (kiln train's
+     * prints the message and exits with KILN_EXIT_HUNG). NULL, or when it returns: the
+     * message goes to stderr, the run is marked hung, and the stuck step, if it ever comes
+     * back, fails with KILN_ERR_HUNG, as does every later one; kiln_trainer_watchdog_exit
+     * then says KILN_EXIT_HUNG. */
+    void (*on_hang)(const kiln_watchdog_hang *hang, void *user);
+    void *on_hang_user;
     /* Fault injection (tests), in a run that was not resumed (a restart goes past it): rank
      * inject_hang_rank sleeps for good inside step inject_hang_step (0: never); rank
      * inject_slow_rank sleeps inject_slow_ms in every step. */
@@ -350,7 +368,8 @@ kiln_status kiln_trainer_evaluate(kiln_trainer *t, double *val_loss);
 /* Whether the ranks agreed, in the last step, to stop after it (cfg.stop_flag). */
 int kiln_trainer_stopping(const kiln_trainer *t);
 /* The exit status the watchdog asks for when it stopped the run (KILN_EXIT_STRAGGLER: the
- * ranks agreed, and kiln_trainer_stopping is 1); 0 otherwise. */
+ * ranks agreed, and kiln_trainer_stopping is 1; KILN_EXIT_HUNG: it found a hang and no
+ * on_hang ended the process); 0 otherwise. */
 int kiln_trainer_watchdog_exit(const kiln_trainer *t);
 /* The state after the steps done so far, now, by every rank: with cfg.checkpoint_dir a
  * checkpoint of them (an error, not a warning, when it could not be written), else the weights

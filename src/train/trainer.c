@@ -906,9 +906,10 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
                                (long long)cfg->steps);
     kiln_step_info mt = {.step = t->steps_done + 1, .steps = cfg->steps, .val_loss = NAN};
     double t0 = kiln_time_ms();
-    kiln__watchdog_begin(t->wd, mt.step);
+    KILN_CHECK(kiln__watchdog_begin(t->wd, mt.step));
     KILN_CHECK(kiln__trainer_guard_skip_batches(t, mt.step));
     KILN_CHECK(train_step(t, &mt));
+    KILN_CHECK(kiln__watchdog_check(t->wd)); /* a step back after the watchdog's hang fails */
     if (kiln_gpt_dtype(t->model) == KILN_DTYPE_F16) {
         mt.loss_scale = t->scaler.scale;
         mt.skipped_total = t->scaler.skipped;

@@ -1,6 +1,6 @@
 /* The trainer's watchdog: a thread that sees each step begin and end, warns when one runs far
- * past the median step, ends the process (KILN_EXIT_HUNG) when one stays stuck, and writes
- * heartbeats; and the per-step exchange of the ranks' compute times that names a straggler.
+ * past the median step, reports a hang (the config's on_hang; the run marked hung, its steps
+ * failing with KILN_ERR_HUNG) when one stays stuck, and writes heartbeats; and the per-step exchange of the ranks' compute times that names a straggler.
  * The training thread owns the windows and the straggler state; what the thread reads is
  * under mu. */
 #include <errno.h>
@@ -8,6 +8,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,10 @@ struct kiln__watchdog {
     int named_rank, named_for;   /* the rank the verdicts named last, how many in a row */
     int flagged_rank, clear_for; /* the straggler warned about; verdicts without it in a row */
     int exit_code;
+    /* a hang found: set once by the thread (hang_msg written first), read by the training
+     * thread */
+    atomic_int hung;
+    char hang_msg[512];
 };
 
 /* ---- heartbeat ---- */
@@ -76,7 +81,7 @@ static double wall_s(void) {
 }
 
 static int health_of(const kiln__watchdog *wd, int hung) {
-    if (hung)
+    if (hung || atomic_load(&wd->hung))
         return HEALTH_HUNG;
     if (wd->warned_seq != 0 && wd->warned_seq == wd->seq)
         return HEALTH_SLOW;
@@ -189,8 +194,9 @@ static void median_text(char *buf, size_t cap, const kiln__watchdog *wd) {
         snprintf(buf, cap, "no median step yet");
 }
 
-/* Under mu: judge the stall, warn once, end the process when hung. */
-static void judge(kiln__watchdog *wd, double now) {
+/* Under mu: judge the stall and warn once. A hang: the heartbeat says so, the run is marked
+ * hung, and *h (its message in wd->hang_msg) is filled for the caller to report; returns 1. */
+static int judge(kiln__watchdog *wd, double now, kiln_watchdog_hang *h) {
     double elapsed = (now - wd->progress_ms) / 1e3, warn_s, hang_s;
     double expected_ms = wd->median_ms * fmax(1.0, wd->allowance);
     kiln__hang_verdict v =
@@ -202,10 +208,18 @@ static void judge(kiln__watchdog *wd, double now) {
         hb_state s = snapshot(wd, now, 1);
         if (wd->hb_path)
             (void)write_heartbeat(wd, &s);
-        say("kiln: watchdog: rank %d: no progress for %.1f s %s (%s; the limit is %.1f s): "
-            "hung; exiting with status %d\n",
-            wd->rank, elapsed, at, med, hang_s, KILN_EXIT_HUNG);
-        _exit(KILN_EXIT_HUNG); /* no atexit handlers: the training thread is still inside */
+        snprintf(wd->hang_msg, sizeof wd->hang_msg,
+                 "kiln: watchdog: rank %d: no progress for %.1f s %s (%s; the limit is %.1f s): "
+                 "hung",
+                 wd->rank, elapsed, at, med, hang_s);
+        *h = (kiln_watchdog_hang){.rank = wd->rank,
+                                  .step = wd->step,
+                                  .stalled_s = elapsed,
+                                  .limit_s = hang_s,
+                                  .message = wd->hang_msg};
+        wd->armed = 0; /* one report */
+        atomic_store(&wd->hung, 1);
+        return 1;
     }
     if (v == KILN__HANG_SLOW && wd->warned_seq != wd->seq) {
         wd->warned_seq = wd->seq;
@@ -215,6 +229,15 @@ static void judge(kiln__watchdog *wd, double now) {
             wd->rank, elapsed, at, elapsed * 1e3 / fmax(expected_ms, 1e-3),
             wd->allowance > 1 ? "time expected" : "median step", expected_ms, hang_s);
     }
+    return 0;
+}
+
+/* Outside mu: the hang to the program's handler, or on stderr. */
+static void report_hang(kiln__watchdog *wd, const kiln_watchdog_hang *h) {
+    if (wd->cfg.on_hang)
+        wd->cfg.on_hang(h, wd->cfg.on_hang_user); /* kiln train's ends the process here */
+    else
+        say("%s; the run stops with an error (no hang handler)\n", h->message);
 }
 
 static void *watch(void *arg) {
@@ -226,8 +249,13 @@ static void *watch(void *arg) {
     pthread_mutex_lock(&wd->mu);
     while (!wd->quit) {
         double now = kiln_time_ms();
-        if (wd->armed)
-            judge(wd, now);
+        kiln_watchdog_hang h;
+        if (wd->armed && judge(wd, now, &h)) {
+            pthread_mutex_unlock(&wd->mu);
+            report_hang(wd, &h);
+            pthread_mutex_lock(&wd->mu);
+            continue;
+        }
         if (wd->hb_path && now - wd->last_write_ms >= wd->cfg.heartbeat_s * 1e3) {
             pthread_mutex_unlock(&wd->mu);
             beat(wd, 0);
@@ -421,8 +449,16 @@ kiln_status kiln__watchdog_ready(kiln_trainer *t) {
     return s;
 }
 
-int kiln__watchdog_exit_code(const kiln__watchdog *wd) {
-    return wd ? wd->exit_code : 0;
+int kiln__watchdog_exit_code(kiln__watchdog *wd) {
+    if (!wd)
+        return 0;
+    return atomic_load(&wd->hung) ? KILN_EXIT_HUNG : wd->exit_code;
+}
+
+kiln_status kiln__watchdog_check(kiln__watchdog *wd) {
+    if (!wd || !atomic_load(&wd->hung))
+        return KILN_OK;
+    return kiln_error_setf(KILN_ERR_HUNG, "%s", wd->hang_msg + strlen("kiln: "));
 }
 
 /* ---- the training thread's hooks ---- */
@@ -433,9 +469,10 @@ static void sleep_ms(double ms) {
         ;
 }
 
-void kiln__watchdog_begin(kiln__watchdog *wd, int64_t step) {
+kiln_status kiln__watchdog_begin(kiln__watchdog *wd, int64_t step) {
     if (!wd)
-        return;
+        return KILN_OK;
+    KILN_CHECK(kiln__watchdog_check(wd)); /* a hung run takes no more steps */
     pthread_mutex_lock(&wd->mu);
     wd->step = step;
     wd->in_step = 1;
@@ -448,13 +485,17 @@ void kiln__watchdog_begin(kiln__watchdog *wd, int64_t step) {
     wd->exchange_ms = 0;
     const kiln_watchdog_config *c = &wd->cfg;
     if (wd->resumed)
-        return;
+        return KILN_OK;
     if (c->inject_slow_ms > 0 && c->inject_slow_rank == wd->rank)
         sleep_ms(c->inject_slow_ms);
     if (c->inject_hang_step == step && c->inject_hang_rank == wd->rank) {
         say("kiln: fault injection: rank %d hangs in step %lld\n", wd->rank, (long long)step);
-        sleep_ms(3600e3); /* for good: the watchdog (or a supervisor) ends it */
+        /* for good (an hour), unless the watchdog marks the run hung and lets the step fail
+         * (no handler ended the process) */
+        for (int i = 0; i < 360000 && !atomic_load(&wd->hung); i++)
+            sleep_ms(10);
     }
+    return kiln__watchdog_check(wd);
 }
 
 void kiln__watchdog_evaluating(kiln_trainer *t) {

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "tool_common.h"
+
 void tool_watchdog_flags_init(tool_watchdog_flags *f, const kiln_watchdog_config *d) {
     *f = (tool_watchdog_flags){.on = d->enabled,
                                .straggler_exit = d->straggler_exit,
@@ -44,6 +46,7 @@ int tool_watchdog_flags_apply(const tool_watchdog_flags *f, kiln_watchdog_config
     c->straggler_factor = f->straggler;
     c->straggler_window = (int)f->straggler_window; /* 3..1024, by the flag table */
     c->straggler_exit = f->straggler_exit;
+    c->on_hang = tool_watchdog_hung; /* the library reports the hang; the command exits */
     if (!(f->hang >= f->warn)) {
         fprintf(stderr,
                 "kiln train: --hang-factor %g is below --hang-warn-factor %g: a step is "
