@@ -77,13 +77,6 @@ typedef struct kiln_watchdog_config {
      * then says KILN_EXIT_HUNG. */
     void (*on_hang)(const kiln_watchdog_hang *hang, void *user);
     void *on_hang_user;
-    /* Fault injection (tests), in a run that was not resumed (a restart goes past it): rank
-     * inject_hang_rank sleeps for good inside step inject_hang_step (0: never); rank
-     * inject_slow_rank sleeps inject_slow_ms in every step. */
-    int64_t inject_hang_step;
-    int inject_hang_rank;
-    double inject_slow_ms;
-    int inject_slow_rank;
 } kiln_watchdog_config;
 
 typedef struct kiln_train_config {
@@ -152,8 +145,7 @@ typedef struct kiln_train_config {
     kiln_gpt_options model_opt;
     int stochastic_rounding; /* bf16: round the working weights stochastically */
     kiln_loss_scaler loss_scaler;
-    kiln_dtype save_dtype;         /* the dtype weights are saved in (fp32) */
-    int64_t inject_nonfinite_step; /* tests: make one gradient infinite at this step (0: never) */
+    kiln_dtype save_dtype; /* the dtype weights are saved in (fp32) */
     /* Stability guards. A step whose loss or gradient norm is not finite, or spikes (more
      * than guard_z standard deviations above the mean of the last guard_window good steps;
      * the norm's on its logarithm), skips its update: the metrics line says why, and an
@@ -205,10 +197,6 @@ typedef struct kiln_train_config {
      * An fp32 student. NULL: none. */
     const char *teacher_path;
     float distill_alpha, distill_temperature;
-    /* tests: a spike (gradients x100, loss x4) at the first visit of steps
-     * [inject_spike_step, inject_spike_step + inject_spike_count) (0: never) */
-    int64_t inject_spike_step, inject_spike_count;
-    int inject_spike_norm_only; /* tests: the spike in the gradients only, the loss as it is */
     /* Data parallelism. comm NULL (or a communicator of one rank) trains in this process
      * alone. With N ranks every rank runs the same configuration (checked at start: a hash
      * of the configuration, the data and the starting weights is compared across ranks), B

@@ -199,8 +199,7 @@ static kiln_status choose_backend(kiln_trainer *t) {
     const char *dev = cfg->device && cfg->device[0] ? cfg->device : "cpu";
     if (!strcmp(dev, "cpu")) {
         t->be = kiln_backend_cpu();
-        const char *e = getenv("KILN_TRAIN_HOST_STAGING");
-        t->staged = e && !strcmp(e, "1") && (t->world == 1 || !gpu_refusal(t));
+        t->staged = t->faults.host_staging && (t->world == 1 || !gpu_refusal(t));
         return KILN_OK;
     }
     if (strcmp(dev, "cuda"))
@@ -748,6 +747,7 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
     if (!t)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the trainer");
     t->cfg = *cfg;
+    t->faults = *kiln__trainer_faults_get(); /* tests' switches, as they are now */
     kiln_status s = trainer_init(t);
     /* an agreement inside found a failed rank already: that was this start's agreement */
     if (!t->agreed_failure)
@@ -818,7 +818,7 @@ kiln_status kiln__trainer_forward_backward(kiln_trainer *t, float S, double *los
  * fault injected on purpose (tests) makes one gradient infinite, after the reduction. */
 kiln_status kiln__trainer_sync_gradients(kiln_trainer *t, double *loss, double *sumsq) {
     int64_t step = t->steps_done + 1;
-    int inject = t->cfg.inject_nonfinite_step == step && step > t->high_water;
+    int inject = t->faults.nonfinite_step == step && step > t->high_water;
     KILN_CHECK(kiln__trainer_dist_sync(t, loss, sumsq, inject));
     kiln__trainer_guard_inject(t, step, loss, sumsq);
     return KILN_OK;

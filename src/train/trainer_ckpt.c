@@ -518,11 +518,6 @@ static kiln_status grow(void **buf, size_t *cap, size_t bytes) {
     return KILN_OK;
 }
 
-static long env_num(const char *name) {
-    const char *v = getenv(name);
-    return v && v[0] ? strtol(v, NULL, 10) : 0;
-}
-
 /* The staging buffers for this checkpoint, sized (local; before any collective). */
 static kiln_status stage_alloc(kiln_trainer *t, kiln__ckpt_writer *w) {
     kiln__ckpt_job *j = &w->job;
@@ -687,11 +682,11 @@ kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step) {
              t->ckpt_owner);
     snprintf(w->final, sizeof w->final, "%s/" KILN__CKPT_STEP_FMT, cfg->checkpoint_dir,
              (long long)step);
-    /* tests: KILN_TEST_CHECKPOINT_{DELAY_MS,FAIL,KILL}: a slow writer; a failed write, or a
-     * killed process, at the checkpoint of that step */
-    j->delay_ms = env_num("KILN_TEST_CHECKPOINT_DELAY_MS");
-    j->fail = env_num("KILN_TEST_CHECKPOINT_FAIL") == step;
-    j->kill = env_num("KILN_TEST_CHECKPOINT_KILL") == step;
+    /* tests (trainer_fault.h): a slow writer; a failed write, or a killed process, at the
+     * checkpoint of that step */
+    j->delay_ms = t->faults.checkpoint_delay_ms;
+    j->fail = t->faults.checkpoint_fail_step == step;
+    j->kill = t->faults.checkpoint_kill_step == step;
     kiln_status s = stage_alloc(t, w);
     if (s == KILN_OK && t->rank == 0)
         s = prepare_folder(t, j->tmp);

@@ -162,8 +162,7 @@ static int common_weights_possible(const kiln_train_config *c, int world) {
 }
 
 static int common_weights_refused(void) {
-    const char *env = getenv("KILN_COMMON_WEIGHTS");
-    return env && !strcmp(env, "0");
+    return kiln__trainer_faults_get()->separate_weights;
 }
 
 int kiln__trainer_common_weights_apply(const kiln_train_config *c, int world) {
@@ -173,9 +172,9 @@ int kiln__trainer_common_weights_apply(const kiln_train_config *c, int world) {
 kiln_status kiln__trainer_common_weights(kiln_trainer *t) {
     if (!t->shared_slabs || !common_weights_possible(&t->cfg, t->world))
         return KILN_OK;
-    /* every rank decides alike only if every rank read the same environment: agree on it,
+    /* every rank decides alike only if every rank was given the same switch: agree on it,
      * since the allocation below is collective */
-    float off = common_weights_refused() ? 1.0f : 0.0f;
+    float off = t->faults.separate_weights ? 1.0f : 0.0f;
     KILN_CHECK(kiln_comm_allreduce(&off, &off, 1, KILN_DTYPE_F32, KILN_REDUCE_MAX, t->comm));
     if (off > 0.0f)
         return KILN_OK;
@@ -495,7 +494,7 @@ int kiln__trainer_config_items(const kiln_trainer *t, const kiln_gpt_config *mc,
     ITEM_F("--loss-scale", c->loss_scaler.scale);
     ITEM_I("the loss scaler's interval", c->loss_scaler.interval);
     ITEM_E("--save-dtype", c->save_dtype, dtype_label);
-    ITEM_I("--inject-nonfinite", c->inject_nonfinite_step);
+    ITEM_I("--inject-nonfinite", t->faults.nonfinite_step);
     ITEM_I("--local-steps", c->local_steps);
     ITEM_F("--outer-lr", c->outer_lr);
     ITEM_F("--outer-momentum", c->outer_momentum);

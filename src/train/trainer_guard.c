@@ -48,13 +48,14 @@ kiln_status kiln__trainer_guard_skip_batches(kiln_trainer *t, int64_t step) {
     return KILN_OK;
 }
 
-/* Tests: a spike injected at the first visit of steps [inject_spike_step, + count): this
+/* Tests: a spike injected at the first visit of steps [spike_step, + count): this
  * rank's part of the gradients times 100, the loss times 4 (a rollback that comes back to the
  * step finds its data skipped, so the fault does not come back either). */
 void kiln__trainer_guard_inject(kiln_trainer *t, int64_t step, double *loss, double *sumsq) {
     const kiln_train_config *c = &t->cfg;
-    if (c->inject_spike_step <= 0 || step < c->inject_spike_step ||
-        step >= c->inject_spike_step + (c->inject_spike_count > 0 ? c->inject_spike_count : 1) ||
+    const kiln__trainer_faults *f = &t->faults;
+    if (f->spike_step <= 0 || step < f->spike_step ||
+        step >= f->spike_step + (f->spike_count > 0 ? f->spike_count : 1) ||
         step <= t->high_water)
         return;
     kiln_backend *be = kiln_gpt_backend(t->model);
@@ -63,7 +64,7 @@ void kiln__trainer_guard_inject(kiln_trainer *t, int64_t step, double *loss, dou
         kiln_dp_shard_of(t->dp, t->rank, &lo, &hi);
     be->scale(be, kiln_gpt_grads(t->model) + lo, 100.0f, hi - lo);
     *sumsq *= 1e4;
-    if (!c->inject_spike_norm_only)
+    if (!f->spike_norm_only)
         *loss *= 4.0;
 }
 

@@ -9,10 +9,12 @@
 #include "kiln/train.h"
 #include "train/guard.h"
 #include "train/metrics.h"
+#include "train/trainer_fault.h"
 
 /* The trainer between steps: what kiln_trainer_create builds and every step uses. */
 struct kiln_trainer {
     kiln_train_config cfg;  /* a copy; the strings and the log in it are the caller's */
+    kiln__trainer_faults faults; /* tests' switches (trainer_fault.h), taken at the start */
     kiln_lr_schedule sched; /* cfg.lr with total_steps resolved */
     kiln_loader *train, *val;
     /* uneven ranks: this rank's micro-batches come from loaders of their own (one per
@@ -23,7 +25,7 @@ struct kiln_trainer {
     kiln_gpt *model;
     kiln_optim *opt;
     /* The backend the model and optimizer run on, and whether the trainer reaches their slabs
-     * through its copy op (staged): a GPU's memory, or the CPU's when KILN_TRAIN_HOST_STAGING=1
+     * through its copy op (staged): a GPU's memory, or the CPU's with faults.host_staging
      * (tests: the GPU trainer's copies, checked where they can run) */
     kiln_backend *be;
     int gpu, staged;
@@ -159,7 +161,7 @@ kiln_status kiln__trainer_sync_gradients(kiln_trainer *t, double *loss, double *
 kiln_status kiln__trainer_guard_init(kiln_trainer *t);
 /* Before `step`: the batches to skip at its start, drawn and dropped. */
 kiln_status kiln__trainer_guard_skip_batches(kiln_trainer *t, int64_t step);
-/* Tests: the injected spike of cfg.inject_spike_step, on this step's figures and gradients. */
+/* Tests: the injected spike of faults.spike_step, on this step's figures and gradients. */
 void kiln__trainer_guard_inject(kiln_trainer *t, int64_t step, double *loss, double *sumsq);
 /* The verdict on mt's loss and grad_norm (mt->guard_z set); KILN_GUARD_OK: update. */
 kiln_guard_verdict kiln__trainer_guard_check(kiln_trainer *t, kiln_step_info *mt);
@@ -218,7 +220,8 @@ kiln_status kiln__trainer_gpu_ranks(kiln_trainer *t);
 /* Whether a run of cfg on world ranks keeps one copy of the working weights for the machine
  * (kiln_comm_alloc_common): ZeRO 1 with shared slabs, where nothing but each rank's
  * optimizer writes the weights after the start (no local SGD, pruning or fake quantization,
- * whose passes read and write all of them on every rank), unless KILN_COMMON_WEIGHTS=0. */
+ * whose passes read and write all of them on every rank), unless the tests' separate_weights
+ * switch (trainer_fault.h) is set. */
 int kiln__trainer_common_weights_apply(const kiln_train_config *cfg, int world);
 /* After every rank's start was agreed and checked: the working weights moved into that one
  * copy, each rank writing its own shard of it; collective. */

@@ -25,6 +25,7 @@ static const char *const health_names[] = {"ok", "slow", "hung", "straggler"};
 
 struct kiln__watchdog {
     kiln_watchdog_config cfg;
+    kiln__trainer_faults faults; /* the hang and the slowness injected (tests) */
     int rank, world;
     int64_t steps;
     int resumed; /* faults are injected in a run that was not resumed: a restart goes past them */
@@ -277,7 +278,8 @@ static void *watch(void *arg) {
 
 /* resumed: a run that goes on from a checkpoint, where the injected faults do not fire (a
  * restart on fewer ranks may no longer have the rank named). */
-static kiln_status check_config(const kiln_watchdog_config *c, int world, int resumed) {
+static kiln_status check_config(const kiln_watchdog_config *c, const kiln__trainer_faults *f,
+                                int world, int resumed) {
     if (!(c->warn_factor >= 1.0) || !(c->hang_factor >= c->warn_factor) || !(c->hang_min_s > 0) ||
         c->hang_factor > 1e6 || c->hang_min_s > 1e7)
         return kiln_error_setf(KILN_ERR_CONFIG,
@@ -299,21 +301,19 @@ static kiln_status check_config(const kiln_watchdog_config *c, int world, int re
                                "watchdog: the straggler factor (%g) must be > 1, "
                                "or 0 (off)",
                                c->straggler_factor);
-    if (c->inject_hang_step < 0 ||
-        (c->inject_hang_step > 0 &&
-         (c->inject_hang_rank < 0 || (c->inject_hang_rank >= world && !resumed))))
+    if (f->hang_step < 0 ||
+        (f->hang_step > 0 && (f->hang_rank < 0 || (f->hang_rank >= world && !resumed))))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "fault injection: a hang in step %lld of rank %d, but the run has "
                                "%d rank%s (0..%d) and steps from 1",
-                               (long long)c->inject_hang_step, c->inject_hang_rank, world,
+                               (long long)f->hang_step, f->hang_rank, world,
                                world == 1 ? "" : "s", world - 1);
-    if (!(c->inject_slow_ms >= 0) || c->inject_slow_ms > 1e6 ||
-        (c->inject_slow_ms > 0 &&
-         (c->inject_slow_rank < 0 || (c->inject_slow_rank >= world && !resumed))))
+    if (!(f->slow_ms >= 0) || f->slow_ms > 1e6 ||
+        (f->slow_ms > 0 && (f->slow_rank < 0 || (f->slow_rank >= world && !resumed))))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "fault injection: %g ms more per step on rank %d, but the run has "
                                "%d rank%s (0..%d), and the time must be 0..1e6 ms",
-                               c->inject_slow_ms, c->inject_slow_rank, world, world == 1 ? "" : "s",
+                               f->slow_ms, f->slow_rank, world, world == 1 ? "" : "s",
                                world - 1);
     return KILN_OK;
 }
@@ -344,11 +344,12 @@ kiln_status kiln__watchdog_start(kiln_trainer *t) {
     t->wd = NULL;
     if (!c->enabled)
         return KILN_OK;
-    KILN_CHECK(check_config(c, t->world, t->cfg.resume_path != NULL));
+    KILN_CHECK(check_config(c, &t->faults, t->world, t->cfg.resume_path != NULL));
     kiln__watchdog *wd = calloc(1, sizeof *wd);
     if (!wd)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the watchdog");
     wd->cfg = *c;
+    wd->faults = t->faults;
     wd->rank = t->rank;
     wd->world = t->world;
     wd->steps = t->cfg.steps;
@@ -483,12 +484,12 @@ kiln_status kiln__watchdog_begin(kiln__watchdog *wd, int64_t step) {
     pthread_mutex_unlock(&wd->mu);
     wd->exchanged = 0;
     wd->exchange_ms = 0;
-    const kiln_watchdog_config *c = &wd->cfg;
+    const kiln__trainer_faults *f = &wd->faults;
     if (wd->resumed)
         return KILN_OK;
-    if (c->inject_slow_ms > 0 && c->inject_slow_rank == wd->rank)
-        sleep_ms(c->inject_slow_ms);
-    if (c->inject_hang_step == step && c->inject_hang_rank == wd->rank) {
+    if (f->slow_ms > 0 && f->slow_rank == wd->rank)
+        sleep_ms(f->slow_ms);
+    if (f->hang_step == step && f->hang_rank == wd->rank) {
         say("kiln: fault injection: rank %d hangs in step %lld\n", wd->rank, (long long)step);
         /* for good (an hour), unless the watchdog marks the run hung and lets the step fail
          * (no handler ended the process) */

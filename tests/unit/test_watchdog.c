@@ -8,6 +8,7 @@
 #include "kiln/shard.h"
 #include "kiln/train.h"
 #include "test.h"
+#include "train/trainer_fault.h"
 #include "train/watchdog.h"
 
 static void test_median(void) {
@@ -127,8 +128,7 @@ static kiln_train_config hanging_run(void) {
     c.steps = 5;
     c.peak_gflops = 100.0;
     c.watchdog.hang_min_s = 1.0;
-    c.watchdog.inject_hang_step = 2;
-    c.watchdog.inject_hang_rank = 0;
+    kiln__trainer_fault_set(&(kiln__trainer_faults){.hang_step = 2, .hang_rank = 0});
     return c;
 }
 
@@ -148,6 +148,7 @@ static void test_hang_without_handler(void) {
     CHECK_INT_EQ(kiln_trainer_steps_done(t), 1);
     CHECK_STATUS(kiln_trainer_step(t, NULL), KILN_ERR_HUNG); /* a hung run takes no more */
     kiln_trainer_free(t);
+    kiln__trainer_fault_set(NULL);
 }
 
 static int hang_calls;
@@ -181,6 +182,7 @@ static void test_hang_handler_called(void) {
     CHECK_TRUE(strstr(hang_text, "kiln: watchdog: rank 0: no progress for") == hang_text);
     CHECK_TRUE(strstr(hang_text, "): hung") != NULL);
     kiln_trainer_free(t);
+    kiln__trainer_fault_set(NULL);
     CHECK_INT_EQ(hang_calls, 1);
 }
 

@@ -741,9 +741,9 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
     cfg.guard_skip_norm_spikes = guard_skip_norm;
     cfg.skip_batches = skips;
     cfg.nskip_batches = nskips;
-    cfg.inject_spike_step = spike_at;
-    cfg.inject_spike_count = spike_count;
-    cfg.inject_spike_norm_only = spike_norm_only;
+    kiln__trainer_faults faults = {.spike_step = spike_at,
+                                   .spike_count = spike_count,
+                                   .spike_norm_only = spike_norm_only};
     int has_ckpt_dir = ckpt_dir && ckpt_dir[0];
     /* a step folder's config.json keeps the cadence, not the folder (config_skip): without
      * a --checkpoint-dir the run writes no checkpoints, and says so */
@@ -884,7 +884,7 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
     cfg.model_opt.fuse_residual_ln = fuse_ln;
     cfg.model_opt.classifier_chunk = chunk;
     cfg.stochastic_rounding = stochastic;
-    cfg.inject_nonfinite_step = inject;
+    faults.nonfinite_step = inject;
     cfg.loss_scaler.scale = (float)loss_scale;
     cfg.dp.zero = (int)zero;
     cfg.plan_world = (int)plan_ranks;
@@ -892,8 +892,10 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
     cfg.outer_lr = (float)outer_lr;
     cfg.outer_momentum = (float)outer_momentum;
     cfg.dp.bucket_bytes = (int64_t)(bucket_mb * (1 << 20));
-    if ((rc = tool_watchdog_flags_apply(&wf, &cfg.watchdog)))
+    if ((rc = tool_watchdog_flags_apply(&wf, &cfg.watchdog, &faults)))
         return rc;
+    tool_test_faults_from_env(&faults);
+    kiln__trainer_fault_set(&faults); /* the test switches: one call, before any trainer */
     if (plan)
         return print_plan(&cfg, plan_memory);
     /* one process, or a rank of many when mpirun or srun started several */
