@@ -83,7 +83,7 @@ struct kiln_trainer {
     int64_t bad_run, first_bad; /* bad steps in a row now, and the first of them */
     int64_t rollbacks, last_rollback_to;
     int64_t high_water; /* the furthest step done (a rollback goes back from it) */
-    kiln_batch_skip skips[KILN_TRAIN_MAX_SKIPS]; /* cfg.skip_batches and the rollbacks' */
+    kiln_batch_skip skips[KILN_TRAIN_MAX_SKIPS]; /* cfg.data.skip_batches and the rollbacks' */
     int nskips;
     float *probe_seq; /* kiln_train_replay: per-sequence losses wanted (NULL: not) */
     /* pruning (trainer_prune.c): 1 for a weight kept, 0 for one pruned (slab length; NULL
@@ -91,7 +91,7 @@ struct kiln_trainer {
     uint8_t *prune_keep;
     char *prune_json;
     const char *prune_meta[3];
-    /* uneven ranks (trainer_balance.c): the split in force (cfg.rank_batches points at it),
+    /* uneven ranks (trainer_balance.c): the split in force (cfg.dist.rank_batches points at it),
      * whether it was chosen from measured times yet, and the busy time measured so far */
     int64_t *rank_batches;
     int balanced;
@@ -126,7 +126,8 @@ const char *const *kiln__trainer_prune_meta(kiln_trainer *t, const float *w32);
 void kiln__trainer_prune_free(kiln_trainer *t);
 
 /* ---- trainer_distill.c ---- */
-/* The teacher loaded and checked against the student (cfg.teacher_path; nothing without). */
+/* The teacher loaded and checked against the student (cfg.distill.teacher_path; nothing without).
+ */
 kiln_status kiln__trainer_distill_init(kiln_trainer *t);
 /* The teacher's forward on t->inputs, its probabilities the student's soft targets. */
 kiln_status kiln__trainer_distill_targets(kiln_trainer *t);
@@ -178,8 +179,8 @@ kiln_status kiln__trainer_checkpoint(kiln_trainer *t, int64_t step);
  * written or resumed from is of this step. The same warning and KILN_OK when a write fails:
  * the caller compares ckpt_step with step. */
 kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step);
-/* cfg.resume_path's checkpoint into the trainer (after its weights and optimizer exist, before
- * any file of the run is written); every rank reads the files itself. */
+/* cfg.checkpoint.resume_path's checkpoint into the trainer (after its weights and optimizer exist,
+ * before any file of the run is written); every rank reads the files itself. */
 kiln_status kiln__trainer_resume(kiln_trainer *t);
 /* At a step's end while a checkpoint is written in the background: whether every rank's
  * writer is done (a MIN all-reduce), and if so the checkpoint published. wait: wait for it
@@ -203,7 +204,7 @@ void kiln__trainer_ckpt_unlock(kiln_trainer *t);
 
 
 /* ---- trainer_dist.c ---- */
-/* Rank and world from cfg.comm; no communication. */
+/* Rank and world from cfg.dist.comm; no communication. */
 void kiln__trainer_dist_setup(kiln_trainer *t);
 /* After every rank's own start (local: its status): all ranks learn whether any failed, so
  * that none goes on to wait for the others in a collective. Returns local when it failed,
@@ -255,7 +256,7 @@ kiln_status kiln__trainer_gather_master(kiln_trainer *t, float **full);
 kiln_status kiln__trainer_gather_master_into(kiln_trainer *t, float *full); /* n floats */
 /* Local SGD: whether this step averages (every local_steps, and the last). */
 int kiln__trainer_local_sync_due(const kiln_trainer *t, int64_t step);
-/* Local SGD's average of the weights, or DiLoCo's outer step (cfg.outer_lr, momentum). */
+/* Local SGD's average of the weights, or DiLoCo's outer step (cfg.dist.outer_lr, momentum). */
 kiln_status kiln__trainer_outer_step(kiln_trainer *t);
 kiln_status kiln__trainer_local_start(kiln_trainer *t);
 /* ZeRO 3: every part's gathered weights dropped (after the update made them stale). */

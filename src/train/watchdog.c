@@ -344,7 +344,7 @@ kiln_status kiln__watchdog_start(kiln_trainer *t) {
     t->wd = NULL;
     if (!c->enabled)
         return KILN_OK;
-    KILN_CHECK(check_config(c, &t->faults, t->world, t->cfg.resume_path != NULL));
+    KILN_CHECK(check_config(c, &t->faults, t->world, t->cfg.checkpoint.resume_path != NULL));
     kiln__watchdog *wd = calloc(1, sizeof *wd);
     if (!wd)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the watchdog");
@@ -504,8 +504,8 @@ void kiln__watchdog_evaluating(kiln_trainer *t) {
     if (!wd || !t->val)
         return;
     int64_t n = kiln_loader_batches_per_epoch(t->val);
-    if (t->cfg.eval_batches > 0 && t->cfg.eval_batches < n)
-        n = t->cfg.eval_batches;
+    if (t->cfg.data.eval_batches > 0 && t->cfg.data.eval_batches < n)
+        n = t->cfg.data.eval_batches;
     pthread_mutex_lock(&wd->mu);
     /* a batch's forward pass is a third of a micro-batch's step: 3x to spare */
     wd->allowance = (double)n / (double)(t->micro > 0 ? t->micro : 1);
@@ -518,7 +518,7 @@ kiln_status kiln__watchdog_exchange(kiln_trainer *t, int64_t step) {
     kiln__watchdog *wd = t->wd;
     if (!exchanges(wd))
         return KILN_OK;
-    if (t->cfg.local_steps > 0 && !kiln__trainer_local_sync_due(t, step))
+    if (t->cfg.dist.local_steps > 0 && !kiln__trainer_local_sync_due(t, step))
         return KILN_OK; /* local SGD's ranks talk at the averages alone */
     /* the mean compute time of the steps since the last exchange (-1: none timed yet) */
     float mine = wd->compute_n > 0 ? (float)(wd->compute_sum / wd->compute_n) : -1.0f;
@@ -578,7 +578,8 @@ static kiln_status write_event(kiln_trainer *t, const char *event, int64_t step,
              "\"others_compute_ms\": %.3f}",
              event, (long long)step, rank, ratio, t->cfg.watchdog.straggler_factor,
              t->cfg.watchdog.straggler_window, mine, others);
-    kiln__metrics_line(t->metrics, line, t->cfg.log); /* a failed write is kept and retried */
+    kiln__metrics_line(t->metrics, line,
+                       t->cfg.metrics.log); /* a failed write is kept and retried */
     return KILN_OK;
 }
 

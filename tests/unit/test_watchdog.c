@@ -122,11 +122,11 @@ static void make_data(void) {
 static kiln_train_config hanging_run(void) {
     kiln_train_config c = kiln_train_config_default();
     c.model = (kiln_gpt_config){.max_seq_len = 16, .n_layer = 1, .n_head = 2, .n_embd = 16};
-    c.train_path = shard_path;
-    c.B = 2;
-    c.T = 16;
+    c.data.train_path = shard_path;
+    c.data.B = 2;
+    c.data.T = 16;
     c.steps = 5;
-    c.peak_gflops = 100.0;
+    c.compute.peak_gflops = 100.0;
     c.watchdog.hang_min_s = 1.0;
     kiln__trainer_fault_set(&(kiln__trainer_faults){.hang_step = 2, .hang_rank = 0});
     return c;
