@@ -1,4 +1,5 @@
-/* The trainer: data -> model forward/backward -> clip -> optimizer, with metrics. */
+/* The trainer: data -> model forward/backward -> clip -> optimizer, with metrics, run as phases
+ * whose points the features attach to (trainer_feature.h, trainer_features.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -12,11 +13,9 @@
 #include "kiln/core.h"
 #include "kiln/loader.h"
 #include "kiln/train.h"
-#include "train/metrics.h"
 #include "train/trainer_data.h"
-#include "train/tfevents.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
-#include "train/watchdog.h"
 
 kiln_train_data_config kiln_train_data_default(void) {
     return (kiln_train_data_config){.B = 4, .T = 64, .grad_accum = 1, .eval_batches = 20};
@@ -91,6 +90,68 @@ kiln_train_config kiln_train_config_default(void) {
     return c;
 }
 
+/* ---- the points of a step where features attach (trainer_feature.h) ---- */
+
+typedef enum phase {
+    PHASE_START,
+    PHASE_INIT,
+    PHASE_READY,
+    PHASE_STEP_BEGIN,
+    PHASE_BEFORE_FORWARD,
+    PHASE_AFTER_SYNC,
+    PHASE_JUDGE,
+    PHASE_AFTER_UPDATE,
+    PHASE_STEP_SYNC,
+    PHASE_STEP_FIGURES,
+    PHASE_STEP_REPORT,
+    PHASE_STEP_END,
+} phase;
+
+/* What a point hands its callbacks (the fields that point takes). */
+typedef struct phase_args {
+    int64_t step, micro;
+    double *loss, *sumsq;
+    kiln_step_info *mt;
+    int updated;
+    int done; /* PHASE_STEP_END: a feature ended the step's end */
+} phase_args;
+
+static kiln_status call(const kiln__feature *f, kiln_trainer *t, phase p, phase_args *a) {
+    switch (p) {
+    case PHASE_START: return f->start ? f->start(t) : KILN_OK;
+    case PHASE_INIT: return f->init ? f->init(t) : KILN_OK;
+    case PHASE_READY: return f->ready ? f->ready(t) : KILN_OK;
+    case PHASE_STEP_BEGIN: return f->step_begin ? f->step_begin(t, a->step) : KILN_OK;
+    case PHASE_BEFORE_FORWARD: return f->before_forward ? f->before_forward(t, a->micro) : KILN_OK;
+    case PHASE_AFTER_SYNC:
+        return f->after_sync ? f->after_sync(t, a->step, a->loss, a->sumsq) : KILN_OK;
+    case PHASE_JUDGE: return f->judge ? f->judge(t, a->mt) : KILN_OK;
+    case PHASE_AFTER_UPDATE:
+        return f->after_update ? f->after_update(t, a->step, a->updated) : KILN_OK;
+    case PHASE_STEP_SYNC: return f->step_sync ? f->step_sync(t, a->step) : KILN_OK;
+    case PHASE_STEP_FIGURES: return f->step_figures ? f->step_figures(t, a->mt) : KILN_OK;
+    case PHASE_STEP_REPORT: return f->step_report ? f->step_report(t, a->mt) : KILN_OK;
+    case PHASE_STEP_END: return f->step_end ? f->step_end(t, a->mt, &a->done) : KILN_OK;
+    }
+    return kiln_error_setf(KILN_ERR_INTERNAL, "no trainer phase %d", (int)p);
+}
+
+/* Every feature's callback at point p, in the registry's order; the first failure ends it,
+ * as does a step's end that a feature ended (a->done). */
+static kiln_status run_phase(kiln_trainer *t, phase p, phase_args *a) {
+    for (int i = 0; kiln__trainer_features[i]; i++) {
+        KILN_CHECK(call(kiln__trainer_features[i], t, p, a));
+        if (a->done)
+            break;
+    }
+    return KILN_OK;
+}
+
+static kiln_status run_simple(kiln_trainer *t, phase p) {
+    phase_args a = {0};
+    return run_phase(t, p, &a);
+}
+
 kiln_status kiln_eval_loader_open(kiln_loader **out, const char *path, int64_t B, int64_t T) {
     kiln_loader_config lc = {.path = path, .B = B, .T = T, .rank = 0, .world = 1, .shuffle = 0};
     return kiln_loader_open(out, &lc);
@@ -136,24 +197,16 @@ done:
 void kiln_trainer_free(kiln_trainer *t) {
     if (!t)
         return;
-    kiln__watchdog_stop(t->wd);
-    kiln__trainer_checkpoint_free(t); /* first: its thread reads the model's tensors */
-    kiln__trainer_ckpt_unlock(t);
-    kiln__metrics_close(t->metrics, t->cfg.metrics.log);
-    kiln__tfevents_close(t->tb);
-    kiln__guard_free(&t->guard);
-    kiln__trainer_prune_free(t);
-    kiln__trainer_distill_free(t);
+    /* the features first: their threads (the watchdog's, the checkpoint writer's) read the
+     * model and the trainer */
+    for (int i = 0; kiln__trainer_features[i]; i++)
+        if (kiln__trainer_features[i]->free)
+            kiln__trainer_features[i]->free(t);
     free(t->rank_batches);
     free(t->inputs);
     free(t->targets);
     kiln_dp_free(t->dp);
     kiln_comm_free(t->dcomm); /* after the engine, which waited for its reductions */
-    free(t->outer_weights);
-    free(t->outer_velocity);
-    free(t->part_state);
-    free(t->part_ticket);
-    free(t->part_used);
     kiln_optim_free(t->opt);
     kiln_gpt_free(t->model);
     kiln_loader_close(t->val);
@@ -647,7 +700,6 @@ static kiln_status open_train_data(kiln_trainer *t) {
 static kiln_status trainer_init(kiln_trainer *t) {
     const kiln_train_config *cfg = &t->cfg;
     kiln__trainer_dist_setup(t);
-    KILN_CHECK(kiln__watchdog_start(t)); /* heartbeats from here; hangs from the first step */
     if (t->rank != 0) {                  /* one console and one metrics file: rank 0's */
         t->cfg.metrics.log = NULL;
         t->cfg.metrics.path = NULL;
@@ -657,7 +709,9 @@ static kiln_status trainer_init(kiln_trainer *t) {
     t->last_val_loss = NAN;
     if (cfg->data.B < 1 || cfg->data.T < 1 || cfg->data.grad_accum < 1 || cfg->steps < 0)
         return kiln_error_setf(KILN_ERR_CONFIG, "batch, sequence, accumulation must be positive");
-    KILN_CHECK(kiln__trainer_ckpt_lock(t)); /* before any work: a folder in use stops us now */
+    /* before any work: heartbeats from here (hangs from the first step), and a checkpoint
+     * folder in use stops the run now */
+    KILN_CHECK(run_simple(t, PHASE_START));
     if (cfg->data.eval_every < 0 || (cfg->data.eval_every > 0 && !cfg->data.val_path))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "evaluating every %lld steps needs validation data (a val_path), "
@@ -761,26 +815,15 @@ static kiln_status trainer_init(kiln_trainer *t) {
     KILN_CHECK(kiln__trainer_dist_start(t));
     KILN_CHECK(build_optimizer(t));
     KILN_CHECK(init_weights(t));
-    KILN_CHECK(kiln__trainer_local_start(t));
     t->scaler = cfg->compute.loss_scaler;
     t->inputs = malloc((size_t)(cfg->data.B * cfg->data.T) * sizeof *t->inputs);
     t->targets = malloc((size_t)(cfg->data.B * cfg->data.T) * sizeof *t->targets);
     if (!t->inputs || !t->targets)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate a batch");
-    /* before the metrics file (truncated when opened): a checkpoint that is refused leaves
-     * every file of the run as it was */
-    KILN_CHECK(kiln__trainer_guard_init(t));
-    KILN_CHECK(kiln__trainer_resume(t));
-    KILN_CHECK(kiln__trainer_prune_init(t));
-    KILN_CHECK(kiln__trainer_distill_init(t));
-    KILN_CHECK(kiln__trainer_qat_init(t));
-    /* a resumed run adds to the lines of the run it continues; one with nothing left to do
-     * touches no file */
-    if (cfg->metrics.path && !(t->resumed_step > 0 && t->steps_done >= cfg->steps))
-        KILN_CHECK(kiln__metrics_open(&t->metrics, cfg->metrics.path, t->resumed_step > 0));
-    if (cfg->metrics.tensorboard_dir && !(t->resumed_step > 0 && t->steps_done >= cfg->steps))
-        KILN_CHECK(kiln__tfevents_open(&t->tb, cfg->metrics.tensorboard_dir));
-    KILN_CHECK(kiln__trainer_checkpoint_start(t));
+    /* the features' own starts: local SGD's state, the guards, the resume (before the metrics
+     * file, truncated when opened: a checkpoint that is refused leaves every file of the run as
+     * it was), pruning's mask, the teacher, QAT's first weights, the metrics files */
+    KILN_CHECK(run_simple(t, PHASE_INIT));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->data.T) *
                         (double)(cfg->data.B * cfg->data.T) * (double)t->micro;
     print_plan(t);
@@ -798,14 +841,8 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
     /* an agreement inside found a failed rank already: that was this start's agreement */
     if (!t->agreed_failure)
         s = kiln__trainer_agree(t, s, "to start");
-    if (s == KILN_OK)
-        s = kiln__trainer_dist_check(t, kiln_gpt_get_config(t->model));
-    if (s == KILN_OK) /* ZeRO 1 on one machine: one copy of the weights from now on */
-        s = kiln__trainer_common_weights(t);
-    if (s == KILN_OK)
-        s = kiln__watchdog_ready(t);
-    if (s == KILN_OK) /* ZeRO 3: from now on each rank holds its shard of the weights alone */
-        s = kiln__trainer_zero3_drop_all(t);
+    if (s == KILN_OK) /* the checks across ranks, and what every rank does together */
+        s = run_simple(t, PHASE_READY);
     if (s) {
         kiln_trainer_free(t);
         return s;
@@ -843,7 +880,8 @@ kiln_status kiln__trainer_forward_backward(kiln_trainer *t, float S, double *los
         kiln_status rd = kiln_loader_next(ld, t->inputs, t->targets);
         if (rd != KILN_OK) /* the weights are still the last step's: kept, then the error */
             return kiln__trainer_data_failed(t, rd);
-        KILN_CHECK(kiln__trainer_distill_targets(t));
+        phase_args pa = {.micro = micro};
+        KILN_CHECK(run_phase(t, PHASE_BEFORE_FORWARD, &pa));
         int last = t->dp && !t->cfg.dist.local_steps && micro == t->micro - 1;
         if (last)
             KILN_CHECK(kiln_dp_begin(t->dp, kiln_gpt_grads(t->model)));
@@ -867,8 +905,8 @@ kiln_status kiln__trainer_sync_gradients(kiln_trainer *t, double *loss, double *
     int64_t step = t->steps_done + 1;
     int inject = t->faults.nonfinite_step == step && step > t->high_water;
     KILN_CHECK(kiln__trainer_dist_sync(t, loss, sumsq, inject));
-    kiln__trainer_guard_inject(t, step, loss, sumsq);
-    return KILN_OK;
+    phase_args a = {.step = step, .loss = loss, .sumsq = sumsq};
+    return run_phase(t, PHASE_AFTER_SYNC, &a);
 }
 
 /* (c) The norm of the gradients as the loss scale left them (sumsq: their sum of squares);
@@ -888,16 +926,10 @@ static kiln_status clip_coefficient(kiln_trainer *t, float S, double sumsq, kiln
         mt->skipped = 1;
         return kiln_loss_scaler_update(&t->scaler, 0);
     }
-    kiln_guard_verdict v = kiln__trainer_guard_check(t, mt);
-    if (v == KILN_GUARD_NORM_SPIKE && cfg->grad_clip > 0.0f && !cfg->guard.skip_norm_spikes) {
-        mt->clipped_spike = 1; /* clipped below: the update is bounded, and it applies */
-        v = KILN_GUARD_OK;
-    }
-    if (v != KILN_GUARD_OK) {
-        mt->skipped = 1;
-        mt->guard = kiln__guard_verdict_name(v);
+    phase_args a = {.step = mt->step, .mt = mt};
+    KILN_CHECK(run_phase(t, PHASE_JUDGE, &a));
+    if (mt->skipped)
         return KILN_OK;
-    }
     *coef = 1.0 / S;
     if (cfg->grad_clip > 0.0f && (double)cfg->grad_clip / (mt->grad_norm + 1e-6) < 1.0)
         *coef *= (double)cfg->grad_clip / (mt->grad_norm + 1e-6);
@@ -916,27 +948,22 @@ static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
     mt->lr = kiln_lr_at(&t->sched, t->steps_done);
     double coef = 1.0;
     KILN_CHECK(clip_coefficient(t, S, sumsq, mt, &coef));
-    if (mt->skipped) /* local SGD's averages are every rank's, whatever one rank skipped */
-        return t->cfg.dist.local_steps > 0 && kiln__trainer_local_sync_due(t, mt->step)
-                   ? kiln__trainer_outer_step(t)
-                   : KILN_OK;
     /* (d) the scale's division and the clipping in the optimizer's own pass, over this
-     * rank's range; then every rank's updated range to every rank */
-    KILN_CHECK(kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model), kiln_gpt_grads(t->model),
-                                      mt->lr, (float)coef));
-    KILN_CHECK(kiln__trainer_prune_step(t, mt->step));
-    KILN_CHECK(kiln__trainer_qat_apply(t));
-    if (t->cfg.dist.local_steps > 0)
-        return kiln__trainer_local_sync_due(t, mt->step) ? kiln__trainer_outer_step(t) : KILN_OK;
-    if (t->zero3) /* gathered weights are stale now: each is gathered again where used */
-        return kiln__trainer_zero3_drop_all(t);
-    return kiln__trainer_dist_gather(t);
+     * rank's range; then what follows an update (or takes its place: local SGD's averages
+     * are every rank's, whatever one rank skipped) */
+    phase_args a = {.step = mt->step, .updated = !mt->skipped};
+    if (a.updated)
+        KILN_CHECK(kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model),
+                                          kiln_gpt_grads(t->model), mt->lr, (float)coef));
+    return run_phase(t, PHASE_AFTER_UPDATE, &a);
 }
 
 kiln_status kiln_trainer_evaluate(kiln_trainer *t, double *val_loss) {
     if (!t->val)
         return kiln_error_setf(KILN_ERR_CONFIG, "no validation data to evaluate (a val_path)");
-    kiln__watchdog_evaluating(t);
+    for (int i = 0; kiln__trainer_features[i]; i++)
+        if (kiln__trainer_features[i]->before_eval)
+            kiln__trainer_features[i]->before_eval(t);
     KILN_CHECK(kiln_evaluate(t->model, t->val, t->cfg.data.B, t->cfg.data.T,
                              t->cfg.data.eval_batches, val_loss, NULL));
     /* each rank evaluated its slice of every batch: the mean of the means is one process's
@@ -953,24 +980,18 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
                                (long long)cfg->steps);
     kiln_step_info mt = {.step = t->steps_done + 1, .steps = cfg->steps, .val_loss = NAN};
     double t0 = kiln_time_ms();
-    KILN_CHECK(kiln__watchdog_begin(t->wd, mt.step));
-    KILN_CHECK(kiln__trainer_guard_skip_batches(t, mt.step));
+    phase_args a = {.step = mt.step, .mt = &mt};
+    KILN_CHECK(run_phase(t, PHASE_STEP_BEGIN, &a));
     KILN_CHECK(train_step(t, &mt));
-    KILN_CHECK(kiln__watchdog_check(t->wd)); /* a step back after the watchdog's hang fails */
     if (kiln_gpt_dtype(t->model) == KILN_DTYPE_F16) {
         mt.loss_scale = t->scaler.scale;
         mt.skipped_total = t->scaler.skipped;
     }
-    /* before the step's figures: the agreement's traffic is this step's */
-    if (cfg->stop_flag && mt.step < cfg->steps)
-        KILN_CHECK(kiln__trainer_agree_stop(t, mt.step, *cfg->stop_flag != 0, &t->stopping));
-    KILN_CHECK(kiln__trainer_checkpoint_poll(t, mt.step, 0)); /* a background write done? */
-    KILN_CHECK(kiln__watchdog_exchange(t, mt.step));
+    /* before the step's figures: the agreements' traffic is this step's */
+    KILN_CHECK(run_phase(t, PHASE_STEP_SYNC, &a));
     mt.ms = kiln_time_ms() - t0;
     mt.tokens_per_s = (double)(cfg->data.B * cfg->data.T * t->micro_total) / (mt.ms / 1e3);
-    kiln__trainer_dist_stats(t, &mt);
-    KILN_CHECK(kiln__trainer_balance(t, &mt));
-    kiln__watchdog_account(t->wd, &mt);
+    KILN_CHECK(run_phase(t, PHASE_STEP_FIGURES, &a));
     mt.mfu = t->flops_per_step / (mt.ms / 1e3) / (t->peak * 1e9);
     if (t->steps_done == 0)
         t->first_loss = mt.loss;
@@ -997,24 +1018,10 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
         double per_ms = (now - t->first_end_ms) / (double)(mt.step - t->first_end_step);
         mt.eta_s = per_ms * (double)(cfg->steps - mt.step) / 1e3;
     }
-    kiln__train_metrics_console(cfg->metrics.log, &mt);
-    if (t->metrics) {
-        char line[1024];
-        kiln__train_metrics_format(line, sizeof line, &mt);
-        kiln__metrics_line(t->metrics, line, cfg->metrics.log);
-    }
-    kiln__tfevents_step(t->tb, &mt, cfg->metrics.log);
+    KILN_CHECK(run_phase(t, PHASE_STEP_REPORT, &a));
     if (info)
         *info = mt;
-    KILN_CHECK(kiln__watchdog_end(t, &mt));
-    int rolled = 0;
-    KILN_CHECK(kiln__trainer_guard_after(t, &mt, &rolled));
-    if (rolled) /* back at an older step: its checkpoint is the one just loaded */
-        return KILN_OK;
-    if (t->bad_run > 0 && mt.step < cfg->steps) /* the weights of the last good step are */
-        return KILN_OK;                         /* saved already (or due after the streak) */
-    KILN_CHECK(kiln__trainer_maybe_save(t, mt.step, 0));
-    return kiln__trainer_checkpoint(t, mt.step);
+    return run_phase(t, PHASE_STEP_END, &a);
 }
 
 kiln_status kiln_trainer_save_now(kiln_trainer *t, const char **where) {
@@ -1041,9 +1048,6 @@ kiln_status kiln_trainer_save_now(kiln_trainer *t, const char **where) {
 
 int kiln_trainer_stopping(const kiln_trainer *t) {
     return t->stopping;
-}
-int kiln_trainer_watchdog_exit(const kiln_trainer *t) {
-    return kiln__watchdog_exit_code(t->wd);
 }
 int64_t kiln_trainer_steps_done(const kiln_trainer *t) {
     return t->steps_done;

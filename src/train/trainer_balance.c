@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "train/trainer_elastic.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
 /* counts[0..world) summing to M, proportional to 1/ms, each >= 1: each rank its ideal share
@@ -158,3 +159,14 @@ kiln_status kiln__trainer_balance(kiln_trainer *t, const kiln_step_info *mt) {
     free(ms);
     return s;
 }
+
+/* ---- uneven ranks as a feature of the trainer (trainer_feature.h) ---- */
+
+static kiln_status balance_figures(kiln_trainer *t, kiln_step_info *mt) {
+    return kiln__trainer_balance(t, mt);
+}
+
+const kiln__feature kiln__feature_balance = {
+    .name = "uneven ranks",
+    .step_figures = balance_figures,
+};

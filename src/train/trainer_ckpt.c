@@ -20,6 +20,7 @@
 #include "train/trainer_ckpt.h"
 #include "train/trainer_data.h"
 #include "train/trainer_elastic.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
 /* The slabs of this rank's optimizer file, in the order they are written. */
@@ -749,3 +750,34 @@ void kiln__trainer_checkpoint_free(kiln_trainer *t) {
     kiln__ckpt_writer_free(t->ckw);
     t->ckw = NULL;
 }
+
+/* ---- checkpoints as a feature of the trainer (trainer_feature.h) ---- */
+
+/* The resume (every file of the run still as it was), then the staging. */
+static kiln_status ckpt_init(kiln_trainer *t) {
+    KILN_CHECK(kiln__trainer_resume(t));
+    return kiln__trainer_checkpoint_start(t);
+}
+
+static kiln_status ckpt_step_sync(kiln_trainer *t, int64_t step) {
+    return kiln__trainer_checkpoint_poll(t, step, 0); /* a background write done? */
+}
+
+static kiln_status ckpt_step_end(kiln_trainer *t, const kiln_step_info *mt, int *done) {
+    (void)done;
+    return kiln__trainer_checkpoint(t, mt->step);
+}
+
+static void ckpt_feature_free(kiln_trainer *t) {
+    kiln__trainer_checkpoint_free(t); /* its thread reads the model's tensors */
+    kiln__trainer_ckpt_unlock(t);
+}
+
+const kiln__feature kiln__feature_checkpoint = {
+    .name = "checkpoints",
+    .start = kiln__trainer_ckpt_lock,
+    .init = ckpt_init,
+    .step_sync = ckpt_step_sync,
+    .step_end = ckpt_step_end,
+    .free = ckpt_feature_free,
+};

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kiln/checkpoint.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
 kiln_status kiln__trainer_distill_init(kiln_trainer *t) {
@@ -84,3 +85,17 @@ void kiln__trainer_distill_free(kiln_trainer *t) {
     free(t->teacher_logits);
     free(t->teacher_p);
 }
+
+/* ---- distillation as a feature of the trainer (trainer_feature.h) ---- */
+
+static kiln_status distill_before_forward(kiln_trainer *t, int64_t micro) {
+    (void)micro;
+    return kiln__trainer_distill_targets(t);
+}
+
+const kiln__feature kiln__feature_distill = {
+    .name = "distillation",
+    .init = kiln__trainer_distill_init,
+    .before_forward = distill_before_forward,
+    .free = kiln__trainer_distill_free,
+};

@@ -12,6 +12,7 @@
 #include "kiln/core.h"
 #include "train/metrics.h"
 #include "train/trainer_ckpt.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
 kiln_status kiln__trainer_guard_init(kiln_trainer *t) {
@@ -267,3 +268,51 @@ kiln_status kiln__trainer_guard_after(kiln_trainer *t, const kiln_step_info *mt,
     *rolled = 1;
     return KILN_OK;
 }
+
+/* ---- the guards as a feature of the trainer (trainer_feature.h) ---- */
+
+static kiln_status guard_after_sync(kiln_trainer *t, int64_t step, double *loss, double *sumsq) {
+    kiln__trainer_guard_inject(t, step, loss, sumsq);
+    return KILN_OK;
+}
+
+/* A bad step skips its update (mt->skipped, mt->guard), except a gradient-norm spike of a
+ * clipped run (unless skip_norm_spikes): it is clipped, the update is bounded, and it
+ * applies. */
+static kiln_status guard_judge(kiln_trainer *t, kiln_step_info *mt) {
+    const kiln_train_config *cfg = &t->cfg;
+    kiln_guard_verdict v = kiln__trainer_guard_check(t, mt);
+    if (v == KILN_GUARD_NORM_SPIKE && cfg->grad_clip > 0.0f && !cfg->guard.skip_norm_spikes) {
+        mt->clipped_spike = 1; /* clipped by the update: bounded, and it applies */
+        v = KILN_GUARD_OK;
+    }
+    if (v != KILN_GUARD_OK) {
+        mt->skipped = 1;
+        mt->guard = kiln__guard_verdict_name(v);
+    }
+    return KILN_OK;
+}
+
+/* A rollback (back at an older step: its checkpoint is the one just loaded), or a bad step
+ * before the last (the weights of the last good step are saved already, or due after the
+ * streak), ends the step's end here. */
+static kiln_status guard_step_end(kiln_trainer *t, const kiln_step_info *mt, int *done) {
+    int rolled = 0;
+    KILN_CHECK(kiln__trainer_guard_after(t, mt, &rolled));
+    *done = rolled || (t->bad_run > 0 && mt->step < t->cfg.steps);
+    return KILN_OK;
+}
+
+static void guard_feature_free(kiln_trainer *t) {
+    kiln__guard_free(&t->guard);
+}
+
+const kiln__feature kiln__feature_guard = {
+    .name = "guards",
+    .init = kiln__trainer_guard_init,
+    .step_begin = kiln__trainer_guard_skip_batches,
+    .after_sync = guard_after_sync,
+    .judge = guard_judge,
+    .step_end = guard_step_end,
+    .free = guard_feature_free,
+};

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kiln/compress.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
 /* The fp32 weights: the master copy, else the working weights (fp32). */
@@ -124,3 +125,16 @@ void kiln__trainer_prune_free(kiln_trainer *t) {
     free(t->prune_keep);
     free(t->prune_json);
 }
+
+/* ---- pruning as a feature of the trainer (trainer_feature.h) ---- */
+
+static kiln_status prune_after_update(kiln_trainer *t, int64_t step, int updated) {
+    return updated ? kiln__trainer_prune_step(t, step) : KILN_OK;
+}
+
+const kiln__feature kiln__feature_prune = {
+    .name = "pruning",
+    .init = kiln__trainer_prune_init,
+    .after_update = prune_after_update,
+    .free = kiln__trainer_prune_free,
+};

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "kiln/compress.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
 /* rows x cols of src (row-major), fake-quantized into dst along `per_row` rows (each row its
@@ -94,3 +95,16 @@ kiln_status kiln__trainer_qat_init(kiln_trainer *t) {
                 "forward and backward, fp32 master weights\n");
     return kiln__trainer_qat_apply(t);
 }
+
+/* ---- quantization-aware training as a feature of the trainer (trainer_feature.h) ---- */
+
+static kiln_status qat_after_update(kiln_trainer *t, int64_t step, int updated) {
+    (void)step;
+    return updated ? kiln__trainer_qat_apply(t) : KILN_OK;
+}
+
+const kiln__feature kiln__feature_qat = {
+    .name = "quantization-aware training",
+    .init = kiln__trainer_qat_init,
+    .after_update = qat_after_update,
+};

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "kiln/checkpoint.h"
 #include "kiln/core.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
 /* Waits before the end's tries: 0.5, 1, 2 s. */
@@ -252,3 +253,15 @@ kiln_status kiln__trainer_maybe_save(kiln_trainer *t, int64_t step, int force) {
                 (long long)step);
     return KILN_OK;
 }
+
+/* ---- the --save weights as a feature of the trainer (trainer_feature.h) ---- */
+
+static kiln_status save_step_end(kiln_trainer *t, const kiln_step_info *mt, int *done) {
+    (void)done;
+    return kiln__trainer_maybe_save(t, mt->step, 0);
+}
+
+const kiln__feature kiln__feature_save = {
+    .name = "save",
+    .step_end = save_step_end,
+};

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "kiln/core.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 #include "train/watchdog.h"
 
@@ -456,6 +457,10 @@ int kiln__watchdog_exit_code(kiln__watchdog *wd) {
     return atomic_load(&wd->hung) ? KILN_EXIT_HUNG : wd->exit_code;
 }
 
+int kiln_trainer_watchdog_exit(const kiln_trainer *t) {
+    return kiln__watchdog_exit_code(t->wd);
+}
+
 kiln_status kiln__watchdog_check(kiln__watchdog *wd) {
     if (!wd || !atomic_load(&wd->hung))
         return KILN_OK;
@@ -664,3 +669,44 @@ kiln_status kiln__watchdog_end(kiln_trainer *t, const kiln_step_info *mt) {
         KILN_CHECK(straggler_step(t, mt->step));
     return KILN_OK;
 }
+
+/* ---- the watchdog as a feature of the trainer (trainer_feature.h) ---- */
+
+static kiln_status wd_step_begin(kiln_trainer *t, int64_t step) {
+    return kiln__watchdog_begin(t->wd, step);
+}
+
+/* A step that comes back after the thread found a hang fails. */
+static kiln_status wd_after_update(kiln_trainer *t, int64_t step, int updated) {
+    (void)step;
+    (void)updated;
+    return kiln__watchdog_check(t->wd);
+}
+
+static kiln_status wd_figures(kiln_trainer *t, kiln_step_info *mt) {
+    kiln__watchdog_account(t->wd, mt);
+    return KILN_OK;
+}
+
+static kiln_status wd_step_end(kiln_trainer *t, const kiln_step_info *mt, int *done) {
+    (void)done;
+    return kiln__watchdog_end(t, mt);
+}
+
+static void wd_feature_free(kiln_trainer *t) {
+    kiln__watchdog_stop(t->wd);
+    t->wd = NULL;
+}
+
+const kiln__feature kiln__feature_watchdog = {
+    .name = "watchdog",
+    .start = kiln__watchdog_start,
+    .ready = kiln__watchdog_ready,
+    .step_begin = wd_step_begin,
+    .after_update = wd_after_update,
+    .step_sync = kiln__watchdog_exchange,
+    .step_figures = wd_figures,
+    .step_end = wd_step_end,
+    .before_eval = kiln__watchdog_evaluating,
+    .free = wd_feature_free,
+};
