@@ -17,141 +17,6 @@
 #include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
-kiln_train_data_config kiln_train_data_default(void) {
-    return (kiln_train_data_config){.B = 4, .T = 64, .grad_accum = 1, .eval_batches = 20};
-}
-
-kiln_train_compute_config kiln_train_compute_default(void) {
-    return (kiln_train_compute_config){.model_opt = kiln_gpt_options_default(),
-                                       .loss_scaler = kiln_loss_scaler_default()};
-}
-
-kiln_train_metrics_config kiln_train_metrics_default(void) {
-    return (kiln_train_metrics_config){.path = NULL};
-}
-
-kiln_train_save_config kiln_train_save_default(void) {
-    return (kiln_train_save_config){.dtype = KILN_DTYPE_F32};
-}
-
-kiln_train_checkpoint_config kiln_train_checkpoint_default(void) {
-    return (kiln_train_checkpoint_config){.keep = 3};
-}
-
-kiln_train_guard_config kiln_train_guard_default(void) {
-    return (kiln_train_guard_config){
-        .window = 50, .z = 6.0f, .ceiling = 1.0f, .max_bad = 3, .max_rollbacks = 3};
-}
-
-kiln_train_compress_config kiln_train_compress_default(void) {
-    return (kiln_train_compress_config){.prune_sparsity = 0.0};
-}
-
-kiln_train_distill_config kiln_train_distill_default(void) {
-    return (kiln_train_distill_config){.alpha = 0.5f, .temperature = 2.0f};
-}
-
-kiln_train_dist_config kiln_train_dist_default(void) {
-    return (kiln_train_dist_config){.dp = kiln_dp_config_default(), .outer_lr = 1.0f};
-}
-
-kiln_watchdog_config kiln_watchdog_config_default(void) {
-    return (kiln_watchdog_config){.enabled = 1,
-                                  .warn_factor = 5,
-                                  .hang_factor = 20,
-                                  .hang_min_s = 300,
-                                  .window = 20,
-                                  .heartbeat_s = 5,
-                                  .straggler_factor = 1.3,
-                                  .straggler_window = 20};
-}
-
-kiln_train_config kiln_train_config_default(void) {
-    kiln_train_config c;
-    memset(&c, 0, sizeof c);
-    c.steps = 100;
-    c.seed = 1337;
-    c.optim = kiln_optim_config_default();
-    c.lr.kind = KILN_LR_COSINE;
-    c.lr.lr = 3e-4f;
-    c.lr.min_lr = 3e-5f;
-    c.lr.warmup_steps = 10;
-    c.grad_clip = 1.0f;
-    c.data = kiln_train_data_default();
-    c.compute = kiln_train_compute_default();
-    c.metrics = kiln_train_metrics_default();
-    c.save = kiln_train_save_default();
-    c.checkpoint = kiln_train_checkpoint_default();
-    c.guard = kiln_train_guard_default();
-    c.compress = kiln_train_compress_default();
-    c.distill = kiln_train_distill_default();
-    c.dist = kiln_train_dist_default();
-    c.watchdog = kiln_watchdog_config_default();
-    return c;
-}
-
-/* ---- the points of a step where features attach (trainer_feature.h) ---- */
-
-typedef enum phase {
-    PHASE_START,
-    PHASE_INIT,
-    PHASE_READY,
-    PHASE_STEP_BEGIN,
-    PHASE_BEFORE_FORWARD,
-    PHASE_AFTER_SYNC,
-    PHASE_JUDGE,
-    PHASE_AFTER_UPDATE,
-    PHASE_STEP_SYNC,
-    PHASE_STEP_FIGURES,
-    PHASE_STEP_REPORT,
-    PHASE_STEP_END,
-} phase;
-
-/* What a point hands its callbacks (the fields that point takes). */
-typedef struct phase_args {
-    int64_t step, micro;
-    double *loss, *sumsq;
-    kiln_step_info *mt;
-    int updated;
-    int done; /* PHASE_STEP_END: a feature ended the step's end */
-} phase_args;
-
-static kiln_status call(const kiln__feature *f, kiln_trainer *t, phase p, phase_args *a) {
-    switch (p) {
-    case PHASE_START: return f->start ? f->start(t) : KILN_OK;
-    case PHASE_INIT: return f->init ? f->init(t) : KILN_OK;
-    case PHASE_READY: return f->ready ? f->ready(t) : KILN_OK;
-    case PHASE_STEP_BEGIN: return f->step_begin ? f->step_begin(t, a->step) : KILN_OK;
-    case PHASE_BEFORE_FORWARD: return f->before_forward ? f->before_forward(t, a->micro) : KILN_OK;
-    case PHASE_AFTER_SYNC:
-        return f->after_sync ? f->after_sync(t, a->step, a->loss, a->sumsq) : KILN_OK;
-    case PHASE_JUDGE: return f->judge ? f->judge(t, a->mt) : KILN_OK;
-    case PHASE_AFTER_UPDATE:
-        return f->after_update ? f->after_update(t, a->step, a->updated) : KILN_OK;
-    case PHASE_STEP_SYNC: return f->step_sync ? f->step_sync(t, a->step) : KILN_OK;
-    case PHASE_STEP_FIGURES: return f->step_figures ? f->step_figures(t, a->mt) : KILN_OK;
-    case PHASE_STEP_REPORT: return f->step_report ? f->step_report(t, a->mt) : KILN_OK;
-    case PHASE_STEP_END: return f->step_end ? f->step_end(t, a->mt, &a->done) : KILN_OK;
-    }
-    return kiln_error_setf(KILN_ERR_INTERNAL, "no trainer phase %d", (int)p);
-}
-
-/* Every feature's callback at point p, in the registry's order; the first failure ends it,
- * as does a step's end that a feature ended (a->done). */
-static kiln_status run_phase(kiln_trainer *t, phase p, phase_args *a) {
-    for (int i = 0; kiln__trainer_features[i]; i++) {
-        KILN_CHECK(call(kiln__trainer_features[i], t, p, a));
-        if (a->done)
-            break;
-    }
-    return KILN_OK;
-}
-
-static kiln_status run_simple(kiln_trainer *t, phase p) {
-    phase_args a = {0};
-    return run_phase(t, p, &a);
-}
-
 kiln_status kiln_eval_loader_open(kiln_loader **out, const char *path, int64_t B, int64_t T) {
     kiln_loader_config lc = {.path = path, .B = B, .T = T, .rank = 0, .world = 1, .shuffle = 0};
     return kiln_loader_open(out, &lc);
@@ -199,9 +64,7 @@ void kiln_trainer_free(kiln_trainer *t) {
         return;
     /* the features first: their threads (the watchdog's, the checkpoint writer's) read the
      * model and the trainer */
-    for (int i = 0; kiln__trainer_features[i]; i++)
-        if (kiln__trainer_features[i]->free)
-            kiln__trainer_features[i]->free(t);
+    kiln__trainer_features_free(t);
     free(t->rank_batches);
     free(t->inputs);
     free(t->targets);
@@ -711,7 +574,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
         return kiln_error_setf(KILN_ERR_CONFIG, "batch, sequence, accumulation must be positive");
     /* before any work: heartbeats from here (hangs from the first step), and a checkpoint
      * folder in use stops the run now */
-    KILN_CHECK(run_simple(t, PHASE_START));
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_START, NULL));
     if (cfg->data.eval_every < 0 || (cfg->data.eval_every > 0 && !cfg->data.val_path))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "evaluating every %lld steps needs validation data (a val_path), "
@@ -823,7 +686,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
     /* the features' own starts: local SGD's state, the guards, the resume (before the metrics
      * file, truncated when opened: a checkpoint that is refused leaves every file of the run as
      * it was), pruning's mask, the teacher, QAT's first weights, the metrics files */
-    KILN_CHECK(run_simple(t, PHASE_INIT));
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_INIT, NULL));
     t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->data.T) *
                         (double)(cfg->data.B * cfg->data.T) * (double)t->micro;
     print_plan(t);
@@ -842,7 +705,7 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
     if (!t->agreed_failure)
         s = kiln__trainer_agree(t, s, "to start");
     if (s == KILN_OK) /* the checks across ranks, and what every rank does together */
-        s = run_simple(t, PHASE_READY);
+        s = kiln__trainer_phase(t, KILN__PHASE_READY, NULL);
     if (s) {
         kiln_trainer_free(t);
         return s;
@@ -880,8 +743,8 @@ kiln_status kiln__trainer_forward_backward(kiln_trainer *t, float S, double *los
         kiln_status rd = kiln_loader_next(ld, t->inputs, t->targets);
         if (rd != KILN_OK) /* the weights are still the last step's: kept, then the error */
             return kiln__trainer_data_failed(t, rd);
-        phase_args pa = {.micro = micro};
-        KILN_CHECK(run_phase(t, PHASE_BEFORE_FORWARD, &pa));
+        kiln__phase_args pa = {.micro = micro};
+        KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_BEFORE_FORWARD, &pa));
         int last = t->dp && !t->cfg.dist.local_steps && micro == t->micro - 1;
         if (last)
             KILN_CHECK(kiln_dp_begin(t->dp, kiln_gpt_grads(t->model)));
@@ -905,8 +768,8 @@ kiln_status kiln__trainer_sync_gradients(kiln_trainer *t, double *loss, double *
     int64_t step = t->steps_done + 1;
     int inject = t->faults.nonfinite_step == step && step > t->high_water;
     KILN_CHECK(kiln__trainer_dist_sync(t, loss, sumsq, inject));
-    phase_args a = {.step = step, .loss = loss, .sumsq = sumsq};
-    return run_phase(t, PHASE_AFTER_SYNC, &a);
+    kiln__phase_args a = {.step = step, .loss = loss, .sumsq = sumsq};
+    return kiln__trainer_phase(t, KILN__PHASE_AFTER_SYNC, &a);
 }
 
 /* (c) The norm of the gradients as the loss scale left them (sumsq: their sum of squares);
@@ -926,8 +789,8 @@ static kiln_status clip_coefficient(kiln_trainer *t, float S, double sumsq, kiln
         mt->skipped = 1;
         return kiln_loss_scaler_update(&t->scaler, 0);
     }
-    phase_args a = {.step = mt->step, .mt = mt};
-    KILN_CHECK(run_phase(t, PHASE_JUDGE, &a));
+    kiln__phase_args a = {.step = mt->step, .mt = mt};
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_JUDGE, &a));
     if (mt->skipped)
         return KILN_OK;
     *coef = 1.0 / S;
@@ -951,19 +814,17 @@ static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
     /* (d) the scale's division and the clipping in the optimizer's own pass, over this
      * rank's range; then what follows an update (or takes its place: local SGD's averages
      * are every rank's, whatever one rank skipped) */
-    phase_args a = {.step = mt->step, .updated = !mt->skipped};
+    kiln__phase_args a = {.step = mt->step, .updated = !mt->skipped};
     if (a.updated)
         KILN_CHECK(kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model),
                                           kiln_gpt_grads(t->model), mt->lr, (float)coef));
-    return run_phase(t, PHASE_AFTER_UPDATE, &a);
+    return kiln__trainer_phase(t, KILN__PHASE_AFTER_UPDATE, &a);
 }
 
 kiln_status kiln_trainer_evaluate(kiln_trainer *t, double *val_loss) {
     if (!t->val)
         return kiln_error_setf(KILN_ERR_CONFIG, "no validation data to evaluate (a val_path)");
-    for (int i = 0; kiln__trainer_features[i]; i++)
-        if (kiln__trainer_features[i]->before_eval)
-            kiln__trainer_features[i]->before_eval(t);
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_BEFORE_EVAL, NULL));
     KILN_CHECK(kiln_evaluate(t->model, t->val, t->cfg.data.B, t->cfg.data.T,
                              t->cfg.data.eval_batches, val_loss, NULL));
     /* each rank evaluated its slice of every batch: the mean of the means is one process's
@@ -980,18 +841,18 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
                                (long long)cfg->steps);
     kiln_step_info mt = {.step = t->steps_done + 1, .steps = cfg->steps, .val_loss = NAN};
     double t0 = kiln_time_ms();
-    phase_args a = {.step = mt.step, .mt = &mt};
-    KILN_CHECK(run_phase(t, PHASE_STEP_BEGIN, &a));
+    kiln__phase_args a = {.step = mt.step, .mt = &mt};
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_STEP_BEGIN, &a));
     KILN_CHECK(train_step(t, &mt));
     if (kiln_gpt_dtype(t->model) == KILN_DTYPE_F16) {
         mt.loss_scale = t->scaler.scale;
         mt.skipped_total = t->scaler.skipped;
     }
     /* before the step's figures: the agreements' traffic is this step's */
-    KILN_CHECK(run_phase(t, PHASE_STEP_SYNC, &a));
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_STEP_SYNC, &a));
     mt.ms = kiln_time_ms() - t0;
     mt.tokens_per_s = (double)(cfg->data.B * cfg->data.T * t->micro_total) / (mt.ms / 1e3);
-    KILN_CHECK(run_phase(t, PHASE_STEP_FIGURES, &a));
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_STEP_FIGURES, &a));
     mt.mfu = t->flops_per_step / (mt.ms / 1e3) / (t->peak * 1e9);
     if (t->steps_done == 0)
         t->first_loss = mt.loss;
@@ -1018,10 +879,10 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
         double per_ms = (now - t->first_end_ms) / (double)(mt.step - t->first_end_step);
         mt.eta_s = per_ms * (double)(cfg->steps - mt.step) / 1e3;
     }
-    KILN_CHECK(run_phase(t, PHASE_STEP_REPORT, &a));
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_STEP_REPORT, &a));
     if (info)
         *info = mt;
-    return run_phase(t, PHASE_STEP_END, &a);
+    return kiln__trainer_phase(t, KILN__PHASE_STEP_END, &a);
 }
 
 kiln_status kiln_trainer_save_now(kiln_trainer *t, const char **where) {

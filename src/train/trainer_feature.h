@@ -64,4 +64,36 @@ extern const kiln__feature kiln__feature_dist_update; /* trainer_dist_phases.c: 
 /* The registry: every feature in the order its callbacks run, NULL-terminated. */
 extern const kiln__feature *const kiln__trainer_features[];
 
+/* The points, one per callback of kiln__feature (free aside). */
+typedef enum kiln__phase {
+    KILN__PHASE_START,
+    KILN__PHASE_INIT,
+    KILN__PHASE_READY,
+    KILN__PHASE_STEP_BEGIN,
+    KILN__PHASE_BEFORE_FORWARD,
+    KILN__PHASE_AFTER_SYNC,
+    KILN__PHASE_JUDGE,
+    KILN__PHASE_AFTER_UPDATE,
+    KILN__PHASE_STEP_SYNC,
+    KILN__PHASE_STEP_FIGURES,
+    KILN__PHASE_STEP_REPORT,
+    KILN__PHASE_STEP_END,
+    KILN__PHASE_BEFORE_EVAL,
+} kiln__phase;
+
+/* What a point hands its callbacks (each takes the fields its callback names). */
+typedef struct kiln__phase_args {
+    int64_t step, micro;
+    double *loss, *sumsq;
+    kiln_step_info *mt;
+    int updated;
+    int done; /* KILN__PHASE_STEP_END: a feature ended the step's end */
+} kiln__phase_args;
+
+/* Every feature's callback at point p, in the registry's order; the first failure ends it,
+ * as does a step's end that a feature ended (a->done). a NULL: a point that takes nothing. */
+kiln_status kiln__trainer_phase(kiln_trainer *t, kiln__phase p, kiln__phase_args *a);
+/* Every feature's free, in the registry's order. */
+void kiln__trainer_features_free(kiln_trainer *t);
+
 #endif
