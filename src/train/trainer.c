@@ -886,24 +886,14 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
 }
 
 kiln_status kiln_trainer_save_now(kiln_trainer *t, const char **where) {
-    const kiln_train_config *cfg = &t->cfg;
     *where = NULL;
     if (t->steps_done == 0)
         return kiln_error_setf(KILN_ERR_CONFIG, "no step is done yet: nothing to save");
-    if (cfg->checkpoint.dir) {
-        KILN_CHECK(kiln__trainer_checkpoint_now(t, t->steps_done));
-        KILN_CHECK(kiln__trainer_checkpoint_poll(t, t->steps_done, 1));
-        if (t->ckpt_step != t->steps_done) /* the warning said why */
-            return kiln_error_setf(KILN_ERR_IO, "the checkpoint of step %lld was not written",
-                                   (long long)t->steps_done);
-        *where = cfg->checkpoint.dir;
-        return KILN_OK;
-    }
-    if (!cfg->save.path)
+    kiln__phase_args a = {.step = t->steps_done, .where = where};
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_SAVE_NOW, &a));
+    if (!*where)
         return kiln_error_setf(KILN_ERR_CONFIG, "neither a checkpoint folder nor a --save file "
                                                 "to save to");
-    KILN_CHECK(kiln__trainer_maybe_save(t, t->steps_done, 1));
-    *where = cfg->save.path;
     return KILN_OK;
 }
 

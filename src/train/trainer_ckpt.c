@@ -768,6 +768,18 @@ static kiln_status ckpt_step_end(kiln_trainer *t, const kiln_step_info *mt, int 
     return kiln__trainer_checkpoint(t, mt->step);
 }
 
+static kiln_status ckpt_save_now(kiln_trainer *t, int64_t step, const char **where) {
+    if (!t->cfg.checkpoint.dir)
+        return KILN_OK;
+    KILN_CHECK(kiln__trainer_checkpoint_now(t, step));
+    KILN_CHECK(kiln__trainer_checkpoint_poll(t, step, 1));
+    if (t->ckpt_step != step) /* the warning said why */
+        return kiln_error_setf(KILN_ERR_IO, "the checkpoint of step %lld was not written",
+                               (long long)step);
+    *where = t->cfg.checkpoint.dir;
+    return KILN_OK;
+}
+
 static void ckpt_feature_free(kiln_trainer *t) {
     kiln__trainer_checkpoint_free(t); /* its thread reads the model's tensors */
     kiln__trainer_ckpt_unlock(t);
@@ -779,5 +791,6 @@ const kiln__feature kiln__feature_checkpoint = {
     .init = ckpt_init,
     .step_sync = ckpt_step_sync,
     .step_end = ckpt_step_end,
+    .save_now = ckpt_save_now,
     .free = ckpt_feature_free,
 };

@@ -43,6 +43,11 @@ typedef struct kiln__feature {
     kiln_status (*step_end)(kiln_trainer *t, const kiln_step_info *mt, int *done);
     /* An evaluation of the validation data begins (kiln_trainer_evaluate). */
     void (*before_eval)(kiln_trainer *t);
+    /* The state after step `step`, now (kiln_trainer_save_now): a feature that keeps it (a
+     * checkpoint when there is a checkpoint folder, else the --save weights) writes it,
+     * every rank together, and sets *where to the folder or file; an error when it could not
+     * be written. */
+    kiln_status (*save_now)(kiln_trainer *t, int64_t step, const char **where);
     /* Whatever the feature holds, in the registry's order (NULL-safe: after a failed start
      * too). */
     void (*free)(kiln_trainer *t);
@@ -79,6 +84,7 @@ typedef enum kiln__phase {
     KILN__PHASE_STEP_REPORT,
     KILN__PHASE_STEP_END,
     KILN__PHASE_BEFORE_EVAL,
+    KILN__PHASE_SAVE_NOW,
 } kiln__phase;
 
 /* What a point hands its callbacks (each takes the fields its callback names). */
@@ -87,7 +93,8 @@ typedef struct kiln__phase_args {
     double *loss, *sumsq;
     kiln_step_info *mt;
     int updated;
-    int done; /* KILN__PHASE_STEP_END: a feature ended the step's end */
+    const char **where; /* KILN__PHASE_SAVE_NOW */
+    int done;           /* KILN__PHASE_STEP_END: a feature ended the step's end */
 } kiln__phase_args;
 
 /* Every feature's callback at point p, in the registry's order; the first failure ends it,

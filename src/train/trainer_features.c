@@ -47,6 +47,7 @@ static kiln_status call(const kiln__feature *f, kiln_trainer *t, kiln__phase p,
         if (f->before_eval)
             f->before_eval(t);
         return KILN_OK;
+    case KILN__PHASE_SAVE_NOW: return f->save_now ? f->save_now(t, a->step, a->where) : KILN_OK;
     }
     return kiln_error_setf(KILN_ERR_INTERNAL, "no trainer phase %d", (int)p);
 }

@@ -261,7 +261,18 @@ static kiln_status save_step_end(kiln_trainer *t, const kiln_step_info *mt, int 
     return kiln__trainer_maybe_save(t, mt->step, 0);
 }
 
+/* With a checkpoint folder the checkpoint keeps the state (checkpoints', later in the
+ * registry); else the --save weights, saved whether due or not. */
+static kiln_status save_now(kiln_trainer *t, int64_t step, const char **where) {
+    if (t->cfg.checkpoint.dir || !t->cfg.save.path)
+        return KILN_OK;
+    KILN_CHECK(kiln__trainer_maybe_save(t, step, 1));
+    *where = t->cfg.save.path;
+    return KILN_OK;
+}
+
 const kiln__feature kiln__feature_save = {
     .name = "save",
     .step_end = save_step_end,
+    .save_now = save_now,
 };

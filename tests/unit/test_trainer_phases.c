@@ -16,7 +16,7 @@ static int position(const kiln__feature *f) {
 static int attaches(const kiln__feature *f) {
     return f->start || f->init || f->ready || f->step_begin || f->before_forward || f->after_sync ||
            f->judge || f->after_update || f->step_sync || f->step_figures || f->step_report ||
-           f->step_end || f->before_eval;
+           f->step_end || f->before_eval || f->save_now;
 }
 
 static void test_every_feature_once(void) {
