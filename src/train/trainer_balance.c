@@ -1,4 +1,4 @@
-/* Uneven ranks chosen from measured step times (kiln_train_config.rank_batches_auto): after
+/* Uneven ranks chosen from measured step times (dist.rank_batches_auto): after
  * that many steps every rank's busy time per micro-batch (its step less the communication it
  * waited for) goes to every rank, and the step's micro-batches are split again in inverse
  * proportion to it, each rank at least one. The global batch stays what it was, so the run

@@ -1,4 +1,4 @@
-/* Distillation in the trainer (kiln_train_config.teacher_path): the teacher, an fp32 model
+/* Distillation in the trainer (kiln_train_config.distill.teacher_path): the teacher, an fp32 model
  * for inference, runs forward on each micro-batch the student trains on, and its tempered
  * probabilities become the student's soft targets (kiln_gpt_set_soft_targets). The teacher
  * never runs backward and holds no gradients or optimizer state. */

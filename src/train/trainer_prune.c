@@ -1,4 +1,4 @@
-/* Gradual magnitude pruning in the trainer (kiln_train_config.prune_*): the mask is recomputed
+/* Gradual magnitude pruning in the trainer (compress.prune_*): the mask is recomputed
  * at the schedule's steps from the fp32 weights (the master copy in bf16/fp16) and applied
  * after every update, so that a pruned weight stays zero whatever the optimizer's moments
  * say. One process: the threshold is over the whole slab. */

@@ -1,4 +1,4 @@
-/* Quantization-aware training (kiln_train_config.qat_bits): the optimizer keeps fp32 master
+/* Quantization-aware training (compress.qat_bits): the optimizer keeps fp32 master
  * weights (forced for fp32 runs) and after every update the working weights become the master
  * weights fake-quantized: the block matrices per output column, the tied embedding/head per
  * row, as int8 symmetric (scale max|w| / 127). Forward and backward see the quantized model;
