@@ -202,7 +202,16 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     return 0;
 }
 
+/* kiln_comm_abort reports; this program ends the job (the library never exits). */
+static void end_job(kiln_comm *c, int code, const char *msg, void *user) {
+    (void)msg;
+    (void)user;
+    kiln_comm_abort_job(c, code);
+    exit(code);
+}
+
 int main(int argc, char **argv) {
+    kiln_comm_set_abort_handler(end_job, NULL);
     bench_args a;
     if (parse_args(argc, argv, &a) != 0) {
         fprintf(stderr, "usage: mpirun -np N bench_pingpong [--min B] [--max B] [--pp-min B] "

@@ -76,8 +76,8 @@ int kiln_comm_have_nccl(void);
  * and are not checked (a mismatch hangs or truncates), and send returns when the peer has
  * received (two ranks that both send first wait for ever). kiln_comm_split needs NCCL 2.18
  * or newer (ncclCommSplit; KILN_ERR_UNSUPPORTED before). No shared memory
- * (kiln_comm_alloc_shared gives NULL); kiln_comm_abort aborts NCCL and exits, and the
- * launcher ends the other ranks. The calling thread's current CUDA device is set to the
+ * (kiln_comm_alloc_shared gives NULL); kiln_comm_abort_job aborts NCCL and returns, and the
+ * launcher ends the other ranks when the process exits. The calling thread's current CUDA device is set to the
  * backend's. */
 kiln_status kiln_comm_init_nccl(kiln_comm *boot, kiln_comm **out);
 
@@ -204,9 +204,19 @@ uint64_t kiln_comm_net_bytes(const kiln_comm *c);
 /* Seconds spent inside blocking calls and kiln_comm_wait. */
 double kiln_comm_wait_seconds(const kiln_comm *c);
 
-/* End every rank's process now with this exit code (MPI_Abort), after printing msg on this
- * rank's stderr. "single" exits the process. Never returns. */
-void kiln_comm_abort(kiln_comm *c, int code, const char *msg) __attribute__((noreturn));
+/* A job that cannot go on. The library never ends the process: kiln_comm_abort prints msg on
+ * this rank's stderr and calls the abort handler the program registered (one per process; the
+ * kiln tool's calls kiln_comm_abort_job, then exits with the code). Without a handler, or when
+ * it returns, kiln_comm_abort returns KILN_ERR_ABORTED (msg kept as the error's message) and
+ * the process goes on; the communicator is as it was. fn NULL removes the handler. */
+typedef void (*kiln_comm_abort_fn)(kiln_comm *c, int code, const char *msg, void *user);
+void kiln_comm_set_abort_handler(kiln_comm_abort_fn fn, void *user);
+kiln_status kiln_comm_abort(kiln_comm *c, int code, const char *msg);
+/* For an abort handler: the job's other ranks ended with this code. "mpi": MPI_Abort (which,
+ * under Open MPI, ends this process too, with the code); "nccl": ncclCommAbort, so that no
+ * rank waits on this one's collectives (the launcher ends the others when this process exits),
+ * then it returns; "single": nothing. The library itself never calls it. */
+void kiln_comm_abort_job(kiln_comm *c, int code);
 
 #ifdef __cplusplus
 }

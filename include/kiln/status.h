@@ -25,6 +25,8 @@ typedef enum kiln_status {
     KILN_ERR_NOT_FOUND = -11,  /* a named thing (file, tensor, preset) does not exist */
     KILN_ERR_INTERNAL = -12,
     KILN_ERR_BUSY = -13,       /* held by another process (a checkpoint folder another run owns) */
+    KILN_ERR_HUNG = -14,       /* a step made no progress past the watchdog's hang limit */
+    KILN_ERR_ABORTED = -15,    /* the job was aborted (kiln_comm_abort) and the process goes on */
 } kiln_status;
 
 /* A short fixed name for the code, never NULL. */

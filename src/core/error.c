@@ -22,6 +22,8 @@ const char *kiln_status_str(kiln_status s) {
     case KILN_ERR_NOT_FOUND: return "not found";
     case KILN_ERR_INTERNAL: return "internal error";
     case KILN_ERR_BUSY: return "in use";
+    case KILN_ERR_HUNG: return "hung";
+    case KILN_ERR_ABORTED: return "aborted";
     }
     return "unknown status";
 }

@@ -141,9 +141,7 @@ static kiln_status single_test(void *req, int *done) {
 
 static void single_free(kiln_comm *c) {}
 
-static void single_abort(kiln_comm *c, int code) {
-    exit(code);
-}
+static void single_abort(kiln_comm *c, int code) {} /* no other rank to end */
 
 static const kiln__comm_backend single_backend = {
     .kind = "single",
@@ -715,14 +713,31 @@ double kiln_comm_wait_seconds(const kiln_comm *c) {
     return c ? c->wait_seconds : 0;
 }
 
-void kiln_comm_abort(kiln_comm *c, int code, const char *msg) {
+/* the program's handler (kiln_comm_set_abort_handler): process-wide, like a signal's */
+static kiln_comm_abort_fn abort_fn;
+static void *abort_user;
+
+void kiln_comm_set_abort_handler(kiln_comm_abort_fn fn, void *user) {
+    abort_fn = fn;
+    abort_user = user;
+}
+
+kiln_status kiln_comm_abort(kiln_comm *c, int code, const char *msg) {
+    const char *m = msg ? msg : "abort";
     fflush(stdout);
     if (c)
-        fprintf(stderr, "kiln: rank %d of %d: %s\n", c->rank, c->size, msg ? msg : "abort");
+        fprintf(stderr, "kiln: rank %d of %d: %s\n", c->rank, c->size, m);
     else
-        fprintf(stderr, "kiln: %s\n", msg ? msg : "abort");
+        fprintf(stderr, "kiln: %s\n", m);
     fflush(stderr);
+    if (abort_fn)
+        abort_fn(c, code, m, abort_user);
+    return kiln_error_setf(KILN_ERR_ABORTED, "%s (exit code %d asked for; no abort handler ended "
+                                             "the process)",
+                           m, code);
+}
+
+void kiln_comm_abort_job(kiln_comm *c, int code) {
     if (c)
         c->be->abort(c, code);
-    exit(code);
 }

@@ -39,7 +39,7 @@ typedef struct kiln__comm_backend {
     int (*shares_memory)(const kiln_comm *c);
     int (*local_size)(const kiln_comm *c); /* optional (NULL: 1) */
     void (*free)(kiln_comm *c);            /* frees c->impl, not c */
-    void (*abort)(kiln_comm *c, int code); /* ends every rank; does not return */
+    void (*abort)(kiln_comm *c, int code); /* kiln_comm_abort_job: ends the other ranks */
 } kiln__comm_backend;
 
 struct kiln_comm {

@@ -1,4 +1,5 @@
-/* The trainer: data -> model forward/backward -> clip -> optimizer, with metrics. */
+/* The trainer: data -> model forward/backward -> clip -> optimizer, with metrics, run as phases
+ * whose points the features attach to (trainer_feature.h, trainer_features.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -12,50 +13,9 @@
 #include "kiln/core.h"
 #include "kiln/loader.h"
 #include "kiln/train.h"
-#include "train/metrics.h"
 #include "train/trainer_data.h"
-#include "train/tfevents.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
-#include "train/watchdog.h"
-
-kiln_train_config kiln_train_config_default(void) {
-    kiln_train_config c;
-    memset(&c, 0, sizeof c);
-    c.B = 4;
-    c.T = 64;
-    c.grad_accum = 1;
-    c.steps = 100;
-    c.eval_batches = 20;
-    c.optim = kiln_optim_config_default();
-    c.lr.kind = KILN_LR_COSINE;
-    c.lr.lr = 3e-4f;
-    c.lr.min_lr = 3e-5f;
-    c.lr.warmup_steps = 10;
-    c.grad_clip = 1.0f;
-    c.seed = 1337;
-    c.model_opt = kiln_gpt_options_default();
-    c.save_dtype = KILN_DTYPE_F32;
-    c.loss_scaler = kiln_loss_scaler_default();
-    c.dp = kiln_dp_config_default();
-    c.outer_lr = 1.0f;
-    c.checkpoint_keep = 3;
-    c.guard_window = 50;
-    c.guard_z = 6.0f;
-    c.guard_ceiling = 1.0f;
-    c.guard_max_bad = 3;
-    c.guard_max_rollbacks = 3;
-    c.distill_alpha = 0.5f;
-    c.distill_temperature = 2.0f;
-    c.watchdog = (kiln_watchdog_config){.enabled = 1,
-                                        .warn_factor = 5,
-                                        .hang_factor = 20,
-                                        .hang_min_s = 300,
-                                        .window = 20,
-                                        .heartbeat_s = 5,
-                                        .straggler_factor = 1.3,
-                                        .straggler_window = 20};
-    return c;
-}
 
 kiln_status kiln_eval_loader_open(kiln_loader **out, const char *path, int64_t B, int64_t T) {
     kiln_loader_config lc = {.path = path, .B = B, .T = T, .rank = 0, .world = 1, .shuffle = 0};
@@ -102,24 +62,14 @@ done:
 void kiln_trainer_free(kiln_trainer *t) {
     if (!t)
         return;
-    kiln__watchdog_stop(t->wd);
-    kiln__trainer_checkpoint_free(t); /* first: its thread reads the model's tensors */
-    kiln__trainer_ckpt_unlock(t);
-    kiln__metrics_close(t->metrics, t->cfg.log);
-    kiln__tfevents_close(t->tb);
-    kiln__guard_free(&t->guard);
-    kiln__trainer_prune_free(t);
-    kiln__trainer_distill_free(t);
+    /* the features first: their threads (the watchdog's, the checkpoint writer's) read the
+     * model and the trainer */
+    kiln__trainer_features_free(t);
     free(t->rank_batches);
     free(t->inputs);
     free(t->targets);
     kiln_dp_free(t->dp);
     kiln_comm_free(t->dcomm); /* after the engine, which waited for its reductions */
-    free(t->outer_weights);
-    free(t->outer_velocity);
-    free(t->part_state);
-    free(t->part_ticket);
-    free(t->part_used);
     kiln_optim_free(t->opt);
     kiln_gpt_free(t->model);
     kiln_loader_close(t->val);
@@ -166,41 +116,40 @@ kiln_status kiln__trainer_load_slab(kiln_trainer *t, const char *path, void *dst
 }
 
 static int wants_gpu(const kiln_train_config *cfg) {
-    return cfg->device && !strcmp(cfg->device, "cuda");
+    return cfg->compute.device && !strcmp(cfg->compute.device, "cuda");
 }
 
 /* What the GPU trainer does not do, or NULL: pruning, quantization-aware training and
  * distillation; across GPUs, ZeRO 2 and 3, reductions in bf16, local SGD and uneven ranks. */
 static const char *gpu_refusal(const kiln_trainer *t) {
     const kiln_train_config *c = &t->cfg;
-    if (c->prune_sparsity > 0)
+    if (c->compress.prune_sparsity > 0)
         return "pruning";
-    if (c->qat_bits)
+    if (c->compress.qat_bits)
         return "quantization-aware training";
-    if (c->teacher_path)
+    if (c->distill.teacher_path)
         return "distillation";
     if (t->world <= 1)
         return NULL;
-    if (c->dp.zero >= 2)
+    if (c->dist.dp.zero >= 2)
         return "ZeRO 2 or 3 across GPUs (--zero 0 and 1 it does)";
-    if (c->dp.reduce_dtype != KILN_DTYPE_F32)
+    if (c->dist.dp.reduce_dtype != KILN_DTYPE_F32)
         return "gradients reduced in bf16 across GPUs";
-    if (c->local_steps > 0)
+    if (c->dist.local_steps > 0)
         return "local SGD across GPUs";
-    if (c->rank_batches || c->rank_batches_auto > 0)
+    if (c->dist.rank_batches || c->dist.rank_batches_auto > 0)
         return "uneven ranks across GPUs";
     return NULL;
 }
 
-/* The backend from cfg->device: what a GPU run cannot do is refused before the GPU is asked
+/* The backend from cfg->compute.device: what a GPU run cannot do is refused before the GPU is asked
  * for (the same answer on a machine without one), then the GPU's own checks. */
 static kiln_status choose_backend(kiln_trainer *t) {
     const kiln_train_config *cfg = &t->cfg;
-    const char *dev = cfg->device && cfg->device[0] ? cfg->device : "cpu";
+    const char *dev = cfg->compute.device && cfg->compute.device[0] ? cfg->compute.device : "cpu";
     if (!strcmp(dev, "cpu")) {
         t->be = kiln_backend_cpu();
-        const char *e = getenv("KILN_TRAIN_HOST_STAGING");
-        t->staged = e && !strcmp(e, "1") && (t->world == 1 || !gpu_refusal(t));
+        t->staged = t->faults.host_staging && (t->world == 1 || !gpu_refusal(t));
         return KILN_OK;
     }
     if (strcmp(dev, "cuda"))
@@ -241,8 +190,9 @@ static kiln_status build_optimizer(kiln_trainer *t) {
                             .lo = t->shard_lo,
                             .hi = t->shard_hi,
                             .work = kiln_gpt_dtype(t->model),
-                            .stochastic_seed = cfg->stochastic_rounding ? cfg->seed * 2 + 1 : 0,
-                            .master = cfg->qat_bits > 0};
+                            .stochastic_seed =
+                                cfg->compute.stochastic_rounding ? cfg->seed * 2 + 1 : 0,
+                            .master = cfg->compress.qat_bits > 0};
     kiln_status s =
         kiln_optim_create(&t->opt, &cfg->optim, &slab, r, n, kiln_gpt_backend(t->model));
     free(r);
@@ -252,7 +202,7 @@ static kiln_status build_optimizer(kiln_trainer *t) {
 #define MIB (1024.0 * 1024.0)
 
 static void print_plan(const kiln_trainer *t) {
-    FILE *log = t->cfg.log;
+    FILE *log = t->cfg.metrics.log;
     if (!log)
         return;
     const kiln_gpt_config *c = kiln_gpt_get_config(t->model);
@@ -275,8 +225,8 @@ static void print_plan(const kiln_trainer *t) {
         fprintf(log, "model: heads of %lld channels (attention width %lld), MLP width %lld\n",
                 (long long)kiln_gpt_config_head_size(c), (long long)kiln_gpt_config_attn_width(c),
                 (long long)kiln_gpt_config_mlp_width(c));
-    kiln_train_memory_print(log, &t->plan, t->cfg.B, t->cfg.T);
-    if (t->dp && !t->cfg.local_steps) {
+    kiln_train_memory_print(log, &t->plan, t->cfg.data.B, t->cfg.data.T);
+    if (t->dp && !t->cfg.dist.local_steps) {
         int nb = kiln_dp_num_buckets(t->dp);
         fprintf(log, "gradient reduction: %d bucket%s, %s\n", nb, nb == 1 ? "" : "s",
                 t->dcomm    ? "each queued over NCCL on the GPU's communication stream as "
@@ -313,11 +263,11 @@ static size_text size_str(size_t bytes) {
  * state and, narrow, its working weights), its neighbour's (replicas) and the fp32 slab. */
 static size_t checkpoint_staging(const kiln_train_config *cfg, int world, int64_t slab,
                                  int64_t owned, size_t state) {
-    if (!cfg->checkpoint_dir)
+    if (!cfg->checkpoint.dir)
         return 0;
-    kiln_dtype dt = cfg->model_opt.dtype;
+    kiln_dtype dt = cfg->compute.model_opt.dtype;
     size_t image = 128 + state + (dt == KILN_DTYPE_F32 ? 0 : (size_t)owned * kiln_dtype_size(dt));
-    int replicas = world > 1 ? cfg->checkpoint_replicas >= 0 : cfg->checkpoint_replicas > 0;
+    int replicas = world > 1 ? cfg->checkpoint.replicas >= 0 : cfg->checkpoint.replicas > 0;
     return image + (replicas && world > 1 ? image : 0) + (size_t)slab * sizeof(float);
 }
 
@@ -325,47 +275,52 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
                                    kiln_train_memory *p) {
     memset(p, 0, sizeof *p);
     kiln_gpt_memory model;
-    KILN_CHECK(kiln_gpt_memory_plan_for(mc, cfg->B, cfg->T, &cfg->model_opt, NULL, &model));
-    kiln_dtype dt = cfg->model_opt.dtype;
+    KILN_CHECK(kiln_gpt_memory_plan_for(mc, cfg->data.B, cfg->data.T, &cfg->compute.model_opt, NULL,
+                                        &model));
+    kiln_dtype dt = cfg->compute.model_opt.dtype;
     int64_t slab = (int64_t)(model.params / kiln_dtype_size(dt));
     /* ZeRO 1 and 2: each rank's optimizer owns a world-th of the slab (its largest shard) */
-    int world = cfg->comm ? kiln_comm_size(cfg->comm) : cfg->plan_world > 1 ? cfg->plan_world : 1;
-    int rank = cfg->comm ? kiln_comm_rank(cfg->comm) : 0;
-    int64_t owned = world > 1 && cfg->dp.zero >= 1 ? (slab + world - 1) / world + 16 : slab;
+    int world = cfg->dist.comm             ? kiln_comm_size(cfg->dist.comm)
+                : cfg->dist.plan_world > 1 ? cfg->dist.plan_world
+                                           : 1;
+    int rank = cfg->dist.comm ? kiln_comm_rank(cfg->dist.comm) : 0;
+    int64_t owned = world > 1 && cfg->dist.dp.zero >= 1 ? (slab + world - 1) / world + 16 : slab;
     if (owned > slab)
         owned = slab;
     size_t state = kiln_optim_state_bytes_for(&cfg->optim, owned, dt);
-    if (cfg->qat_bits && dt == KILN_DTYPE_F32) /* master weights kept for the fake quantization */
+    /* master weights kept for the fake quantization */
+    if (cfg->compress.qat_bits && dt == KILN_DTYPE_F32)
         state += (size_t)owned * sizeof(float);
-    if (world > 1 && cfg->local_steps > 0 && (cfg->outer_lr != 1.0f || cfg->outer_momentum != 0.0f))
+    if (world > 1 && cfg->dist.local_steps > 0 &&
+        (cfg->dist.outer_lr != 1.0f || cfg->dist.outer_momentum != 0.0f))
         state += (size_t)slab * 2 * sizeof(float); /* DiLoCo's outer weights and momentum */
     p->params = model.params;
     p->grads = model.grads;
-    if (world > 1 && cfg->dp.zero >= 2) { /* this rank's shard and what it gathers */
+    if (world > 1 && cfg->dist.dp.zero >= 2) { /* this rank's shard and what it gathers */
         int64_t pe = 0, ge = 0;
         kiln__zero3_resident(cfg, mc, rank, world, slab, &pe, &ge);
-        if (cfg->dp.zero == 3) /* ZeRO 2 holds every weight */
+        if (cfg->dist.dp.zero == 3) /* ZeRO 2 holds every weight */
             p->params = (size_t)pe * kiln_dtype_size(dt);
         p->grads = (size_t)ge * sizeof(float);
         model.total = model.total - model.params - model.grads + p->params + p->grads;
     }
-    p->master = dt == KILN_DTYPE_F32 && !cfg->qat_bits ? 0 : (size_t)owned * sizeof(float);
+    p->master = dt == KILN_DTYPE_F32 && !cfg->compress.qat_bits ? 0 : (size_t)owned * sizeof(float);
     p->moments = state - p->master;
     p->activations = model.activations;
     p->workspace = model.workspace;
     if (world > 1) { /* MPI's scratch for a collective of one piece (4M elements) at a time,
                         in and out, a bf16 reduction's staging, every rank's embedding rows */
         size_t comm = (size_t)2 * (4 << 20) * sizeof(float);
-        if (cfg->dp.reduce_dtype == KILN_DTYPE_BF16)
+        if (cfg->dist.dp.reduce_dtype == KILN_DTYPE_BF16)
             comm += (size_t)(4 << 20) * 2;
         if (kiln__trainer_rows_apart(cfg, mc, world))
-            comm += kiln_dp_rows_bytes(world, cfg->B * cfg->T, mc->n_embd, dt);
+            comm += kiln_dp_rows_bytes(world, cfg->data.B * cfg->data.T, mc->n_embd, dt);
         p->workspace += comm;
         model.total += comm;
     }
     /* (the ranks of a GPU run share no slab: each GPU holds its own) */
-    if (world > 1 && cfg->dp.zero <= 1 && cfg->comm && kiln_comm_shares_memory(cfg->comm) &&
-        !wants_gpu(cfg)) {
+    if (world > 1 && cfg->dist.dp.zero <= 1 && cfg->dist.comm &&
+        kiln_comm_shares_memory(cfg->dist.comm) && !wants_gpu(cfg)) {
         /* gradients: piece r of every other rank's to reduce, and (ZeRO 0) piece q of rank
          * q's to copy; weights: ZeRO 1's gather reads piece q of rank q's, and local SGD's
          * average of fp32 weights (no master copy) reads them as ZeRO 0 reads gradients;
@@ -373,22 +328,23 @@ kiln_status kiln_train_memory_plan(const kiln_train_config *cfg, const kiln_gpt_
          * and this rank's shard of it is written while its own copy still exists (the start).
          * Ranks on several machines: those of this machine, each reading a local share of
          * every other one's slab. */
-        int local = kiln_comm_local_size(cfg->comm);
+        int local = kiln_comm_local_size(cfg->dist.comm);
         int64_t piece = (slab + local - 1) / local, others = local - 1;
-        int64_t g = others * (cfg->dp.zero == 0 ? 2 * piece : piece);
+        int64_t g = others * (cfg->dist.dp.zero == 0 ? 2 * piece : piece);
         p->common_weights = kiln__trainer_common_weights_apply(cfg, world);
-        int64_t w = p->common_weights ? (slab + world - 1) / world
-                    : cfg->dp.zero == 1                            ? piece * others
-                    : cfg->local_steps > 0 && dt == KILN_DTYPE_F32 ? 2 * piece * others
-                                                                   : 0;
+        int64_t w = p->common_weights                                   ? (slab + world - 1) / world
+                    : cfg->dist.dp.zero == 1                            ? piece * others
+                    : cfg->dist.local_steps > 0 && dt == KILN_DTYPE_F32 ? 2 * piece * others
+                                                                        : 0;
         p->peers = (size_t)(g < others * slab ? g : others * slab) * sizeof(float) +
                    (size_t)(w < others * slab ? w : others * slab) * kiln_dtype_size(dt);
     }
-    p->batches = (size_t)(cfg->B * cfg->T) * 2 * sizeof(int32_t) * (cfg->val_path ? 2 : 1);
+    p->batches =
+        (size_t)(cfg->data.B * cfg->data.T) * 2 * sizeof(int32_t) * (cfg->data.val_path ? 2 : 1);
     p->checkpoint = checkpoint_staging(cfg, world, slab, owned, state);
     if (wants_gpu(cfg)) { /* the slabs on the GPU; a save reads the fp32 weights back */
         p->device = model.total + state + p->peers;
-        p->host_copy = cfg->save_path ? (size_t)slab * sizeof(float) : 0;
+        p->host_copy = cfg->save.path ? (size_t)slab * sizeof(float) : 0;
         p->device_available = SIZE_MAX;
         kiln_cuda_info gi;
         if (kiln_cuda_device_info(&gi) == KILN_OK) {
@@ -470,7 +426,7 @@ static kiln_status check_plan(kiln_trainer *t, const kiln_gpt_config *mc) {
                                size_str(p->device).s, size_str(p->params).s, size_str(p->grads).s,
                                size_str(p->master).s, size_str(p->moments).s,
                                size_str(p->activations).s, size_str(p->workspace).s,
-                               (long long)cfg->B, (long long)cfg->T, size_str(dh).s,
+                               (long long)cfg->data.B, (long long)cfg->data.T, size_str(dh).s,
                                size_str(p->device_available).s, p->device_what,
                                size_str(need - p->device_available).s);
     }
@@ -499,7 +455,7 @@ static kiln_status check_plan(kiln_trainer *t, const kiln_gpt_config *mc) {
                            size_str(p->total).s, size_str(p->params).s, size_str(p->grads).s,
                            size_str(p->master).s, size_str(p->moments).s,
                            size_str(p->activations).s, size_str(p->workspace).s,
-                           size_str(p->batches).s, (long long)cfg->B, (long long)cfg->T,
+                           size_str(p->batches).s, (long long)cfg->data.B, (long long)cfg->data.T,
                            size_str(p->headroom).s, size_str(p->available).s, p->available_what,
                            size_str(need > p->available ? need - p->available : 0).s);
 }
@@ -551,43 +507,44 @@ static kiln_status init_weights(kiln_trainer *t) {
  * slices of B (offset: the micro-batches of the ranks before it), one loader each. */
 static kiln_status open_train_data(kiln_trainer *t) {
     const kiln_train_config *cfg = &t->cfg;
-    kiln_loader_config lc = {.path = cfg->train_path,
-                             .B = cfg->B,
-                             .T = cfg->T,
+    kiln_loader_config lc = {.path = cfg->data.train_path,
+                             .B = cfg->data.B,
+                             .T = cfg->data.T,
                              .rank = t->rank,
                              .world = t->world,
                              .seed = cfg->seed,
                              .shuffle = 1};
-    t->micro = cfg->grad_accum;
-    t->micro_total = cfg->grad_accum * t->world;
+    t->micro = cfg->data.grad_accum;
+    t->micro_total = cfg->data.grad_accum * t->world;
     /* the split in force is the trainer's own copy: chosen again from step times (auto), or
      * with an even one to start from */
-    if (cfg->rank_batches || (cfg->rank_batches_auto > 0 && t->world > 1)) {
+    if (cfg->dist.rank_batches || (cfg->dist.rank_batches_auto > 0 && t->world > 1)) {
         t->rank_batches = calloc((size_t)t->world, sizeof *t->rank_batches);
         if (!t->rank_batches)
             return kiln_error_setf(KILN_ERR_NOMEM, "out of memory");
         for (int r = 0; r < t->world; r++)
-            t->rank_batches[r] = cfg->rank_batches ? cfg->rank_batches[r] : cfg->grad_accum;
-        if (!cfg->rank_batches)
-            t->cfg.grad_accum = 1;
-        t->cfg.rank_batches = t->rank_batches;
+            t->rank_batches[r] =
+                cfg->dist.rank_batches ? cfg->dist.rank_batches[r] : cfg->data.grad_accum;
+        if (!cfg->dist.rank_batches)
+            t->cfg.data.grad_accum = 1;
+        t->cfg.dist.rank_batches = t->rank_batches;
     }
-    if (!cfg->rank_batches)
+    if (!cfg->dist.rank_batches)
         return kiln_loader_open(&t->train, &lc);
-    if (cfg->grad_accum != 1)
+    if (cfg->data.grad_accum != 1)
         return kiln_error_setf(KILN_ERR_CONFIG, "uneven ranks (rank_batches) set each rank's "
                                                 "micro-batches: grad_accum must be 1");
     int64_t offset = 0, total = 0;
     for (int r = 0; r < t->world; r++) {
-        if (cfg->rank_batches[r] < 1 || cfg->rank_batches[r] > 4096)
+        if (cfg->dist.rank_batches[r] < 1 || cfg->dist.rank_batches[r] > 4096)
             return kiln_error_setf(KILN_ERR_CONFIG,
                                    "rank %d's micro-batches per step are %lld: 1 to 4096", r,
-                                   (long long)cfg->rank_batches[r]);
+                                   (long long)cfg->dist.rank_batches[r]);
         if (r < t->rank)
-            offset += cfg->rank_batches[r];
-        total += cfg->rank_batches[r];
+            offset += cfg->dist.rank_batches[r];
+        total += cfg->dist.rank_batches[r];
     }
-    t->micro = cfg->rank_batches[t->rank];
+    t->micro = cfg->dist.rank_batches[t->rank];
     t->micro_total = total;
     t->micro_loaders = calloc((size_t)t->micro, sizeof *t->micro_loaders);
     if (!t->micro_loaders)
@@ -606,22 +563,23 @@ static kiln_status open_train_data(kiln_trainer *t) {
 static kiln_status trainer_init(kiln_trainer *t) {
     const kiln_train_config *cfg = &t->cfg;
     kiln__trainer_dist_setup(t);
-    KILN_CHECK(kiln__watchdog_start(t)); /* heartbeats from here; hangs from the first step */
     if (t->rank != 0) {                  /* one console and one metrics file: rank 0's */
-        t->cfg.log = NULL;
-        t->cfg.metrics_path = NULL;
-        t->cfg.tensorboard_dir = NULL;
+        t->cfg.metrics.log = NULL;
+        t->cfg.metrics.path = NULL;
+        t->cfg.metrics.tensorboard_dir = NULL;
     }
     t->saved_step = -1;
     t->last_val_loss = NAN;
-    if (cfg->B < 1 || cfg->T < 1 || cfg->grad_accum < 1 || cfg->steps < 0)
+    if (cfg->data.B < 1 || cfg->data.T < 1 || cfg->data.grad_accum < 1 || cfg->steps < 0)
         return kiln_error_setf(KILN_ERR_CONFIG, "batch, sequence, accumulation must be positive");
-    KILN_CHECK(kiln__trainer_ckpt_lock(t)); /* before any work: a folder in use stops us now */
-    if (cfg->eval_every < 0 || (cfg->eval_every > 0 && !cfg->val_path))
+    /* before any work: heartbeats from here (hangs from the first step), and a checkpoint
+     * folder in use stops the run now */
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_START, NULL));
+    if (cfg->data.eval_every < 0 || (cfg->data.eval_every > 0 && !cfg->data.val_path))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "evaluating every %lld steps needs validation data (a val_path), "
                                "and the interval must be >= 0",
-                               (long long)cfg->eval_every);
+                               (long long)cfg->data.eval_every);
     KILN_CHECK(kiln_optim_config_check(&cfg->optim));
     t->sched = cfg->lr;
     if (t->sched.total_steps <= 0)
@@ -629,19 +587,19 @@ static kiln_status trainer_init(kiln_trainer *t) {
     KILN_CHECK(kiln_lr_schedule_check(&t->sched));
     KILN_CHECK(open_train_data(t));
     /* Validation data is opened (and checked) now, not at the first evaluation. */
-    if (cfg->val_path) {
-        kiln_loader_config vc = {.path = cfg->val_path,
-                                 .B = cfg->B,
-                                 .T = cfg->T,
+    if (cfg->data.val_path) {
+        kiln_loader_config vc = {.path = cfg->data.val_path,
+                                 .B = cfg->data.B,
+                                 .T = cfg->data.T,
                                  .rank = t->rank,
                                  .world = t->world,
                                  .shuffle = 0};
         KILN_CHECK(kiln_loader_open(&t->val, &vc));
         if (kiln_loader_vocab_size(t->val) != kiln_loader_vocab_size(t->train))
-            return kiln_error_setf(KILN_ERR_CONFIG,
-                                   "%s holds a %lld-token vocabulary but %s holds %lld",
-                                   cfg->val_path, (long long)kiln_loader_vocab_size(t->val),
-                                   cfg->train_path, (long long)kiln_loader_vocab_size(t->train));
+            return kiln_error_setf(
+                KILN_ERR_CONFIG, "%s holds a %lld-token vocabulary but %s holds %lld",
+                cfg->data.val_path, (long long)kiln_loader_vocab_size(t->val), cfg->data.train_path,
+                (long long)kiln_loader_vocab_size(t->train));
     }
     kiln_gpt_config mc = cfg->model;
     int64_t data_vocab = kiln_loader_vocab_size(t->train);
@@ -651,7 +609,7 @@ static kiln_status trainer_init(kiln_trainer *t) {
             return kiln_error_setf(KILN_ERR_CONFIG,
                                    "%s was written with a %lld-token vocabulary but the weights "
                                    "in %s have %lld: tokenize the data with the model's tokenizer",
-                                   cfg->train_path, (long long)data_vocab, cfg->init_path,
+                                   cfg->data.train_path, (long long)data_vocab, cfg->init_path,
                                    (long long)mc.vocab_size);
     } else if (mc.vocab_size == 0) {
         mc.vocab_size = data_vocab;
@@ -660,31 +618,33 @@ static kiln_status trainer_init(kiln_trainer *t) {
                                "%s was written with a %lld-token vocabulary, but the model's "
                                "vocab_size is %lld: tokenize the data with the model's tokenizer, "
                                "or leave the model's vocab_size unset to take the data's",
-                               cfg->train_path, (long long)data_vocab, (long long)mc.vocab_size);
+                               cfg->data.train_path, (long long)data_vocab,
+                               (long long)mc.vocab_size);
     }
     KILN_CHECK(kiln_gpt_config_validate(&mc));
-    if (cfg->T > mc.max_seq_len)
+    if (cfg->data.T > mc.max_seq_len)
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "sequence length %lld is beyond the context of %lld",
-                               (long long)cfg->T, (long long)mc.max_seq_len);
+                               (long long)cfg->data.T, (long long)mc.max_seq_len);
     KILN_CHECK(choose_backend(t));
     KILN_CHECK(check_plan(t, &mc));
     struct stat st;
-    t->save_existed = cfg->save_path && stat(cfg->save_path, &st) == 0;
+    t->save_existed = cfg->save.path && stat(cfg->save.path, &st) == 0;
     /* What the process holds before the plan's memory (its code, the data's pages, the
      * backend's own buffers, which prepare takes now): the planned peak is this plus the
      * plan, and the measured peak is compared with it. */
     if (t->gpu) { /* MFU against the GPU's data-sheet peak of the precision trained in */
         kiln_cuda_info gi;
         KILN_CHECK(kiln_cuda_device_info(&gi));
-        int narrow = cfg->model_opt.dtype != KILN_DTYPE_F32;
-        t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops
-                                       : 1e3 * (narrow ? gi.peak_tflops_16 : gi.peak_tflops_32);
+        int narrow = cfg->compute.model_opt.dtype != KILN_DTYPE_F32;
+        t->peak = cfg->compute.peak_gflops > 0
+                      ? cfg->compute.peak_gflops
+                      : 1e3 * (narrow ? gi.peak_tflops_16 : gi.peak_tflops_32);
         snprintf(t->peak_what, sizeof t->peak_what, "%.100s: %.160s%s", gi.name,
-                 cfg->peak_gflops > 0 ? "--peak-gflops" : gi.peak_source,
-                 cfg->peak_gflops > 0 ? ""
-                 : narrow             ? ", dense 16-bit tensor cores"
-                                      : ", fp32 CUDA cores");
+                 cfg->compute.peak_gflops > 0 ? "--peak-gflops" : gi.peak_source,
+                 cfg->compute.peak_gflops > 0 ? ""
+                 : narrow                     ? ", dense 16-bit tensor cores"
+                                              : ", fp32 CUDA cores");
     } else {
         kiln_backend *cpu = kiln_backend_cpu();
         if (cpu->prepare)
@@ -694,50 +654,41 @@ static kiln_status trainer_init(kiln_trainer *t) {
          * before the model exists: its matrices (about 100 MiB) are freed before the plan's
          * memory is taken, so they never add to the peak. */
         kiln_dtype peak_dt =
-            cfg->model_opt.dtype == KILN_DTYPE_BF16 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
-        t->peak = cfg->peak_gflops > 0 ? cfg->peak_gflops
-                                       : kiln_backend_cpu_peak_gflops_dtype(peak_dt, 3072, 1.0);
-        kiln_backend_cpu_warm_products(cfg->B * cfg->T < 256 ? cfg->B * cfg->T : 256, mc.n_embd,
-                                       mc.padded_vocab_size);
+            cfg->compute.model_opt.dtype == KILN_DTYPE_BF16 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
+        t->peak = cfg->compute.peak_gflops > 0
+                      ? cfg->compute.peak_gflops
+                      : kiln_backend_cpu_peak_gflops_dtype(peak_dt, 3072, 1.0);
+        kiln_backend_cpu_warm_products(cfg->data.B * cfg->data.T < 256 ? cfg->data.B * cfg->data.T
+                                                                       : 256,
+                                       mc.n_embd, mc.padded_vocab_size);
     }
     t->plan.process = kiln_current_rss();
     /* ZeRO 3: slabs that take memory only where written */
     /* ZeRO 2 and 3: slabs that take memory only where written (2: the gradients not this
      * rank's give their pages back once reduced; 3: the weights too) */
-    t->cfg.model_opt.sharded = cfg->dp.zero >= 2 && t->world > 1;
+    t->cfg.compute.model_opt.sharded = cfg->dist.dp.zero >= 2 && t->world > 1;
     KILN_CHECK(kiln__trainer_shared_slabs(t));
     if (t->gpu) {
         kiln_cuda_info gi;
         KILN_CHECK(kiln_cuda_device_info(&gi));
         t->device_used0 = gi.mem_total - gi.mem_free;
     }
-    KILN_CHECK(
-        kiln_gpt_create(&t->model, &mc, cfg->B, cfg->T, &cfg->model_opt, t->gpu ? t->be : NULL));
+    KILN_CHECK(kiln_gpt_create(&t->model, &mc, cfg->data.B, cfg->data.T, &cfg->compute.model_opt,
+                               t->gpu ? t->be : NULL));
     KILN_CHECK(kiln__trainer_dist_start(t));
     KILN_CHECK(build_optimizer(t));
     KILN_CHECK(init_weights(t));
-    KILN_CHECK(kiln__trainer_local_start(t));
-    t->scaler = cfg->loss_scaler;
-    t->inputs = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->inputs);
-    t->targets = malloc((size_t)(cfg->B * cfg->T) * sizeof *t->targets);
+    t->scaler = cfg->compute.loss_scaler;
+    t->inputs = malloc((size_t)(cfg->data.B * cfg->data.T) * sizeof *t->inputs);
+    t->targets = malloc((size_t)(cfg->data.B * cfg->data.T) * sizeof *t->targets);
     if (!t->inputs || !t->targets)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate a batch");
-    /* before the metrics file (truncated when opened): a checkpoint that is refused leaves
-     * every file of the run as it was */
-    KILN_CHECK(kiln__trainer_guard_init(t));
-    KILN_CHECK(kiln__trainer_resume(t));
-    KILN_CHECK(kiln__trainer_prune_init(t));
-    KILN_CHECK(kiln__trainer_distill_init(t));
-    KILN_CHECK(kiln__trainer_qat_init(t));
-    /* a resumed run adds to the lines of the run it continues; one with nothing left to do
-     * touches no file */
-    if (cfg->metrics_path && !(t->resumed_step > 0 && t->steps_done >= cfg->steps))
-        KILN_CHECK(kiln__metrics_open(&t->metrics, cfg->metrics_path, t->resumed_step > 0));
-    if (cfg->tensorboard_dir && !(t->resumed_step > 0 && t->steps_done >= cfg->steps))
-        KILN_CHECK(kiln__tfevents_open(&t->tb, cfg->tensorboard_dir));
-    KILN_CHECK(kiln__trainer_checkpoint_start(t));
-    t->flops_per_step =
-        kiln_gpt_flops_per_token(&mc, cfg->T) * (double)(cfg->B * cfg->T) * (double)t->micro;
+    /* the features' own starts: local SGD's state, the guards, the resume (before the metrics
+     * file, truncated when opened: a checkpoint that is refused leaves every file of the run as
+     * it was), pruning's mask, the teacher, QAT's first weights, the metrics files */
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_INIT, NULL));
+    t->flops_per_step = kiln_gpt_flops_per_token(&mc, cfg->data.T) *
+                        (double)(cfg->data.B * cfg->data.T) * (double)t->micro;
     print_plan(t);
     return KILN_OK;
 }
@@ -748,18 +699,13 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
     if (!t)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the trainer");
     t->cfg = *cfg;
+    t->faults = *kiln__trainer_faults_get(); /* tests' switches, as they are now */
     kiln_status s = trainer_init(t);
     /* an agreement inside found a failed rank already: that was this start's agreement */
     if (!t->agreed_failure)
         s = kiln__trainer_agree(t, s, "to start");
-    if (s == KILN_OK)
-        s = kiln__trainer_dist_check(t, kiln_gpt_get_config(t->model));
-    if (s == KILN_OK) /* ZeRO 1 on one machine: one copy of the weights from now on */
-        s = kiln__trainer_common_weights(t);
-    if (s == KILN_OK)
-        s = kiln__watchdog_ready(t);
-    if (s == KILN_OK) /* ZeRO 3: from now on each rank holds its shard of the weights alone */
-        s = kiln__trainer_zero3_drop_all(t);
+    if (s == KILN_OK) /* the checks across ranks, and what every rank does together */
+        s = kiln__trainer_phase(t, KILN__PHASE_READY, NULL);
     if (s) {
         kiln_trainer_free(t);
         return s;
@@ -781,7 +727,7 @@ kiln_status kiln_trainer_create(kiln_trainer **out, const kiln_train_config *cfg
  * to the reduction. */
 kiln_status kiln__trainer_forward_backward(kiln_trainer *t, float S, double *loss) {
     const kiln_train_config *cfg = &t->cfg;
-    if (t->world > 1 && t->cfg.dp.zero >= 2) /* the rest is zero: the reduction gave it back */
+    if (t->world > 1 && t->cfg.dist.dp.zero >= 2) /* the rest is zero: the reduction gave it back */
         kiln_gpt_backend(t->model)->zero(kiln_gpt_backend(t->model),
                                          kiln_gpt_grads(t->model) + t->shard_lo,
                                          (size_t)(t->shard_hi - t->shard_lo) * sizeof(float));
@@ -789,7 +735,7 @@ kiln_status kiln__trainer_forward_backward(kiln_trainer *t, float S, double *los
         kiln_gpt_zero_grad(t->model);
     double sum = 0.0;
     /* local SGD: each rank's own mean */
-    float scale = S / (float)(t->cfg.local_steps > 0 ? t->micro : t->micro_total);
+    float scale = S / (float)(t->cfg.dist.local_steps > 0 ? t->micro : t->micro_total);
     kiln_gpt_set_embed_rows_apart(t->model, 0); /* and no rows from an earlier step */
     for (int64_t micro = 0; micro < t->micro; micro++) {
         float l = 0.0f;
@@ -797,17 +743,19 @@ kiln_status kiln__trainer_forward_backward(kiln_trainer *t, float S, double *los
         kiln_status rd = kiln_loader_next(ld, t->inputs, t->targets);
         if (rd != KILN_OK) /* the weights are still the last step's: kept, then the error */
             return kiln__trainer_data_failed(t, rd);
-        KILN_CHECK(kiln__trainer_distill_targets(t));
-        int last = t->dp && !t->cfg.local_steps && micro == t->micro - 1;
+        kiln__phase_args pa = {.micro = micro};
+        KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_BEFORE_FORWARD, &pa));
+        int last = t->dp && !t->cfg.dist.local_steps && micro == t->micro - 1;
         if (last)
             KILN_CHECK(kiln_dp_begin(t->dp, kiln_gpt_grads(t->model)));
         kiln_gpt_set_embed_rows_apart(t->model, last && t->rows_apart);
-        KILN_CHECK(
-            kiln_gpt_forward_backward(t->model, t->inputs, t->targets, cfg->B, cfg->T, scale, &l));
+        KILN_CHECK(kiln_gpt_forward_backward(t->model, t->inputs, t->targets, cfg->data.B,
+                                             cfg->data.T, scale, &l));
         sum += l;
-        for (int64_t b = 0; t->probe_seq && b < cfg->B; b++)
-            KILN_CHECK(kiln_gpt_forward(t->model, t->inputs + b * cfg->T, t->targets + b * cfg->T,
-                                        1, cfg->T, &t->probe_seq[micro * cfg->B + b]));
+        for (int64_t b = 0; t->probe_seq && b < cfg->data.B; b++)
+            KILN_CHECK(kiln_gpt_forward(t->model, t->inputs + b * cfg->data.T,
+                                        t->targets + b * cfg->data.T, 1, cfg->data.T,
+                                        &t->probe_seq[micro * cfg->data.B + b]));
     }
     *loss = sum;
     return KILN_OK;
@@ -818,10 +766,10 @@ kiln_status kiln__trainer_forward_backward(kiln_trainer *t, float S, double *los
  * fault injected on purpose (tests) makes one gradient infinite, after the reduction. */
 kiln_status kiln__trainer_sync_gradients(kiln_trainer *t, double *loss, double *sumsq) {
     int64_t step = t->steps_done + 1;
-    int inject = t->cfg.inject_nonfinite_step == step && step > t->high_water;
+    int inject = t->faults.nonfinite_step == step && step > t->high_water;
     KILN_CHECK(kiln__trainer_dist_sync(t, loss, sumsq, inject));
-    kiln__trainer_guard_inject(t, step, loss, sumsq);
-    return KILN_OK;
+    kiln__phase_args a = {.step = step, .loss = loss, .sumsq = sumsq};
+    return kiln__trainer_phase(t, KILN__PHASE_AFTER_SYNC, &a);
 }
 
 /* (c) The norm of the gradients as the loss scale left them (sumsq: their sum of squares);
@@ -841,16 +789,10 @@ static kiln_status clip_coefficient(kiln_trainer *t, float S, double sumsq, kiln
         mt->skipped = 1;
         return kiln_loss_scaler_update(&t->scaler, 0);
     }
-    kiln_guard_verdict v = kiln__trainer_guard_check(t, mt);
-    if (v == KILN_GUARD_NORM_SPIKE && cfg->grad_clip > 0.0f && !cfg->guard_skip_norm_spikes) {
-        mt->clipped_spike = 1; /* clipped below: the update is bounded, and it applies */
-        v = KILN_GUARD_OK;
-    }
-    if (v != KILN_GUARD_OK) {
-        mt->skipped = 1;
-        mt->guard = kiln__guard_verdict_name(v);
+    kiln__phase_args a = {.step = mt->step, .mt = mt};
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_JUDGE, &a));
+    if (mt->skipped)
         return KILN_OK;
-    }
     *coef = 1.0 / S;
     if (cfg->grad_clip > 0.0f && (double)cfg->grad_clip / (mt->grad_norm + 1e-6) < 1.0)
         *coef *= (double)cfg->grad_clip / (mt->grad_norm + 1e-6);
@@ -869,29 +811,22 @@ static kiln_status train_step(kiln_trainer *t, kiln_step_info *mt) {
     mt->lr = kiln_lr_at(&t->sched, t->steps_done);
     double coef = 1.0;
     KILN_CHECK(clip_coefficient(t, S, sumsq, mt, &coef));
-    if (mt->skipped) /* local SGD's averages are every rank's, whatever one rank skipped */
-        return t->cfg.local_steps > 0 && kiln__trainer_local_sync_due(t, mt->step)
-                   ? kiln__trainer_outer_step(t)
-                   : KILN_OK;
     /* (d) the scale's division and the clipping in the optimizer's own pass, over this
-     * rank's range; then every rank's updated range to every rank */
-    KILN_CHECK(kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model), kiln_gpt_grads(t->model),
-                                      mt->lr, (float)coef));
-    KILN_CHECK(kiln__trainer_prune_step(t, mt->step));
-    KILN_CHECK(kiln__trainer_qat_apply(t));
-    if (t->cfg.local_steps > 0)
-        return kiln__trainer_local_sync_due(t, mt->step) ? kiln__trainer_outer_step(t) : KILN_OK;
-    if (t->zero3) /* gathered weights are stale now: each is gathered again where used */
-        return kiln__trainer_zero3_drop_all(t);
-    return kiln__trainer_dist_gather(t);
+     * rank's range; then what follows an update (or takes its place: local SGD's averages
+     * are every rank's, whatever one rank skipped) */
+    kiln__phase_args a = {.step = mt->step, .updated = !mt->skipped};
+    if (a.updated)
+        KILN_CHECK(kiln_optim_step_scaled(t->opt, kiln_gpt_params(t->model),
+                                          kiln_gpt_grads(t->model), mt->lr, (float)coef));
+    return kiln__trainer_phase(t, KILN__PHASE_AFTER_UPDATE, &a);
 }
 
 kiln_status kiln_trainer_evaluate(kiln_trainer *t, double *val_loss) {
     if (!t->val)
         return kiln_error_setf(KILN_ERR_CONFIG, "no validation data to evaluate (a val_path)");
-    kiln__watchdog_evaluating(t);
-    KILN_CHECK(
-        kiln_evaluate(t->model, t->val, t->cfg.B, t->cfg.T, t->cfg.eval_batches, val_loss, NULL));
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_BEFORE_EVAL, NULL));
+    KILN_CHECK(kiln_evaluate(t->model, t->val, t->cfg.data.B, t->cfg.data.T,
+                             t->cfg.data.eval_batches, val_loss, NULL));
     /* each rank evaluated its slice of every batch: the mean of the means is one process's
      * mean over batches of world x B */
     KILN_CHECK(kiln__trainer_dist_mean(t, val_loss));
@@ -906,23 +841,18 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
                                (long long)cfg->steps);
     kiln_step_info mt = {.step = t->steps_done + 1, .steps = cfg->steps, .val_loss = NAN};
     double t0 = kiln_time_ms();
-    kiln__watchdog_begin(t->wd, mt.step);
-    KILN_CHECK(kiln__trainer_guard_skip_batches(t, mt.step));
+    kiln__phase_args a = {.step = mt.step, .mt = &mt};
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_STEP_BEGIN, &a));
     KILN_CHECK(train_step(t, &mt));
     if (kiln_gpt_dtype(t->model) == KILN_DTYPE_F16) {
         mt.loss_scale = t->scaler.scale;
         mt.skipped_total = t->scaler.skipped;
     }
-    /* before the step's figures: the agreement's traffic is this step's */
-    if (cfg->stop_flag && mt.step < cfg->steps)
-        KILN_CHECK(kiln__trainer_agree_stop(t, mt.step, *cfg->stop_flag != 0, &t->stopping));
-    KILN_CHECK(kiln__trainer_checkpoint_poll(t, mt.step, 0)); /* a background write done? */
-    KILN_CHECK(kiln__watchdog_exchange(t, mt.step));
+    /* before the step's figures: the agreements' traffic is this step's */
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_STEP_SYNC, &a));
     mt.ms = kiln_time_ms() - t0;
-    mt.tokens_per_s = (double)(cfg->B * cfg->T * t->micro_total) / (mt.ms / 1e3);
-    kiln__trainer_dist_stats(t, &mt);
-    KILN_CHECK(kiln__trainer_balance(t, &mt));
-    kiln__watchdog_account(t->wd, &mt);
+    mt.tokens_per_s = (double)(cfg->data.B * cfg->data.T * t->micro_total) / (mt.ms / 1e3);
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_STEP_FIGURES, &a));
     mt.mfu = t->flops_per_step / (mt.ms / 1e3) / (t->peak * 1e9);
     if (t->steps_done == 0)
         t->first_loss = mt.loss;
@@ -931,7 +861,8 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
     t->last_loss = mt.loss;
     t->steps_done = mt.step;
     /* Validation data is evaluated every eval_every steps, and always after the last. */
-    int due = mt.step == cfg->steps || (cfg->eval_every > 0 && mt.step % cfg->eval_every == 0);
+    int due =
+        mt.step == cfg->steps || (cfg->data.eval_every > 0 && mt.step % cfg->data.eval_every == 0);
     if (t->val && due) {
         double vl = 0.0;
         KILN_CHECK(kiln_trainer_evaluate(t, &vl));
@@ -948,53 +879,26 @@ kiln_status kiln_trainer_step(kiln_trainer *t, kiln_step_info *info) {
         double per_ms = (now - t->first_end_ms) / (double)(mt.step - t->first_end_step);
         mt.eta_s = per_ms * (double)(cfg->steps - mt.step) / 1e3;
     }
-    kiln__train_metrics_console(cfg->log, &mt);
-    if (t->metrics) {
-        char line[1024];
-        kiln__train_metrics_format(line, sizeof line, &mt);
-        kiln__metrics_line(t->metrics, line, cfg->log);
-    }
-    kiln__tfevents_step(t->tb, &mt, cfg->log);
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_STEP_REPORT, &a));
     if (info)
         *info = mt;
-    KILN_CHECK(kiln__watchdog_end(t, &mt));
-    int rolled = 0;
-    KILN_CHECK(kiln__trainer_guard_after(t, &mt, &rolled));
-    if (rolled) /* back at an older step: its checkpoint is the one just loaded */
-        return KILN_OK;
-    if (t->bad_run > 0 && mt.step < cfg->steps) /* the weights of the last good step are */
-        return KILN_OK;                         /* saved already (or due after the streak) */
-    KILN_CHECK(kiln__trainer_maybe_save(t, mt.step, 0));
-    return kiln__trainer_checkpoint(t, mt.step);
+    return kiln__trainer_phase(t, KILN__PHASE_STEP_END, &a);
 }
 
 kiln_status kiln_trainer_save_now(kiln_trainer *t, const char **where) {
-    const kiln_train_config *cfg = &t->cfg;
     *where = NULL;
     if (t->steps_done == 0)
         return kiln_error_setf(KILN_ERR_CONFIG, "no step is done yet: nothing to save");
-    if (cfg->checkpoint_dir) {
-        KILN_CHECK(kiln__trainer_checkpoint_now(t, t->steps_done));
-        KILN_CHECK(kiln__trainer_checkpoint_poll(t, t->steps_done, 1));
-        if (t->ckpt_step != t->steps_done) /* the warning said why */
-            return kiln_error_setf(KILN_ERR_IO, "the checkpoint of step %lld was not written",
-                                   (long long)t->steps_done);
-        *where = cfg->checkpoint_dir;
-        return KILN_OK;
-    }
-    if (!cfg->save_path)
+    kiln__phase_args a = {.step = t->steps_done, .where = where};
+    KILN_CHECK(kiln__trainer_phase(t, KILN__PHASE_SAVE_NOW, &a));
+    if (!*where)
         return kiln_error_setf(KILN_ERR_CONFIG, "neither a checkpoint folder nor a --save file "
                                                 "to save to");
-    KILN_CHECK(kiln__trainer_maybe_save(t, t->steps_done, 1));
-    *where = cfg->save_path;
     return KILN_OK;
 }
 
 int kiln_trainer_stopping(const kiln_trainer *t) {
     return t->stopping;
-}
-int kiln_trainer_watchdog_exit(const kiln_trainer *t) {
-    return kiln__watchdog_exit_code(t->wd);
 }
 int64_t kiln_trainer_steps_done(const kiln_trainer *t) {
     return t->steps_done;
@@ -1017,7 +921,8 @@ void kiln_trainer_result(const kiln_trainer *t, kiln_train_result *res) {
     int64_t timed = t->steps_done - t->resumed_step - 1; /* steps in later_ms */
     if (timed > 0) { /* the first step (warming caches and pages) is left out */
         res->mean_ms = t->later_ms / (double)timed;
-        res->tokens_per_s = (double)(cfg->B * cfg->T * t->micro_total) / (res->mean_ms / 1e3);
+        res->tokens_per_s =
+            (double)(cfg->data.B * cfg->data.T * t->micro_total) / (res->mean_ms / 1e3);
         res->mfu = t->flops_per_step / (res->mean_ms / 1e3) / (t->peak * 1e9);
     }
     res->peak_rss = kiln_peak_rss();

@@ -1,4 +1,4 @@
-/* Uneven ranks chosen from measured step times (kiln_train_config.rank_batches_auto): after
+/* Uneven ranks chosen from measured step times (dist.rank_batches_auto): after
  * that many steps every rank's busy time per micro-batch (its step less the communication it
  * waited for) goes to every rank, and the step's micro-batches are split again in inverse
  * proportion to it, each rank at least one. The global batch stays what it was, so the run
@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "train/trainer_elastic.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
 /* counts[0..world) summing to M, proportional to 1/ms, each >= 1: each rank its ideal share
@@ -65,8 +66,12 @@ static kiln_status reopen_loaders(kiln_trainer *t, const int64_t *counts, int64_
     kiln_loader **fresh = calloc((size_t)counts[t->rank], sizeof *fresh);
     if (!fresh)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the loaders");
-    kiln_loader_config lc = {.path = c->train_path, .B = c->B, .T = c->T, .world = (int)total,
-                             .seed = c->seed, .shuffle = 1};
+    kiln_loader_config lc = {.path = c->data.train_path,
+                             .B = c->data.B,
+                             .T = c->data.T,
+                             .world = (int)total,
+                             .seed = c->seed,
+                             .shuffle = 1};
     kiln_status s = KILN_OK;
     for (int64_t m = 0; s == KILN_OK && m < counts[t->rank]; m++) {
         lc.rank = (int)(offset + m);
@@ -92,19 +97,19 @@ static kiln_status reopen_loaders(kiln_trainer *t, const int64_t *counts, int64_
     t->micro = counts[t->rank];
     for (int r = 0; r < t->world; r++)
         t->rank_batches[r] = counts[r];
-    t->flops_per_step = kiln_gpt_flops_per_token(kiln_gpt_get_config(t->model), c->T) *
-                        (double)(c->B * c->T) * (double)t->micro;
+    t->flops_per_step = kiln_gpt_flops_per_token(kiln_gpt_get_config(t->model), c->data.T) *
+                        (double)(c->data.B * c->data.T) * (double)t->micro;
     return KILN_OK;
 }
 
 kiln_status kiln__trainer_balance(kiln_trainer *t, const kiln_step_info *mt) {
     const kiln_train_config *c = &t->cfg;
-    if (c->rank_batches_auto <= 0 || t->world <= 1 || t->balanced || !t->rank_batches)
+    if (c->dist.rank_batches_auto <= 0 || t->world <= 1 || t->balanced || !t->rank_batches)
         return KILN_OK;
     /* the first step of this process warms caches: left out */
     if (mt->step > t->resumed_step + 1)
         t->balance_ms += mt->ms - mt->comm_ms * (1.0 - mt->comm_hidden);
-    if (mt->step < t->resumed_step + c->rank_batches_auto)
+    if (mt->step < t->resumed_step + c->dist.rank_batches_auto)
         return KILN_OK;
     t->balanced = 1;
     int64_t timed = mt->step - t->resumed_step - 1;
@@ -129,14 +134,15 @@ kiln_status kiln__trainer_balance(kiln_trainer *t, const kiln_step_info *mt) {
                     (int64_t)st.position;
         s = reopen_loaders(t, counts, k);
     }
-    if (s == KILN_OK && c->log) {
-        fprintf(c->log, "uneven ranks after step %lld: busy ms per micro-batch", (long long)mt->step);
+    if (s == KILN_OK && c->metrics.log) {
+        fprintf(c->metrics.log, "uneven ranks after step %lld: busy ms per micro-batch",
+                (long long)mt->step);
         for (int r = 0; r < t->world; r++)
-            fprintf(c->log, "%s rank %d %.1f", r ? "," : "", r, ms[r]);
-        fprintf(c->log, "; micro-batches a step %s", changed ? "now" : "kept at");
+            fprintf(c->metrics.log, "%s rank %d %.1f", r ? "," : "", r, ms[r]);
+        fprintf(c->metrics.log, "; micro-batches a step %s", changed ? "now" : "kept at");
         for (int r = 0; r < t->world; r++)
-            fprintf(c->log, "%s%lld", r ? "," : " ", (long long)t->rank_batches[r]);
-        fprintf(c->log, " (%lld in all, the same batch)\n", (long long)t->micro_total);
+            fprintf(c->metrics.log, "%s%lld", r ? "," : " ", (long long)t->rank_batches[r]);
+        fprintf(c->metrics.log, " (%lld in all, the same batch)\n", (long long)t->micro_total);
     }
     if (s == KILN_OK && t->metrics) {
         char line[512];
@@ -146,10 +152,21 @@ kiln_status kiln__trainer_balance(kiln_trainer *t, const kiln_step_info *mt) {
             at += snprintf(line + at, sizeof line - (size_t)at, "%s%lld", r ? ", " : "",
                            (long long)t->rank_batches[r]);
         snprintf(line + at, sizeof line - (size_t)at, "]}");
-        kiln__metrics_line(t->metrics, line, c->log);
+        kiln__metrics_line(t->metrics, line, c->metrics.log);
     }
     free(all);
     free(counts);
     free(ms);
     return s;
 }
+
+/* ---- uneven ranks as a feature of the trainer (trainer_feature.h) ---- */
+
+static kiln_status balance_figures(kiln_trainer *t, kiln_step_info *mt) {
+    return kiln__trainer_balance(t, mt);
+}
+
+const kiln__feature kiln__feature_balance = {
+    .name = "uneven ranks",
+    .step_figures = balance_figures,
+};

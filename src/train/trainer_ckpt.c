@@ -20,6 +20,7 @@
 #include "train/trainer_ckpt.h"
 #include "train/trainer_data.h"
 #include "train/trainer_elastic.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
 /* The slabs of this rank's optimizer file, in the order they are written. */
@@ -127,8 +128,8 @@ void kiln__ckpt_remove_folder(const char *path) {
 /* Rank 0, first: the checkpoint folder exists (again, if removed under the run), a temporary
  * folder of this run's from a write that failed is gone, and the new one is empty. */
 static kiln_status prepare_folder(kiln_trainer *t, const char *tmp) {
-    KILN_CHECK(make_dir(t->cfg.checkpoint_dir));
-    (void)kiln__sync_parent(t->cfg.checkpoint_dir); /* a new folder's own entry is durable */
+    KILN_CHECK(make_dir(t->cfg.checkpoint.dir));
+    (void)kiln__sync_parent(t->cfg.checkpoint.dir); /* a new folder's own entry is durable */
     kiln__ckpt_remove_folder(tmp);
     KILN_CHECK(make_dir(tmp));
     return KILN_OK;
@@ -139,7 +140,7 @@ static kiln_status prepare_folder(kiln_trainer *t, const char *tmp) {
  * with part of its files. */
 static void retire_folder(kiln_trainer *t, const char *path, int64_t step) {
     char gone[KILN__CKPT_PATH];
-    snprintf(gone, sizeof gone, "%s/.step_%08lld.gone.%ld", t->cfg.checkpoint_dir, (long long)step,
+    snprintf(gone, sizeof gone, "%s/.step_%08lld.gone.%ld", t->cfg.checkpoint.dir, (long long)step,
              t->ckpt_owner);
     kiln__ckpt_remove_folder(gone);
     if (rename(path, gone) == 0)
@@ -167,7 +168,7 @@ static long hidden_owner(const char *name) {
 }
 
 static int loaders_of(const kiln_trainer *t, int r) {
-    return t->cfg.rank_batches ? (int)t->cfg.rank_batches[r] : 1;
+    return t->cfg.dist.rank_batches ? (int)t->cfg.dist.rank_batches[r] : 1;
 }
 
 static void put_hex(cJSON *o, const char *k, uint64_t v) {
@@ -203,7 +204,7 @@ static kiln_status write_state(kiln_trainer *t, const kiln__ckpt_writer *w, cons
     cJSON_AddNumberToObject(j, "step", (double)step);
     put_hex(j, "seed", t->cfg.seed);
     cJSON_AddNumberToObject(j, "world", t->world);
-    cJSON_AddNumberToObject(j, "zero", t->world > 1 ? t->cfg.dp.zero : 0);
+    cJSON_AddNumberToObject(j, "zero", t->world > 1 ? t->cfg.dist.dp.zero : 0);
     put_hex(j, "config_hash", kiln__trainer_config_hash(t, mc));
     put_hex(j, "data_hash", kiln__trainer_data_hash(t));
     kiln__ckpt_put_data(t, j); /* the tokens' checksums, shard by shard */
@@ -263,12 +264,13 @@ static kiln_status write_state(kiln_trainer *t, const kiln__ckpt_writer *w, cons
         if (hr[2])
             add_file(replicas, rname, name, hr[2], hr[3]);
     }
-    if (t->cfg.config_json) { /* config.json (write_config), checked on resume like the rest */
-        size_t n = strlen(t->cfg.config_json);
+    if (t->cfg.checkpoint
+            .config_json) { /* config.json (write_config), checked on resume like the rest */
+        size_t n = strlen(t->cfg.checkpoint.config_json);
         cJSON *c = cJSON_AddObjectToObject(j, "config_file");
         cJSON_AddStringToObject(c, "name", "config.json");
         cJSON_AddNumberToObject(c, "size", (double)n);
-        put_hex(c, "xxh3", XXH3_64bits(t->cfg.config_json, n));
+        put_hex(c, "xxh3", XXH3_64bits(t->cfg.checkpoint.config_json, n));
     }
     put_hex(j, "state_xxh3", 0); /* sealed below: state.json's own checksum */
     char *text = cJSON_Print(j);
@@ -287,14 +289,15 @@ static kiln_status write_state(kiln_trainer *t, const kiln__ckpt_writer *w, cons
     return s;
 }
 
-/* Rank 0: the run's configuration (cfg.config_json, the tool's resolved flags) beside the
- * step's other files, so that a published step folder can start the same run again. */
+/* Rank 0: the run's configuration (cfg.checkpoint.config_json, the tool's resolved flags) beside
+ * the step's other files, so that a published step folder can start the same run again. */
 static kiln_status write_config(const kiln_trainer *t, const char *tmp) {
-    if (!t->cfg.config_json)
+    if (!t->cfg.checkpoint.config_json)
         return KILN_OK;
     char path[4096];
     KILN_CHECK(kiln__ckpt_path(path, tmp, "config.json"));
-    return kiln__write_file_atomic(path, t->cfg.config_json, strlen(t->cfg.config_json));
+    return kiln__write_file_atomic(path, t->cfg.checkpoint.config_json,
+                                   strlen(t->cfg.checkpoint.config_json));
 }
 
 static int step_of_name(const char *name, int64_t *step) {
@@ -348,14 +351,14 @@ kiln_status kiln__ckpt_list(const char *dir, int64_t **steps, int *count) {
  * this run's (its lock): another writer's can only be a dead one's, except where the file
  * system gave no lock, where a folder whose writer lives on this machine is left alone. */
 static void prune(kiln_trainer *t, int64_t newest) {
-    int64_t *steps = NULL, keep = t->cfg.checkpoint_keep > 0 ? t->cfg.checkpoint_keep : 3;
+    int64_t *steps = NULL, keep = t->cfg.checkpoint.keep > 0 ? t->cfg.checkpoint.keep : 3;
     int n = 0;
-    DIR *d = opendir(t->cfg.checkpoint_dir);
+    DIR *d = opendir(t->cfg.checkpoint.dir);
     struct dirent *e;
     while (d && (e = readdir(d))) {
         char p[KILN__CKPT_PATH];
         long pid = hidden_owner(e->d_name);
-        if (pid < 0 || kiln__ckpt_path(p, t->cfg.checkpoint_dir, e->d_name) != KILN_OK)
+        if (pid < 0 || kiln__ckpt_path(p, t->cfg.checkpoint.dir, e->d_name) != KILN_OK)
             continue;
         if (!t->ckpt_locked && pid > 0 && pid != t->ckpt_owner && kill((pid_t)pid, 0) == 0)
             continue;
@@ -363,14 +366,14 @@ static void prune(kiln_trainer *t, int64_t newest) {
     }
     if (d)
         closedir(d);
-    if (kiln__ckpt_list(t->cfg.checkpoint_dir, &steps, &n) != KILN_OK)
+    if (kiln__ckpt_list(t->cfg.checkpoint.dir, &steps, &n) != KILN_OK)
         return;
     for (int i = 0; i < n - keep; i++) {
-        int64_t m = t->cfg.checkpoint_keep_every;
+        int64_t m = t->cfg.checkpoint.keep_every;
         if (steps[i] == newest || (m > 0 && steps[i] % m == 0))
             continue;
         char p[4096];
-        snprintf(p, sizeof p, "%s/" KILN__CKPT_STEP_FMT, t->cfg.checkpoint_dir,
+        snprintf(p, sizeof p, "%s/" KILN__CKPT_STEP_FMT, t->cfg.checkpoint.dir,
                  (long long)steps[i]);
         retire_folder(t, p, steps[i]);
     }
@@ -392,7 +395,7 @@ static kiln_status publish(kiln_trainer *t, const char *tmp, const char *final, 
                                strerror(errno));
     KILN_CHECK(kiln__sync_parent(final));
     char latest[4096], name[32];
-    snprintf(latest, sizeof latest, "%s/latest", t->cfg.checkpoint_dir);
+    snprintf(latest, sizeof latest, "%s/latest", t->cfg.checkpoint.dir);
     int len = snprintf(name, sizeof name, KILN__CKPT_STEP_FMT "\n", (long long)step);
     return kiln__write_file_atomic(latest, name, (size_t)len);
 }
@@ -436,7 +439,7 @@ static void warn(kiln_trainer *t, int64_t step, int own) {
         t->ckpt_first_missed = step;
         snprintf(t->ckpt_why, sizeof t->ckpt_why, "%.500s", why);
     }
-    FILE *out = t->rank == 0 ? t->cfg.log : own ? stderr : NULL;
+    FILE *out = t->rank == 0 ? t->cfg.metrics.log : own ? stderr : NULL;
     char who[32] = "";
     if (t->rank != 0)
         snprintf(who, sizeof who, "rank %d: ", t->rank);
@@ -481,11 +484,11 @@ static kiln_status publish_job(kiln_trainer *t, kiln__ckpt_writer *w, kiln_statu
     AGREE_OR_WARN(s, "to complete the checkpoint");
     published = 1;
     t->ckpt_step = step;
-    if (t->cfg.log && t->cfg.checkpoint_sync)
-        fprintf(t->cfg.log, "checkpoint: %s (step %lld) in %.0f ms\n", w->final, (long long)step,
-                kiln_time_ms() - w->started_ms);
-    else if (t->cfg.log)
-        fprintf(t->cfg.log,
+    if (t->cfg.metrics.log && t->cfg.checkpoint.sync)
+        fprintf(t->cfg.metrics.log, "checkpoint: %s (step %lld) in %.0f ms\n", w->final,
+                (long long)step, kiln_time_ms() - w->started_ms);
+    else if (t->cfg.metrics.log)
+        fprintf(t->cfg.metrics.log,
                 "checkpoint: %s (step %lld): the step paused %.0f ms to copy it; written in the "
                 "background in %.0f ms, published %.0f ms after the pause\n",
                 w->final, (long long)step, w->copy_ms, w->job.ms,
@@ -499,7 +502,7 @@ cleanup:
 }
 
 static int replicas_on(const kiln_trainer *t) {
-    return t->world > 1 ? t->cfg.checkpoint_replicas >= 0 : t->cfg.checkpoint_replicas > 0;
+    return t->world > 1 ? t->cfg.checkpoint.replicas >= 0 : t->cfg.checkpoint.replicas > 0;
 }
 
 /* buf grown to at least bytes (a multiple of 4: images travel as floats), zero-padded. */
@@ -518,11 +521,6 @@ static kiln_status grow(void **buf, size_t *cap, size_t bytes) {
     return KILN_OK;
 }
 
-static long env_num(const char *name) {
-    const char *v = getenv(name);
-    return v && v[0] ? strtol(v, NULL, 10) : 0;
-}
-
 /* The staging buffers for this checkpoint, sized (local; before any collective). */
 static kiln_status stage_alloc(kiln_trainer *t, kiln__ckpt_writer *w) {
     kiln__ckpt_job *j = &w->job;
@@ -537,7 +535,7 @@ static kiln_status stage_alloc(kiln_trainer *t, kiln__ckpt_writer *w) {
         int64_t lo = 0, hi = n;
         /* the neighbour's optimizer range: its shard with ZeRO >= 1, else the whole slab (as
          * under local SGD) */
-        if (t->dp && t->cfg.dp.zero >= 1 && t->cfg.local_steps == 0)
+        if (t->dp && t->cfg.dist.dp.zero >= 1 && t->cfg.dist.local_steps == 0)
             kiln_dp_shard_of(t->dp, left, &lo, &hi);
         j->peer_bytes = kiln__ckpt_image_bytes(l.flags, hi - lo, n, wsize);
         if (j->peer == j->image)
@@ -633,7 +631,7 @@ static kiln_status exchange_images(kiln_trainer *t, kiln__ckpt_job *j) {
 }
 
 kiln_status kiln__trainer_checkpoint_start(kiln_trainer *t) {
-    if (!t->cfg.checkpoint_dir)
+    if (!t->cfg.checkpoint.dir)
         return KILN_OK;
     if (!t->ckw)
         KILN_CHECK(kiln__ckpt_writer_create(&t->ckw));
@@ -650,27 +648,27 @@ kiln_status kiln__trainer_checkpoint_start(kiln_trainer *t) {
 
 kiln_status kiln__trainer_checkpoint(kiln_trainer *t, int64_t step) {
     const kiln_train_config *cfg = &t->cfg;
-    if (!cfg->checkpoint_dir || cfg->checkpoint_every <= 0 ||
-        (step % cfg->checkpoint_every != 0 && step != cfg->steps))
+    if (!cfg->checkpoint.dir || cfg->checkpoint.every <= 0 ||
+        (step % cfg->checkpoint.every != 0 && step != cfg->steps))
         return KILN_OK;
     KILN_CHECK(kiln__trainer_checkpoint_now(t, step));
     if (step != cfg->steps && !t->stopping)
         return KILN_OK;
     KILN_CHECK(kiln__trainer_checkpoint_poll(t, step, 1)); /* the end waits for its last one */
     /* the run's result is nowhere it was asked to be: written to a file that says so */
-    if (step == cfg->steps && t->ckpt_step != step && !cfg->save_path)
+    if (step == cfg->steps && t->ckpt_step != step && !cfg->save.path)
         return kiln__trainer_rescue_final(t, step);
     return KILN_OK;
 }
 
 kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step) {
     const kiln_train_config *cfg = &t->cfg;
-    if (!cfg->checkpoint_dir)
+    if (!cfg->checkpoint.dir)
         return KILN_OK;
     KILN_CHECK(kiln__trainer_checkpoint_poll(t, step, 1)); /* one write at a time */
     if (step == t->ckpt_step)
         return KILN_OK;
-    if (strlen(cfg->checkpoint_dir) > KILN__CKPT_PATH - 64) {
+    if (strlen(cfg->checkpoint.dir) > KILN__CKPT_PATH - 64) {
         (void)kiln_error_setf(KILN_ERR_ARG, "the checkpoint folder's path is too long");
         warn(t, step, 1);
         return KILN_OK;
@@ -683,15 +681,15 @@ kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step) {
     j->step = step;
     j->rank = t->rank;
     j->model = t->model;
-    snprintf(j->tmp, sizeof j->tmp, "%s/.step_%08lld.tmp.%ld", cfg->checkpoint_dir, (long long)step,
+    snprintf(j->tmp, sizeof j->tmp, "%s/.step_%08lld.tmp.%ld", cfg->checkpoint.dir, (long long)step,
              t->ckpt_owner);
-    snprintf(w->final, sizeof w->final, "%s/" KILN__CKPT_STEP_FMT, cfg->checkpoint_dir,
+    snprintf(w->final, sizeof w->final, "%s/" KILN__CKPT_STEP_FMT, cfg->checkpoint.dir,
              (long long)step);
-    /* tests: KILN_TEST_CHECKPOINT_{DELAY_MS,FAIL,KILL}: a slow writer; a failed write, or a
-     * killed process, at the checkpoint of that step */
-    j->delay_ms = env_num("KILN_TEST_CHECKPOINT_DELAY_MS");
-    j->fail = env_num("KILN_TEST_CHECKPOINT_FAIL") == step;
-    j->kill = env_num("KILN_TEST_CHECKPOINT_KILL") == step;
+    /* tests (trainer_fault.h): a slow writer; a failed write, or a killed process, at the
+     * checkpoint of that step */
+    j->delay_ms = t->faults.checkpoint_delay_ms;
+    j->fail = t->faults.checkpoint_fail_step == step;
+    j->kill = t->faults.checkpoint_kill_step == step;
     kiln_status s = stage_alloc(t, w);
     if (s == KILN_OK && t->rank == 0)
         s = prepare_folder(t, j->tmp);
@@ -710,7 +708,7 @@ kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step) {
     }
     w->scaler = t->scaler;
     w->copy_ms = kiln_time_ms() - w->started_ms;
-    if (cfg->checkpoint_sync) {
+    if (cfg->checkpoint.sync) {
         s = kiln__ckpt_job_write(j);
         snprintf(w->msg, sizeof w->msg, "%s", s != KILN_OK ? kiln_error_message() : "");
         return publish_job(t, w, s);
@@ -735,7 +733,7 @@ kiln_status kiln__trainer_checkpoint_poll(kiln_trainer *t, int64_t step, int wai
         return KILN_OK;
     if (!wait) {
         /* local SGD's ranks talk at their averages alone */
-        if (t->world > 1 && t->cfg.local_steps > 0 && !kiln__trainer_local_sync_due(t, step))
+        if (t->world > 1 && t->cfg.dist.local_steps > 0 && !kiln__trainer_local_sync_due(t, step))
             return KILN_OK;
         double busy = kiln__ckpt_writer_done(w, 0) ? 0.0 : 1.0;
         if (t->world > 1) /* every rank's: through the engine, counted in the step's traffic */
@@ -752,3 +750,47 @@ void kiln__trainer_checkpoint_free(kiln_trainer *t) {
     kiln__ckpt_writer_free(t->ckw);
     t->ckw = NULL;
 }
+
+/* ---- checkpoints as a feature of the trainer (trainer_feature.h) ---- */
+
+/* The resume (every file of the run still as it was), then the staging. */
+static kiln_status ckpt_init(kiln_trainer *t) {
+    KILN_CHECK(kiln__trainer_resume(t));
+    return kiln__trainer_checkpoint_start(t);
+}
+
+static kiln_status ckpt_step_sync(kiln_trainer *t, int64_t step) {
+    return kiln__trainer_checkpoint_poll(t, step, 0); /* a background write done? */
+}
+
+static kiln_status ckpt_step_end(kiln_trainer *t, const kiln_step_info *mt, int *done) {
+    (void)done;
+    return kiln__trainer_checkpoint(t, mt->step);
+}
+
+static kiln_status ckpt_save_now(kiln_trainer *t, int64_t step, const char **where) {
+    if (!t->cfg.checkpoint.dir)
+        return KILN_OK;
+    KILN_CHECK(kiln__trainer_checkpoint_now(t, step));
+    KILN_CHECK(kiln__trainer_checkpoint_poll(t, step, 1));
+    if (t->ckpt_step != step) /* the warning said why */
+        return kiln_error_setf(KILN_ERR_IO, "the checkpoint of step %lld was not written",
+                               (long long)step);
+    *where = t->cfg.checkpoint.dir;
+    return KILN_OK;
+}
+
+static void ckpt_feature_free(kiln_trainer *t) {
+    kiln__trainer_checkpoint_free(t); /* its thread reads the model's tensors */
+    kiln__trainer_ckpt_unlock(t);
+}
+
+const kiln__feature kiln__feature_checkpoint = {
+    .name = "checkpoints",
+    .start = kiln__trainer_ckpt_lock,
+    .init = ckpt_init,
+    .step_sync = ckpt_step_sync,
+    .step_end = ckpt_step_end,
+    .save_now = ckpt_save_now,
+    .free = ckpt_feature_free,
+};

@@ -34,9 +34,9 @@ static void put_split(cJSON *d, const char *name, const char *path, const kiln_l
 
 void kiln__ckpt_put_data(const kiln_trainer *t, cJSON *j) {
     cJSON *d = cJSON_AddObjectToObject(j, "data");
-    put_split(d, "train", t->cfg.train_path, t->train);
+    put_split(d, "train", t->cfg.data.train_path, t->train);
     if (t->val)
-        put_split(d, "val", t->cfg.val_path, t->val);
+        put_split(d, "val", t->cfg.data.val_path, t->val);
 }
 
 uint64_t kiln__trainer_content_hash(const kiln_trainer *t) {
@@ -95,13 +95,13 @@ static kiln_status check_split(const char *folder, const char *what, const cJSON
 kiln_status kiln__ckpt_check_data(kiln_trainer *t, const char *folder, const cJSON *j) {
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "data");
     if (!d) {
-        if (t->rank == 0 && t->cfg.log) {
-            fprintf(t->cfg.log,
+        if (t->rank == 0 && t->cfg.metrics.log) {
+            fprintf(t->cfg.metrics.log,
                     "resume: note: %s records no checksums of its data (written by an older "
                     "kiln): the token counts match this run's, the tokens themselves could not "
                     "be compared\n",
                     folder);
-            fflush(t->cfg.log);
+            fflush(t->cfg.metrics.log);
         }
         return KILN_OK;
     }
@@ -109,9 +109,9 @@ kiln_status kiln__ckpt_check_data(kiln_trainer *t, const char *folder, const cJS
         return kiln_error_setf(KILN_ERR_FORMAT, "%s/state.json: \"data\" is not an object", folder);
     const cJSON *train = cJSON_GetObjectItemCaseSensitive(d, "train");
     const cJSON *val = cJSON_GetObjectItemCaseSensitive(d, "val");
-    KILN_CHECK(check_split(folder, "training", train, t->cfg.train_path, t->train));
+    KILN_CHECK(check_split(folder, "training", train, t->cfg.data.train_path, t->train));
     if (t->val && val)
-        KILN_CHECK(check_split(folder, "validation", val, t->cfg.val_path, t->val));
+        KILN_CHECK(check_split(folder, "validation", val, t->cfg.data.val_path, t->val));
     return KILN_OK;
 }
 
@@ -123,15 +123,15 @@ kiln_status kiln__trainer_data_failed(kiln_trainer *t, kiln_status st) {
     size_t used = 0;
     /* a checkpoint being written is published: it holds a step done */
     if (kiln__trainer_checkpoint_poll(t, t->steps_done, 1) == KILN_OK && t->ckpt_step > 0 &&
-        t->cfg.checkpoint_dir)
+        t->cfg.checkpoint.dir)
         used += (size_t)snprintf(kept + used, sizeof kept - used,
                                  "; the newest checkpoint, of step %lld, is in %s",
-                                 (long long)t->ckpt_step, t->cfg.checkpoint_dir);
-    if (t->cfg.save_path && used < sizeof kept) {
+                                 (long long)t->ckpt_step, t->cfg.checkpoint.dir);
+    if (t->cfg.save.path && used < sizeof kept) {
         if (kiln__trainer_maybe_save(t, t->steps_done, 1) == KILN_OK)
             snprintf(kept + used, sizeof kept - used,
                      "; the weights of step %lld, the last good step, are saved in %s",
-                     (long long)t->steps_done, t->cfg.save_path);
+                     (long long)t->steps_done, t->cfg.save.path);
         else
             snprintf(kept + used, sizeof kept - used,
                      "; the weights of step %lld were not saved: %s", (long long)t->steps_done,

@@ -14,7 +14,7 @@
 #include "train/trainer_internal.h"
 
 void kiln__trainer_dist_setup(kiln_trainer *t) {
-    t->comm = t->cfg.comm;
+    t->comm = t->cfg.dist.comm;
     t->rank = t->comm ? kiln_comm_rank(t->comm) : 0;
     t->world = t->comm ? kiln_comm_size(t->comm) : 1;
 }
@@ -47,7 +47,7 @@ kiln_status kiln__trainer_agree_stop(kiln_trainer *t, int64_t step, int local, i
         return KILN_OK;
     /* local SGD's ranks do not talk between averages (no waiting for the slowest): they
      * agree at the averages alone, and a stop waits for the next one */
-    if (t->cfg.local_steps > 0 && !kiln__trainer_local_sync_due(t, step)) {
+    if (t->cfg.dist.local_steps > 0 && !kiln__trainer_local_sync_due(t, step)) {
         *stop = 0;
         return KILN_OK;
     }
@@ -146,10 +146,10 @@ kiln_status kiln__trainer_shared_slabs(kiln_trainer *t) {
     const kiln_train_config *c = &t->cfg;
     /* ZeRO 2 and 3 map slabs that give pages back (not shared memory's way), and one
      * process has nobody to share with */
-    if (t->world <= 1 || c->dp.zero >= 2 || t->staged || !kiln_comm_shares_memory(t->comm))
+    if (t->world <= 1 || c->dist.dp.zero >= 2 || t->staged || !kiln_comm_shares_memory(t->comm))
         return KILN_OK; /* (a GPU's slabs are its own memory) */
     KILN_CHECK(kiln__trainer_agree(t, KILN_OK, "to start")); /* before its model */
-    t->cfg.model_opt.slabs = (kiln_slab_allocator){shared_slab, shared_slab_free, t};
+    t->cfg.compute.model_opt.slabs = (kiln_slab_allocator){shared_slab, shared_slab_free, t};
     t->shared_slabs = 1;
     return KILN_OK;
 }
@@ -157,13 +157,13 @@ kiln_status kiln__trainer_shared_slabs(kiln_trainer *t) {
 /* ---- one copy of the weights for the machine's ranks (ZeRO 1) ---- */
 
 static int common_weights_possible(const kiln_train_config *c, int world) {
-    return world > 1 && c->dp.zero == 1 && c->comm && kiln_comm_shares_memory(c->comm) &&
-           c->local_steps <= 0 && c->prune_sparsity <= 0.0 && c->qat_bits == 0;
+    return world > 1 && c->dist.dp.zero == 1 && c->dist.comm &&
+           kiln_comm_shares_memory(c->dist.comm) && c->dist.local_steps <= 0 &&
+           c->compress.prune_sparsity <= 0.0 && c->compress.qat_bits == 0;
 }
 
 static int common_weights_refused(void) {
-    const char *env = getenv("KILN_COMMON_WEIGHTS");
-    return env && !strcmp(env, "0");
+    return kiln__trainer_faults_get()->separate_weights;
 }
 
 int kiln__trainer_common_weights_apply(const kiln_train_config *c, int world) {
@@ -173,9 +173,9 @@ int kiln__trainer_common_weights_apply(const kiln_train_config *c, int world) {
 kiln_status kiln__trainer_common_weights(kiln_trainer *t) {
     if (!t->shared_slabs || !common_weights_possible(&t->cfg, t->world))
         return KILN_OK;
-    /* every rank decides alike only if every rank read the same environment: agree on it,
+    /* every rank decides alike only if every rank was given the same switch: agree on it,
      * since the allocation below is collective */
-    float off = common_weights_refused() ? 1.0f : 0.0f;
+    float off = t->faults.separate_weights ? 1.0f : 0.0f;
     KILN_CHECK(kiln_comm_allreduce(&off, &off, 1, KILN_DTYPE_F32, KILN_REDUCE_MAX, t->comm));
     if (off > 0.0f)
         return KILN_OK;
@@ -305,7 +305,7 @@ void kiln__zero3_resident(const kiln_train_config *cfg, const kiln_gpt_config *m
      * bucket reduces last, and the buckets backward may run ahead by (kiln_dp_ready lets two
      * wait behind the one reducing while it fills the next; a bucket holds a block at least) */
     int64_t bucket =
-        cfg->dp.bucket_bytes > 0 ? cfg->dp.bucket_bytes / (int64_t)sizeof(float) : slab;
+        cfg->dist.dp.bucket_bytes > 0 ? cfg->dist.dp.bucket_bytes / (int64_t)sizeof(float) : slab;
     int64_t inflight = emb_extra + 4 * (bucket > block ? bucket : block);
     *params = (hi - lo) + (gathered < slab - (hi - lo) ? gathered : slab - (hi - lo));
     *grads = (hi - lo) + (inflight < slab - (hi - lo) ? inflight : slab - (hi - lo));
@@ -336,11 +336,13 @@ kiln_status kiln__trainer_zero3_need_all(kiln_trainer *t) {
 
 int kiln__trainer_rows_apart(const kiln_train_config *cfg, const kiln_gpt_config *mc, int world) {
     /* the rows are added on the host: not for a GPU's slabs */
-    int gpu = cfg->device && !strcmp(cfg->device, "cuda");
-    if (world <= 1 || cfg->local_steps > 0 || cfg->dp.rows_apart == 0 || gpu || mc->untied_head)
+    int gpu = cfg->compute.device && !strcmp(cfg->compute.device, "cuda");
+    if (world <= 1 || cfg->dist.local_steps > 0 || cfg->dist.dp.rows_apart == 0 || gpu ||
+        mc->untied_head)
         return 0;
     int64_t vp = mc->padded_vocab_size ? mc->padded_vocab_size : mc->vocab_size;
-    return cfg->dp.rows_apart > 0 || (int64_t)(world - 1) * cfg->B * cfg->T * 4 <= vp;
+    return cfg->dist.dp.rows_apart > 0 ||
+           (int64_t)(world - 1) * cfg->data.B * cfg->data.T * 4 <= vp;
 }
 
 kiln_status kiln__trainer_dist_start(kiln_trainer *t) {
@@ -357,7 +359,7 @@ kiln_status kiln__trainer_dist_start(kiln_trainer *t) {
         goto done;
     }
     if (t->staged)
-        t->cfg.dp.rows_apart = 0; /* the rows are added on the host */
+        t->cfg.dist.dp.rows_apart = 0; /* the rows are added on the host */
     t->rows_apart = kiln__trainer_rows_apart(&t->cfg, kiln_gpt_get_config(t->model), t->world);
     int k = t->rows_apart ? kiln_gpt_grad_ranges_apart(t->model, lo, hi, MAXR)
                           : kiln_gpt_grad_ranges(t->model, lo, hi, MAXR);
@@ -370,19 +372,19 @@ kiln_status kiln__trainer_dist_start(kiln_trainer *t) {
                       MPI's non-blocking ones) as backward reports each bucket */
         KILN_CHECK_GOTO(s,
                         kiln_dp_create_queued(&t->dp, t->dcomm ? t->dcomm : t->comm, t->comm,
-                                              &t->cfg.dp, n, lo, hi, k),
+                                              &t->cfg.dist.dp, n, lo, hi, k),
                         done);
     else
-        KILN_CHECK_GOTO(s, kiln_dp_create(&t->dp, t->comm, &t->cfg.dp, n, lo, hi, k), done);
+        KILN_CHECK_GOTO(s, kiln_dp_create(&t->dp, t->comm, &t->cfg.dist.dp, n, lo, hi, k), done);
     kiln_gpt_set_grad_ready(t->model, grad_ready, t->dp);
     if (t->rows_apart)
         KILN_CHECK_GOTO(s,
-                        kiln_dp_rows_reserve(t->dp, t->cfg.B * t->cfg.T,
+                        kiln_dp_rows_reserve(t->dp, t->cfg.data.B * t->cfg.data.T,
                                              kiln_gpt_get_config(t->model)->n_embd,
                                              kiln_gpt_dtype(t->model)),
                         done);
     kiln_dp_shard(t->dp, &t->shard_lo, &t->shard_hi);
-    if (t->cfg.dp.zero == 3) {
+    if (t->cfg.dist.dp.zero == 3) {
         t->zero3 = 1;
         t->nparts = kiln_gpt_config_blocks(kiln_gpt_get_config(t->model)) + 2; /* the
                                                         embeddings, the blocks, ln_f */
@@ -437,7 +439,7 @@ static const char *recompute_label(int v) {
 }
 
 int64_t kiln__trainer_global_batch(const kiln_trainer *t) {
-    return t->cfg.B * t->micro_total;
+    return t->cfg.data.B * t->micro_total;
 }
 
 int kiln__trainer_config_items(const kiln_trainer *t, const kiln_gpt_config *mc,
@@ -466,11 +468,11 @@ int kiln__trainer_config_items(const kiln_trainer *t, const kiln_gpt_config *mc,
         ITEM_F("the rotary base", kiln_gpt_config_rope_theta(mc));
         ITEM_I("an untied head", mc->untied_head);
     }
-    ITEM_I("--seq", c->T);
+    ITEM_I("--seq", c->data.T);
     ITEM_I("the global batch (sequences per step)", kiln__trainer_global_batch(t));
-    ITEM_I("--eval-every", c->eval_every);
-    ITEM_I("--eval-batches", c->eval_batches);
-    ITEM_I("--val-data (given or not)", !!c->val_path);
+    ITEM_I("--eval-every", c->data.eval_every);
+    ITEM_I("--eval-batches", c->data.eval_batches);
+    ITEM_I("--val-data (given or not)", !!c->data.val_path);
     ITEM_E("--optimizer", c->optim.kind, optim_label);
     ITEM_F("--beta1", c->optim.beta1);
     ITEM_F("--beta2", c->optim.beta2);
@@ -486,19 +488,19 @@ int kiln__trainer_config_items(const kiln_trainer *t, const kiln_gpt_config *mc,
     ITEM_I("--warmup", t->sched.warmup_steps);
     ITEM_F("--grad-clip", c->grad_clip);
     out[n++] = (kiln__config_item){.name = "--seed", .kind = KILN__ITEM_HEX, .u = c->seed};
-    ITEM_E("--precision", c->model_opt.dtype, dtype_label);
-    ITEM_E("--recompute", c->model_opt.recompute, recompute_label);
-    ITEM_I("--fuse-gelu", c->model_opt.fuse_gelu);
-    ITEM_I("--fuse-residual-ln", c->model_opt.fuse_residual_ln);
-    ITEM_I("--classifier-chunk", c->model_opt.classifier_chunk);
-    ITEM_I("--stochastic-rounding", c->stochastic_rounding);
-    ITEM_F("--loss-scale", c->loss_scaler.scale);
-    ITEM_I("the loss scaler's interval", c->loss_scaler.interval);
-    ITEM_E("--save-dtype", c->save_dtype, dtype_label);
-    ITEM_I("--inject-nonfinite", c->inject_nonfinite_step);
-    ITEM_I("--local-steps", c->local_steps);
-    ITEM_F("--outer-lr", c->outer_lr);
-    ITEM_F("--outer-momentum", c->outer_momentum);
+    ITEM_E("--precision", c->compute.model_opt.dtype, dtype_label);
+    ITEM_E("--recompute", c->compute.model_opt.recompute, recompute_label);
+    ITEM_I("--fuse-gelu", c->compute.model_opt.fuse_gelu);
+    ITEM_I("--fuse-residual-ln", c->compute.model_opt.fuse_residual_ln);
+    ITEM_I("--classifier-chunk", c->compute.model_opt.classifier_chunk);
+    ITEM_I("--stochastic-rounding", c->compute.stochastic_rounding);
+    ITEM_F("--loss-scale", c->compute.loss_scaler.scale);
+    ITEM_I("the loss scaler's interval", c->compute.loss_scaler.interval);
+    ITEM_E("--save-dtype", c->save.dtype, dtype_label);
+    ITEM_I("--inject-nonfinite", t->faults.nonfinite_step);
+    ITEM_I("--local-steps", c->dist.local_steps);
+    ITEM_F("--outer-lr", c->dist.outer_lr);
+    ITEM_F("--outer-momentum", c->dist.outer_momentum);
 #undef ITEM_I
 #undef ITEM_E
 #undef ITEM_F
@@ -522,12 +524,13 @@ uint64_t kiln__trainer_config_hash(const kiln_trainer *t, const kiln_gpt_config 
 uint64_t kiln__trainer_split_hash(const kiln_trainer *t) {
     const kiln_train_config *c = &t->cfg;
     hasher h = {.n = 0};
-    put_i(&h, t->world), put_i(&h, c->B), put_i(&h, c->grad_accum);
-    put_i(&h, c->rank_batches
-                  ? (int64_t)XXH3_64bits(c->rank_batches, (size_t)t->world * sizeof(int64_t))
+    put_i(&h, t->world), put_i(&h, c->data.B), put_i(&h, c->data.grad_accum);
+    put_i(&h, c->dist.rank_batches
+                  ? (int64_t)XXH3_64bits(c->dist.rank_batches, (size_t)t->world * sizeof(int64_t))
                   : -1);
     put_i(&h, c->steps), put_i(&h, t->sched.total_steps);
-    put_i(&h, c->dp.zero), put_i(&h, c->dp.bucket_bytes), put_i(&h, c->dp.reduce_dtype);
+    put_i(&h, c->dist.dp.zero), put_i(&h, c->dist.dp.bucket_bytes),
+        put_i(&h, c->dist.dp.reduce_dtype);
     put_i(&h, t->rows_apart);
     return XXH3_64bits(h.v, (size_t)h.n * sizeof h.v[0]);
 }
@@ -554,8 +557,9 @@ typedef struct data_record {
 static kiln_status data_differ(kiln_trainer *t) {
     data_record mine = {kiln__trainer_data_hash(t), kiln_loader_content_hash(t->train),
                         t->val ? kiln_loader_content_hash(t->val) : 0, "", ""};
-    snprintf(mine.train_path, DATA_NAME, "%s", t->cfg.train_path ? t->cfg.train_path : "");
-    snprintf(mine.val_path, DATA_NAME, "%s", t->cfg.val_path ? t->cfg.val_path : "");
+    snprintf(mine.train_path, DATA_NAME, "%s",
+             t->cfg.data.train_path ? t->cfg.data.train_path : "");
+    snprintf(mine.val_path, DATA_NAME, "%s", t->cfg.data.val_path ? t->cfg.data.val_path : "");
     data_record *all = calloc((size_t)t->world, sizeof *all);
     int64_t *counts = calloc((size_t)t->world, sizeof *counts);
     kiln_status s = KILN_OK;
@@ -685,7 +689,7 @@ kiln_status kiln__trainer_dist_sync(kiln_trainer *t, double *loss, double *sumsq
         *loss /= (double)t->micro_total;
         return KILN_OK;
     }
-    if (t->cfg.local_steps > 0) { /* local SGD: this rank's own gradients, loss and norm */
+    if (t->cfg.dist.local_steps > 0) { /* local SGD: this rank's own gradients, loss and norm */
         if (inject)
             be->copy(be, g, &inf, sizeof inf, KILN_COPY_TO_DEVICE);
         *sumsq = be->sumsq(be, KILN_DTYPE_F32, g, kiln_gpt_slab_len(t->model));
@@ -780,22 +784,22 @@ kiln_status kiln__trainer_gather_master_into(kiln_trainer *t, float *full) {
 
 kiln_status kiln__trainer_local_start(kiln_trainer *t) {
     const kiln_train_config *c = &t->cfg;
-    if (c->local_steps < 0)
+    if (c->dist.local_steps < 0)
         return kiln_error_setf(KILN_ERR_CONFIG, "local steps must be >= 0");
-    if (c->local_steps == 0)
+    if (c->dist.local_steps == 0)
         return KILN_OK;
-    if (c->dp.zero != 0)
+    if (c->dist.dp.zero != 0)
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "local SGD keeps a whole optimizer on every rank: it needs ZeRO 0, "
                                "not %d",
-                               c->dp.zero);
-    if (!(c->outer_lr > 0.0f && c->outer_lr <= 2.0f) ||
-        !(c->outer_momentum >= 0.0f && c->outer_momentum < 1.0f))
+                               c->dist.dp.zero);
+    if (!(c->dist.outer_lr > 0.0f && c->dist.outer_lr <= 2.0f) ||
+        !(c->dist.outer_momentum >= 0.0f && c->dist.outer_momentum < 1.0f))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "the outer learning rate must be in (0, 2] and the outer momentum "
                                "in [0, 1) (got %g, %g)",
-                               (double)c->outer_lr, (double)c->outer_momentum);
-    if (t->world <= 1 || (c->outer_lr == 1.0f && c->outer_momentum == 0.0f))
+                               (double)c->dist.outer_lr, (double)c->dist.outer_momentum);
+    if (t->world <= 1 || (c->dist.outer_lr == 1.0f && c->dist.outer_momentum == 0.0f))
         return KILN_OK; /* plain averaging keeps nothing */
     int64_t n = kiln_gpt_slab_len(t->model);
     t->outer_weights = malloc((size_t)n * sizeof(float));
@@ -814,7 +818,7 @@ kiln_status kiln__trainer_local_start(kiln_trainer *t) {
 }
 
 int kiln__trainer_local_sync_due(const kiln_trainer *t, int64_t step) {
-    return t->world > 1 && (step % t->cfg.local_steps == 0 || step == t->cfg.steps);
+    return t->world > 1 && (step % t->cfg.dist.local_steps == 0 || step == t->cfg.steps);
 }
 
 kiln_status kiln__trainer_outer_step(kiln_trainer *t) {
@@ -825,7 +829,7 @@ kiln_status kiln__trainer_outer_step(kiln_trainer *t) {
     if (t->outer_weights) {
         /* DiLoCo: outer gradient d = w - avg; v = mu v + d; w -= lr (d + mu v) (Nesterov) */
         float *w = t->outer_weights, *v = t->outer_velocity;
-        float mu = t->cfg.outer_momentum, lr = t->cfg.outer_lr;
+        float mu = t->cfg.dist.outer_momentum, lr = t->cfg.dist.outer_lr;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++) {
             float d = w[i] - x[i];

@@ -25,14 +25,14 @@ void kiln__ckpt_put_run(const kiln_trainer *t, cJSON *j) {
     const kiln_train_config *cfg = &t->cfg;
     cJSON *r = cJSON_AddObjectToObject(j, "run");
     cJSON_AddNumberToObject(r, "steps", (double)cfg->steps);
-    cJSON_AddNumberToObject(r, "batch", (double)cfg->B);
-    cJSON_AddNumberToObject(r, "grad_accum", (double)cfg->grad_accum);
+    cJSON_AddNumberToObject(r, "batch", (double)cfg->data.B);
+    cJSON_AddNumberToObject(r, "grad_accum", (double)cfg->data.grad_accum);
     cJSON_AddNumberToObject(r, "micro_batches", (double)t->micro_total);
     cJSON_AddNumberToObject(r, "global_batch", (double)kiln__trainer_global_batch(t));
-    if (cfg->rank_batches) {
+    if (cfg->dist.rank_batches) {
         cJSON *a = cJSON_AddArrayToObject(r, "rank_batches");
         for (int k = 0; k < t->world; k++)
-            cJSON_AddItemToArray(a, cJSON_CreateNumber((double)cfg->rank_batches[k]));
+            cJSON_AddItemToArray(a, cJSON_CreateNumber((double)cfg->dist.rank_batches[k]));
     }
     cJSON_AddNumberToObject(r, "lr_total_steps", (double)t->sched.total_steps);
     cJSON_AddBoolToObject(r, "lr_total_fixed", cfg->lr.total_steps > 0);

@@ -12,23 +12,24 @@
 #include "kiln/core.h"
 #include "train/metrics.h"
 #include "train/trainer_ckpt.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
 kiln_status kiln__trainer_guard_init(kiln_trainer *t) {
     const kiln_train_config *c = &t->cfg;
-    if (c->guard_max_bad < 1 || c->guard_max_rollbacks < 0 || c->nskip_batches < 0 ||
-        c->nskip_batches > KILN_TRAIN_MAX_SKIPS)
+    if (c->guard.max_bad < 1 || c->guard.max_rollbacks < 0 || c->data.nskip_batches < 0 ||
+        c->data.nskip_batches > KILN_TRAIN_MAX_SKIPS)
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "the guard's bad steps in a row must be >= 1 and its rollbacks >= 0, and at most %d "
                                "ranges of batches may be skipped",
                                KILN_TRAIN_MAX_SKIPS);
-    for (int i = 0; i < c->nskip_batches; i++) {
-        if (c->skip_batches[i].step < 1 || c->skip_batches[i].count < 1)
+    for (int i = 0; i < c->data.nskip_batches; i++) {
+        if (c->data.skip_batches[i].step < 1 || c->data.skip_batches[i].count < 1)
             return kiln_error_setf(KILN_ERR_CONFIG,
                                    "a range of skipped batches needs a step >= 1 and a count >= 1");
-        t->skips[t->nskips++] = c->skip_batches[i];
+        t->skips[t->nskips++] = c->data.skip_batches[i];
     }
-    return kiln__guard_init(&t->guard, c->guard_window, c->guard_z);
+    return kiln__guard_init(&t->guard, c->guard.window, c->guard.z);
 }
 
 /* The steps' batches skipped at the start of `step` (the data of the steps that went bad
@@ -41,29 +42,30 @@ kiln_status kiln__trainer_guard_skip_batches(kiln_trainer *t, int64_t step) {
             kiln_loader *ld = t->micro_loaders ? t->micro_loaders[k % t->micro] : t->train;
             KILN_CHECK(kiln_loader_next(ld, t->inputs, t->targets));
         }
-        if (t->cfg.log)
-            fprintf(t->cfg.log, "guard: step %lld skips %lld step(s) of batches\n",
+        if (t->cfg.metrics.log)
+            fprintf(t->cfg.metrics.log, "guard: step %lld skips %lld step(s) of batches\n",
                     (long long)step, (long long)t->skips[i].count);
     }
     return KILN_OK;
 }
 
-/* Tests: a spike injected at the first visit of steps [inject_spike_step, + count): this
+/* Tests: a spike injected at the first visit of steps [spike_step, + count): this
  * rank's part of the gradients times 100, the loss times 4 (a rollback that comes back to the
  * step finds its data skipped, so the fault does not come back either). */
 void kiln__trainer_guard_inject(kiln_trainer *t, int64_t step, double *loss, double *sumsq) {
     const kiln_train_config *c = &t->cfg;
-    if (c->inject_spike_step <= 0 || step < c->inject_spike_step ||
-        step >= c->inject_spike_step + (c->inject_spike_count > 0 ? c->inject_spike_count : 1) ||
+    const kiln__trainer_faults *f = &t->faults;
+    if (f->spike_step <= 0 || step < f->spike_step ||
+        step >= f->spike_step + (f->spike_count > 0 ? f->spike_count : 1) ||
         step <= t->high_water)
         return;
     kiln_backend *be = kiln_gpt_backend(t->model);
     int64_t lo = 0, hi = kiln_gpt_slab_len(t->model);
-    if (t->dp && !c->local_steps)
+    if (t->dp && !c->dist.local_steps)
         kiln_dp_shard_of(t->dp, t->rank, &lo, &hi);
     be->scale(be, kiln_gpt_grads(t->model) + lo, 100.0f, hi - lo);
     *sumsq *= 1e4;
-    if (!c->inject_spike_norm_only)
+    if (!f->spike_norm_only)
         *loss *= 4.0;
 }
 
@@ -71,7 +73,7 @@ void kiln__trainer_guard_inject(kiln_trainer *t, int64_t step, double *loss, dou
 kiln_guard_verdict kiln__trainer_guard_check(kiln_trainer *t, kiln_step_info *mt) {
     double z = 0.0;
     /* from the second step (of the run, resumed or not): its first loss is known */
-    float margin = t->cfg.guard_ceiling;
+    float margin = t->cfg.guard.ceiling;
     t->guard.ceiling = margin > 0.0f && t->steps_done > 0 && isfinite(t->first_loss)
                            ? (double)t->first_loss + (double)margin
                            : 0.0;
@@ -81,7 +83,7 @@ kiln_guard_verdict kiln__trainer_guard_check(kiln_trainer *t, kiln_step_info *mt
 }
 
 static void event_line(kiln_trainer *t, const char *line) {
-    kiln__metrics_line(t->metrics, line, t->cfg.log);
+    kiln__metrics_line(t->metrics, line, t->cfg.metrics.log);
 }
 
 static void report_warnings(kiln_trainer *t, int64_t step, int warn, double ratio) {
@@ -101,8 +103,8 @@ static void report_warnings(kiln_trainer *t, int64_t step, int warn, double rati
             continue;
         char text[160], line[320];
         snprintf(text, sizeof text, kinds[i].text, ratio, (long long)t->guard.window);
-        if (t->cfg.log)
-            fprintf(t->cfg.log,
+        if (t->cfg.metrics.log)
+            fprintf(t->cfg.metrics.log,
                     "guard: early warning at step %lld: %s (a trend that often precedes "
                     "divergence: consider a lower learning rate or tighter clipping)\n",
                     (long long)step, text);
@@ -122,7 +124,7 @@ static kiln_status rollback_target(kiln_trainer *t, int64_t before, int64_t *ste
     int64_t *steps = NULL;
     int n = 0;
     *step = 0;
-    KILN_CHECK(kiln__ckpt_list(t->cfg.checkpoint_dir, &steps, &n));
+    KILN_CHECK(kiln__ckpt_list(t->cfg.checkpoint.dir, &steps, &n));
     for (int i = n - 1; i >= 0 && !*step; i--)
         if (steps[i] < before && !(t->rollbacks > 0 && steps[i] >= t->last_rollback_to))
             *step = steps[i];
@@ -138,11 +140,11 @@ static kiln_status give_up(kiln_trainer *t, const kiln_step_info *mt, const char
     int64_t good = t->first_bad - 1;
     if (good <= t->resumed_step) {
         snprintf(kept, sizeof kept, "the weights are those the run started from");
-    } else if (t->cfg.save_path) {
+    } else if (t->cfg.save.path) {
         kiln_status s = kiln__trainer_maybe_save(t, good, 1);
         if (s == KILN_OK)
             snprintf(kept, sizeof kept, "the weights of step %lld are saved in %s", (long long)good,
-                     t->cfg.save_path);
+                     t->cfg.save.path);
         else
             snprintf(kept, sizeof kept, "the weights are those of step %lld: %s", (long long)good,
                      kiln_error_message());
@@ -163,11 +165,11 @@ static kiln_status give_up(kiln_trainer *t, const kiln_step_info *mt, const char
 static kiln_status rollback(kiln_trainer *t, const kiln_step_info *mt) {
     const kiln_train_config *c = &t->cfg;
     char why[256];
-    if (!c->checkpoint_dir)
+    if (!c->checkpoint.dir)
         return give_up(t, mt, "no --checkpoint-dir to roll back to");
-    if (c->local_steps > 0)
+    if (c->dist.local_steps > 0)
         return give_up(t, mt, "local SGD's ranks do not roll back together");
-    if (t->rollbacks >= c->guard_max_rollbacks) {
+    if (t->rollbacks >= c->guard.max_rollbacks) {
         snprintf(why, sizeof why, "rolled back %lld time(s) already (the limit): the run diverges",
                  (long long)t->rollbacks);
         return give_up(t, mt, why);
@@ -178,21 +180,21 @@ static kiln_status rollback(kiln_trainer *t, const kiln_step_info *mt) {
     kiln_status s = rollback_target(t, t->first_bad, &to);
     if (s == KILN_OK && to == 0) {
         snprintf(why, sizeof why, "no checkpoint older than step %lld in %s%s",
-                 (long long)t->first_bad, c->checkpoint_dir,
+                 (long long)t->first_bad, c->checkpoint.dir,
                  t->rollbacks ? " besides the one rolled back to before" : "");
         return give_up(t, mt, why);
     }
     KILN_CHECK(kiln__trainer_agree(t, s, "to find a checkpoint to roll back to"));
     char folder[KILN__CKPT_PATH];
-    snprintf(folder, sizeof folder, "%s/" KILN__CKPT_STEP_FMT, c->checkpoint_dir, (long long)to);
+    snprintf(folder, sizeof folder, "%s/" KILN__CKPT_STEP_FMT, c->checkpoint.dir, (long long)to);
     if (t->nskips >= KILN_TRAIN_MAX_SKIPS)
         return give_up(t, mt, "too many ranges of skipped batches");
     int64_t first_bad = t->first_bad, count = mt->step - first_bad + 1;
     float first_loss = t->first_loss;
-    const char *saved = t->cfg.resume_path;
-    t->cfg.resume_path = folder;
+    const char *saved = t->cfg.checkpoint.resume_path;
+    t->cfg.checkpoint.resume_path = folder;
     s = kiln__trainer_resume(t);
-    t->cfg.resume_path = saved;
+    t->cfg.checkpoint.resume_path = saved;
     s = kiln__trainer_agree(t, s, "to roll back");
     if (s == KILN_OK)
         s = kiln__trainer_zero3_drop_all(t);
@@ -204,8 +206,8 @@ static kiln_status rollback(kiln_trainer *t, const kiln_step_info *mt) {
     t->rollbacks++;
     t->last_rollback_to = to;
     t->bad_run = 0;
-    if (c->log)
-        fprintf(c->log,
+    if (c->metrics.log)
+        fprintf(c->metrics.log,
                 "guard: %lld bad steps in a row (steps %lld-%lld, the last: %s): rolled back to "
                 "the checkpoint of step %lld; the batches of those steps are skipped when the "
                 "run comes to them\n",
@@ -260,9 +262,57 @@ kiln_status kiln__trainer_guard_after(kiln_trainer *t, const kiln_step_info *mt,
              "\"bad_in_a_row\": %lld}",
              (long long)mt->step, mt->guard, mt->guard_z, (long long)t->bad_run);
     event_line(t, line);
-    if (t->cfg.guard_max_bad == 0 || t->bad_run < t->cfg.guard_max_bad)
+    if (t->cfg.guard.max_bad == 0 || t->bad_run < t->cfg.guard.max_bad)
         return KILN_OK;
     KILN_CHECK(rollback(t, mt));
     *rolled = 1;
     return KILN_OK;
 }
+
+/* ---- the guards as a feature of the trainer (trainer_feature.h) ---- */
+
+static kiln_status guard_after_sync(kiln_trainer *t, int64_t step, double *loss, double *sumsq) {
+    kiln__trainer_guard_inject(t, step, loss, sumsq);
+    return KILN_OK;
+}
+
+/* A bad step skips its update (mt->skipped, mt->guard), except a gradient-norm spike of a
+ * clipped run (unless skip_norm_spikes): it is clipped, the update is bounded, and it
+ * applies. */
+static kiln_status guard_judge(kiln_trainer *t, kiln_step_info *mt) {
+    const kiln_train_config *cfg = &t->cfg;
+    kiln_guard_verdict v = kiln__trainer_guard_check(t, mt);
+    if (v == KILN_GUARD_NORM_SPIKE && cfg->grad_clip > 0.0f && !cfg->guard.skip_norm_spikes) {
+        mt->clipped_spike = 1; /* clipped by the update: bounded, and it applies */
+        v = KILN_GUARD_OK;
+    }
+    if (v != KILN_GUARD_OK) {
+        mt->skipped = 1;
+        mt->guard = kiln__guard_verdict_name(v);
+    }
+    return KILN_OK;
+}
+
+/* A rollback (back at an older step: its checkpoint is the one just loaded), or a bad step
+ * before the last (the weights of the last good step are saved already, or due after the
+ * streak), ends the step's end here. */
+static kiln_status guard_step_end(kiln_trainer *t, const kiln_step_info *mt, int *done) {
+    int rolled = 0;
+    KILN_CHECK(kiln__trainer_guard_after(t, mt, &rolled));
+    *done = rolled || (t->bad_run > 0 && mt->step < t->cfg.steps);
+    return KILN_OK;
+}
+
+static void guard_feature_free(kiln_trainer *t) {
+    kiln__guard_free(&t->guard);
+}
+
+const kiln__feature kiln__feature_guard = {
+    .name = "guards",
+    .init = kiln__trainer_guard_init,
+    .step_begin = kiln__trainer_guard_skip_batches,
+    .after_sync = guard_after_sync,
+    .judge = guard_judge,
+    .step_end = guard_step_end,
+    .free = guard_feature_free,
+};

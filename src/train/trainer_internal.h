@@ -9,10 +9,12 @@
 #include "kiln/train.h"
 #include "train/guard.h"
 #include "train/metrics.h"
+#include "train/trainer_fault.h"
 
 /* The trainer between steps: what kiln_trainer_create builds and every step uses. */
 struct kiln_trainer {
     kiln_train_config cfg;  /* a copy; the strings and the log in it are the caller's */
+    kiln__trainer_faults faults; /* tests' switches (trainer_fault.h), taken at the start */
     kiln_lr_schedule sched; /* cfg.lr with total_steps resolved */
     kiln_loader *train, *val;
     /* uneven ranks: this rank's micro-batches come from loaders of their own (one per
@@ -23,7 +25,7 @@ struct kiln_trainer {
     kiln_gpt *model;
     kiln_optim *opt;
     /* The backend the model and optimizer run on, and whether the trainer reaches their slabs
-     * through its copy op (staged): a GPU's memory, or the CPU's when KILN_TRAIN_HOST_STAGING=1
+     * through its copy op (staged): a GPU's memory, or the CPU's with faults.host_staging
      * (tests: the GPU trainer's copies, checked where they can run) */
     kiln_backend *be;
     int gpu, staged;
@@ -81,7 +83,7 @@ struct kiln_trainer {
     int64_t bad_run, first_bad; /* bad steps in a row now, and the first of them */
     int64_t rollbacks, last_rollback_to;
     int64_t high_water; /* the furthest step done (a rollback goes back from it) */
-    kiln_batch_skip skips[KILN_TRAIN_MAX_SKIPS]; /* cfg.skip_batches and the rollbacks' */
+    kiln_batch_skip skips[KILN_TRAIN_MAX_SKIPS]; /* cfg.data.skip_batches and the rollbacks' */
     int nskips;
     float *probe_seq; /* kiln_train_replay: per-sequence losses wanted (NULL: not) */
     /* pruning (trainer_prune.c): 1 for a weight kept, 0 for one pruned (slab length; NULL
@@ -89,7 +91,7 @@ struct kiln_trainer {
     uint8_t *prune_keep;
     char *prune_json;
     const char *prune_meta[3];
-    /* uneven ranks (trainer_balance.c): the split in force (cfg.rank_batches points at it),
+    /* uneven ranks (trainer_balance.c): the split in force (cfg.dist.rank_batches points at it),
      * whether it was chosen from measured times yet, and the busy time measured so far */
     int64_t *rank_batches;
     int balanced;
@@ -124,7 +126,8 @@ const char *const *kiln__trainer_prune_meta(kiln_trainer *t, const float *w32);
 void kiln__trainer_prune_free(kiln_trainer *t);
 
 /* ---- trainer_distill.c ---- */
-/* The teacher loaded and checked against the student (cfg.teacher_path; nothing without). */
+/* The teacher loaded and checked against the student (cfg.distill.teacher_path; nothing without).
+ */
 kiln_status kiln__trainer_distill_init(kiln_trainer *t);
 /* The teacher's forward on t->inputs, its probabilities the student's soft targets. */
 kiln_status kiln__trainer_distill_targets(kiln_trainer *t);
@@ -159,7 +162,7 @@ kiln_status kiln__trainer_sync_gradients(kiln_trainer *t, double *loss, double *
 kiln_status kiln__trainer_guard_init(kiln_trainer *t);
 /* Before `step`: the batches to skip at its start, drawn and dropped. */
 kiln_status kiln__trainer_guard_skip_batches(kiln_trainer *t, int64_t step);
-/* Tests: the injected spike of cfg.inject_spike_step, on this step's figures and gradients. */
+/* Tests: the injected spike of faults.spike_step, on this step's figures and gradients. */
 void kiln__trainer_guard_inject(kiln_trainer *t, int64_t step, double *loss, double *sumsq);
 /* The verdict on mt's loss and grad_norm (mt->guard_z set); KILN_GUARD_OK: update. */
 kiln_guard_verdict kiln__trainer_guard_check(kiln_trainer *t, kiln_step_info *mt);
@@ -176,8 +179,8 @@ kiln_status kiln__trainer_checkpoint(kiln_trainer *t, int64_t step);
  * written or resumed from is of this step. The same warning and KILN_OK when a write fails:
  * the caller compares ckpt_step with step. */
 kiln_status kiln__trainer_checkpoint_now(kiln_trainer *t, int64_t step);
-/* cfg.resume_path's checkpoint into the trainer (after its weights and optimizer exist, before
- * any file of the run is written); every rank reads the files itself. */
+/* cfg.checkpoint.resume_path's checkpoint into the trainer (after its weights and optimizer exist,
+ * before any file of the run is written); every rank reads the files itself. */
 kiln_status kiln__trainer_resume(kiln_trainer *t);
 /* At a step's end while a checkpoint is written in the background: whether every rank's
  * writer is done (a MIN all-reduce), and if so the checkpoint published. wait: wait for it
@@ -201,7 +204,7 @@ void kiln__trainer_ckpt_unlock(kiln_trainer *t);
 
 
 /* ---- trainer_dist.c ---- */
-/* Rank and world from cfg.comm; no communication. */
+/* Rank and world from cfg.dist.comm; no communication. */
 void kiln__trainer_dist_setup(kiln_trainer *t);
 /* After every rank's own start (local: its status): all ranks learn whether any failed, so
  * that none goes on to wait for the others in a collective. Returns local when it failed,
@@ -218,7 +221,8 @@ kiln_status kiln__trainer_gpu_ranks(kiln_trainer *t);
 /* Whether a run of cfg on world ranks keeps one copy of the working weights for the machine
  * (kiln_comm_alloc_common): ZeRO 1 with shared slabs, where nothing but each rank's
  * optimizer writes the weights after the start (no local SGD, pruning or fake quantization,
- * whose passes read and write all of them on every rank), unless KILN_COMMON_WEIGHTS=0. */
+ * whose passes read and write all of them on every rank), unless the tests' separate_weights
+ * switch (trainer_fault.h) is set. */
 int kiln__trainer_common_weights_apply(const kiln_train_config *cfg, int world);
 /* After every rank's start was agreed and checked: the working weights moved into that one
  * copy, each rank writing its own shard of it; collective. */
@@ -252,7 +256,7 @@ kiln_status kiln__trainer_gather_master(kiln_trainer *t, float **full);
 kiln_status kiln__trainer_gather_master_into(kiln_trainer *t, float *full); /* n floats */
 /* Local SGD: whether this step averages (every local_steps, and the last). */
 int kiln__trainer_local_sync_due(const kiln_trainer *t, int64_t step);
-/* Local SGD's average of the weights, or DiLoCo's outer step (cfg.outer_lr, momentum). */
+/* Local SGD's average of the weights, or DiLoCo's outer step (cfg.dist.outer_lr, momentum). */
 kiln_status kiln__trainer_outer_step(kiln_trainer *t);
 kiln_status kiln__trainer_local_start(kiln_trainer *t);
 /* ZeRO 3: every part's gathered weights dropped (after the update made them stale). */

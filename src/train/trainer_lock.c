@@ -72,7 +72,7 @@ static kiln_status write_owner(kiln_trainer *t, int fd) {
 /* Rank 0: the folder made, its lock taken (or a reason the run goes on without one, in
  * *unlocked). */
 static kiln_status take(kiln_trainer *t, char *unlocked, size_t cap) {
-    const char *dir = t->cfg.checkpoint_dir;
+    const char *dir = t->cfg.checkpoint.dir;
     int err = 0;
     unlocked[0] = '\0';
     kiln_status s = kiln__make_dirs(dir, "the checkpoint folder", &err, &t->ckpt_dir_made);
@@ -121,11 +121,13 @@ static kiln_status take(kiln_trainer *t, char *unlocked, size_t cap) {
         }
         char text[512];
         read_text(fd, text, sizeof text);
-        if (text[0] && t->cfg.log) { /* an owner that died without ending */
+        if (text[0] && t->cfg.metrics.log) { /* an owner that died without ending */
             char who[400];
             describe_owner(text, who, sizeof who);
-            fprintf(t->cfg.log, "checkpoint folder %s: taking over the lock of %s, which ended "
-                                "without releasing it\n", dir, who);
+            fprintf(t->cfg.metrics.log,
+                    "checkpoint folder %s: taking over the lock of %s, which ended "
+                    "without releasing it\n",
+                    dir, who);
         }
         if (write_owner(t, fd) != KILN_OK) /* the lock holds; only the owner's name is missing */
             fprintf(stderr, "kiln: warning: cannot write the owner into %s: %s\n", path,
@@ -141,7 +143,7 @@ static kiln_status take(kiln_trainer *t, char *unlocked, size_t cap) {
 
 kiln_status kiln__trainer_ckpt_lock(kiln_trainer *t) {
     t->ckpt_owner = (long)getpid();
-    if (!t->cfg.checkpoint_dir)
+    if (!t->cfg.checkpoint.dir)
         return KILN_OK;
     char unlocked[1024] = "";
     kiln_status s = t->rank == 0 ? take(t, unlocked, sizeof unlocked) : KILN_OK;
@@ -165,7 +167,7 @@ kiln_status kiln__trainer_ckpt_lock(kiln_trainer *t) {
         fprintf(stderr,
                 "kiln: warning: the checkpoint folder %s is not locked (%s): make sure no other "
                 "run writes checkpoints into it\n",
-                t->cfg.checkpoint_dir, unlocked);
+                t->cfg.checkpoint.dir, unlocked);
     if (t->world > 1) { /* every rank names the temporary folders after rank 0's process */
         double owner = (double)t->ckpt_owner;
         KILN_CHECK(kiln_comm_broadcast(&owner, 2, KILN_DTYPE_F32, 0, t->comm));
@@ -183,7 +185,7 @@ void kiln__trainer_ckpt_unlock(kiln_trainer *t) {
     /* the folders this run made and left empty (a start refused later on, a run that wrote
      * no checkpoint) go again: a failed run leaves the files as they were */
     char p[KILN__CKPT_PATH];
-    snprintf(p, sizeof p, "%s", t->cfg.checkpoint_dir);
+    snprintf(p, sizeof p, "%s", t->cfg.checkpoint.dir);
     while (t->ckpt_dir_made > 0 && strlen(p) >= t->ckpt_dir_made && rmdir(p) == 0) {
         char *slash = strrchr(p, '/');
         if (!slash)

@@ -1,4 +1,4 @@
-/* Gradual magnitude pruning in the trainer (kiln_train_config.prune_*): the mask is recomputed
+/* Gradual magnitude pruning in the trainer (compress.prune_*): the mask is recomputed
  * at the schedule's steps from the fp32 weights (the master copy in bf16/fp16) and applied
  * after every update, so that a pruned weight stays zero whatever the optimizer's moments
  * say. One process: the threshold is over the whole slab. */
@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kiln/compress.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
 /* The fp32 weights: the master copy, else the working weights (fp32). */
@@ -40,19 +41,22 @@ static void apply(kiln_trainer *t) {
 
 kiln_status kiln__trainer_prune_init(kiln_trainer *t) {
     const kiln_train_config *c = &t->cfg;
-    if (c->prune_sparsity == 0.0)
+    if (c->compress.prune_sparsity == 0.0)
         return KILN_OK;
-    if (!(c->prune_sparsity > 0.0 && c->prune_sparsity < 1.0) || c->prune_start < 1 ||
-        c->prune_end < c->prune_start || c->prune_every < 1 ||
-        (c->prune_scope != KILN_PRUNE_GLOBAL && c->prune_scope != KILN_PRUNE_LAYER))
+    if (!(c->compress.prune_sparsity > 0.0 && c->compress.prune_sparsity < 1.0) ||
+        c->compress.prune_start < 1 || c->compress.prune_end < c->compress.prune_start ||
+        c->compress.prune_every < 1 ||
+        (c->compress.prune_scope != KILN_PRUNE_GLOBAL &&
+         c->compress.prune_scope != KILN_PRUNE_LAYER))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "pruning needs a sparsity in (0, 1), 1 <= start <= end and an "
                                "interval >= 1 (got %g, %lld, %lld, %lld)",
-                               c->prune_sparsity, (long long)c->prune_start,
-                               (long long)c->prune_end, (long long)c->prune_every);
+                               c->compress.prune_sparsity, (long long)c->compress.prune_start,
+                               (long long)c->compress.prune_end,
+                               (long long)c->compress.prune_every);
     if (t->world > 1)
         return kiln_error_setf(KILN_ERR_CONFIG, "pruning runs in one process (not under mpirun)");
-    if (t->steps_done < c->prune_start)
+    if (t->steps_done < c->compress.prune_start)
         return KILN_OK;
     /* resumed past the first pruning step: the pruned weights are the zeros */
     t->prune_keep = malloc((size_t)kiln_gpt_slab_len(t->model));
@@ -71,26 +75,30 @@ kiln_status kiln__trainer_prune_init(kiln_trainer *t) {
 
 kiln_status kiln__trainer_prune_step(kiln_trainer *t, int64_t step) {
     const kiln_train_config *c = &t->cfg;
-    if (c->prune_sparsity == 0.0)
+    if (c->compress.prune_sparsity == 0.0)
         return KILN_OK;
-    int due = step >= c->prune_start && step <= c->prune_end &&
-              ((step - c->prune_start) % c->prune_every == 0 || step == c->prune_end);
+    int due = step >= c->compress.prune_start && step <= c->compress.prune_end &&
+              ((step - c->compress.prune_start) % c->compress.prune_every == 0 ||
+               step == c->compress.prune_end);
     if (due) {
         if (!t->prune_keep && !(t->prune_keep = malloc((size_t)kiln_gpt_slab_len(t->model))))
             return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the pruning mask");
-        double target = kiln_prune_schedule(0.0, c->prune_sparsity, c->prune_start,
-                                            c->prune_end, step);
+        double target = kiln_prune_schedule(0.0, c->compress.prune_sparsity,
+                                            c->compress.prune_start, c->compress.prune_end, step);
         KILN_CHECK(kiln_prune_magnitude(t->model, weights32(t), target,
-                                        (kiln_prune_scope)c->prune_scope, t->prune_keep));
+                                        (kiln_prune_scope)c->compress.prune_scope, t->prune_keep));
         char line[160];
         snprintf(line, sizeof line,
                  "{\"event\": \"prune\", \"step\": %lld, \"sparsity\": %.6f, \"scope\": \"%s\"}",
-                 (long long)step, target, c->prune_scope == KILN_PRUNE_LAYER ? "layer" : "global");
-        kiln__metrics_line(t->metrics, line, c->log);
-        if (c->log)
-            fprintf(c->log, "prune: step %lld: %.1f%% of the blocks' matrices set to zero (%s)\n",
+                 (long long)step, target,
+                 c->compress.prune_scope == KILN_PRUNE_LAYER ? "layer" : "global");
+        kiln__metrics_line(t->metrics, line, c->metrics.log);
+        if (c->metrics.log)
+            fprintf(c->metrics.log,
+                    "prune: step %lld: %.1f%% of the blocks' matrices set to zero (%s)\n",
                     (long long)step, 100.0 * target,
-                    c->prune_scope == KILN_PRUNE_LAYER ? "per matrix" : "global threshold");
+                    c->compress.prune_scope == KILN_PRUNE_LAYER ? "per matrix"
+                                                                : "global threshold");
     }
     if (t->prune_keep)
         apply(t);
@@ -117,3 +125,16 @@ void kiln__trainer_prune_free(kiln_trainer *t) {
     free(t->prune_keep);
     free(t->prune_json);
 }
+
+/* ---- pruning as a feature of the trainer (trainer_feature.h) ---- */
+
+static kiln_status prune_after_update(kiln_trainer *t, int64_t step, int updated) {
+    return updated ? kiln__trainer_prune_step(t, step) : KILN_OK;
+}
+
+const kiln__feature kiln__feature_prune = {
+    .name = "pruning",
+    .init = kiln__trainer_prune_init,
+    .after_update = prune_after_update,
+    .free = kiln__trainer_prune_free,
+};

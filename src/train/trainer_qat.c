@@ -1,4 +1,4 @@
-/* Quantization-aware training (kiln_train_config.qat_bits): the optimizer keeps fp32 master
+/* Quantization-aware training (compress.qat_bits): the optimizer keeps fp32 master
  * weights (forced for fp32 runs) and after every update the working weights become the master
  * weights fake-quantized: the block matrices per output column, the tied embedding/head per
  * row, as int8 symmetric (scale max|w| / 127). Forward and backward see the quantized model;
@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "kiln/compress.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
 /* rows x cols of src (row-major), fake-quantized into dst along `per_row` rows (each row its
@@ -43,7 +44,7 @@ static void fake_quant(void *dst, kiln_dtype dt, const float *src, int64_t rows,
 }
 
 kiln_status kiln__trainer_qat_apply(kiln_trainer *t) {
-    if (t->cfg.qat_bits == 0)
+    if (t->cfg.compress.qat_bits == 0)
         return KILN_OK;
     const float *master = kiln_optim_master(t->opt);
     kiln_dtype dt = kiln_gpt_dtype(t->model);
@@ -74,12 +75,12 @@ kiln_status kiln__trainer_qat_apply(kiln_trainer *t) {
 
 kiln_status kiln__trainer_qat_init(kiln_trainer *t) {
     const kiln_train_config *c = &t->cfg;
-    if (c->qat_bits == 0)
+    if (c->compress.qat_bits == 0)
         return KILN_OK;
-    if (c->qat_bits != 8)
+    if (c->compress.qat_bits != 8)
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "quantization-aware training fakes int8 (8 bits), not %d",
-                               c->qat_bits);
+                               c->compress.qat_bits);
     KILN_CHECK(kiln_gpt_require_family(kiln_gpt_get_config(t->model), KILN_FAMILY_GPT2,
                                        "quantization-aware training"));
     if (t->world > 1)
@@ -88,8 +89,22 @@ kiln_status kiln__trainer_qat_init(kiln_trainer *t) {
                                "mpirun)");
     if (!kiln_optim_master(t->opt))
         return kiln_error_setf(KILN_ERR_CONFIG, "quantization-aware training needs master weights");
-    if (c->log)
-        fprintf(c->log, "quantization-aware training: int8 per output channel, fake-quantized "
-                        "forward and backward, fp32 master weights\n");
+    if (c->metrics.log)
+        fprintf(c->metrics.log,
+                "quantization-aware training: int8 per output channel, fake-quantized "
+                "forward and backward, fp32 master weights\n");
     return kiln__trainer_qat_apply(t);
 }
+
+/* ---- quantization-aware training as a feature of the trainer (trainer_feature.h) ---- */
+
+static kiln_status qat_after_update(kiln_trainer *t, int64_t step, int updated) {
+    (void)step;
+    return updated ? kiln__trainer_qat_apply(t) : KILN_OK;
+}
+
+const kiln__feature kiln__feature_qat = {
+    .name = "quantization-aware training",
+    .init = kiln__trainer_qat_init,
+    .after_update = qat_after_update,
+};

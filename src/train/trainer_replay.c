@@ -109,7 +109,7 @@ kiln_status kiln_train_replay(const kiln_train_config *cfg, int64_t step,
                               kiln_replay_report *r) {
     memset(r, 0, sizeof *r);
     r->prev_loss = NAN;
-    if (!cfg->resume_path)
+    if (!cfg->checkpoint.resume_path)
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "a replay needs the run's checkpoints (--resume or "
                                "--checkpoint-dir)");
@@ -118,15 +118,15 @@ kiln_status kiln_train_replay(const kiln_train_config *cfg, int64_t step,
                                                 "steps), after a checkpoint",
                                (long long)cfg->steps);
     char folder[KILN__CKPT_PATH];
-    KILN_CHECK(pick_checkpoint(cfg->resume_path, step, &r->from_step));
-    snprintf(folder, sizeof folder, "%s/" KILN__CKPT_STEP_FMT, cfg->resume_path,
+    KILN_CHECK(pick_checkpoint(cfg->checkpoint.resume_path, step, &r->from_step));
+    snprintf(folder, sizeof folder, "%s/" KILN__CKPT_STEP_FMT, cfg->checkpoint.resume_path,
              (long long)r->from_step);
     kiln_train_config c = *cfg; /* nothing of the run is written */
-    c.resume_path = folder;
-    c.metrics_path = NULL;
-    c.save_path = NULL;
-    c.checkpoint_dir = NULL;
-    c.tensorboard_dir = NULL;
+    c.checkpoint.resume_path = folder;
+    c.metrics.path = NULL;
+    c.save.path = NULL;
+    c.checkpoint.dir = NULL;
+    c.metrics.tensorboard_dir = NULL;
     c.stop_flag = NULL;
     kiln_trainer *t = NULL;
     KILN_CHECK(kiln_trainer_create(&t, &c));
@@ -137,7 +137,7 @@ kiln_status kiln_train_replay(const kiln_train_config *cfg, int64_t step,
         r->prev_loss = info.loss;
     }
     r->step = step;
-    r->nseq = t->micro * c.B;
+    r->nseq = t->micro * c.data.B;
     r->seq_loss = calloc((size_t)r->nseq, sizeof *r->seq_loss);
     if (s == KILN_OK && !r->seq_loss)
         s = kiln_error_setf(KILN_ERR_NOMEM, "out of memory");

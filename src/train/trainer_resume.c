@@ -214,18 +214,19 @@ static kiln_status check_identity(kiln_trainer *t, const char *folder, const cJS
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "%s is a checkpoint of a run on another data set (its training or "
                                "validation data differ from %s): not resumed",
-                               folder, t->cfg.train_path);
+                               folder, t->cfg.data.train_path);
     KILN_CHECK(kiln__ckpt_check_data(t, folder, j));
     ckpt_run o;
     KILN_CHECK(read_run(folder, j, &o));
     if (o.global != kiln__trainer_global_batch(t)) {
         char advice[768];
         kiln__batch_advice(advice, sizeof advice, o.global, o.world, o.B, o.micro_total, t->world,
-                           t->cfg.B, t->cfg.grad_accum, t->cfg.rank_batches ? t->micro_total : 0);
+                           t->cfg.data.B, t->cfg.data.grad_accum,
+                           t->cfg.dist.rank_batches ? t->micro_total : 0);
         return kiln_error_setf(KILN_ERR_CONFIG, "%s is a checkpoint of another global batch: %s",
                                folder, advice);
     }
-    if (t->cfg.local_steps > 0 && o.world != t->world)
+    if (t->cfg.dist.local_steps > 0 && o.world != t->world)
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "%s was written by %d rank(s) training alone between averages "
                                "(--local-steps); local SGD resumes on the same number of ranks "
@@ -301,7 +302,7 @@ static kiln_status rebuild(kiln_trainer *t, const char *folder, const cJSON *j, 
         return kiln_error_setf(KILN_ERR_FORMAT, "%s; rebuilding it from its replica failed: %s",
                                why, rwhy);
     }
-    FILE *out = t->rank == 0 ? t->cfg.log : stderr;
+    FILE *out = t->rank == 0 ? t->cfg.metrics.log : stderr;
     if (out) {
         char who[32] = "";
         if (t->rank != 0)
@@ -577,14 +578,14 @@ static kiln_status restore_optimizer(kiln_trainer *t, const rank_files *f) {
 /* Whether the checkpoint's run split the batch as this one does (the same loaders, each at the
  * same place). */
 static int same_split(const kiln_trainer *t, const ckpt_run *o, const cJSON *j) {
-    if (o->world != t->world || o->B != t->cfg.B || o->accum != t->cfg.grad_accum ||
-        o->uneven != !!t->cfg.rank_batches)
+    if (o->world != t->world || o->B != t->cfg.data.B || o->accum != t->cfg.data.grad_accum ||
+        o->uneven != !!t->cfg.dist.rank_batches)
         return 0;
     const cJSON *rb = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "run"),
                                                        "rank_batches");
-    for (int r = 0; t->cfg.rank_batches && r < t->world; r++) {
+    for (int r = 0; t->cfg.dist.rank_batches && r < t->world; r++) {
         const cJSON *v = cJSON_GetArrayItem(rb, r);
-        if (!cJSON_IsNumber(v) || (int64_t)v->valuedouble != t->cfg.rank_batches[r])
+        if (!cJSON_IsNumber(v) || (int64_t)v->valuedouble != t->cfg.dist.rank_batches[r])
             return 0;
     }
     return 1;
@@ -664,7 +665,7 @@ static kiln_status same_loaders(kiln_trainer *t, const char *folder, const cJSON
  * this one is kept; otherwise the schedule follows this run's total from the resumed step, and
  * the console says so when it is not the checkpoint's. */
 static kiln_status follow_schedule(kiln_trainer *t, const ckpt_run *o, int64_t step) {
-    FILE *log = t->cfg.log;
+    FILE *log = t->cfg.metrics.log;
     if (o->lr_fixed && t->cfg.lr.total_steps <= 0) {
         t->cfg.lr.total_steps = o->lr_total;
         t->sched.total_steps = o->lr_total;
@@ -719,17 +720,17 @@ static kiln_status restore_state(kiln_trainer *t, const char *folder, const cJSO
 /* What resuming changed, for the console: the optimizer's ranges and the data's split. */
 static void say_recut(kiln_trainer *t, const cJSON *j) {
     ckpt_run o;
-    FILE *log = t->cfg.log;
+    FILE *log = t->cfg.metrics.log;
     if (!log || read_run("", j, &o) != KILN_OK)
         return;
-    int zero = t->world > 1 ? t->cfg.dp.zero : 0;
+    int zero = t->world > 1 ? t->cfg.dist.dp.zero : 0;
     int recut = o.world != t->world || o.zero != zero, mapped = !same_split(t, &o, j);
     if (!recut && !mapped)
         return;
     fprintf(log,
             "resumed a checkpoint of %d %s (ZeRO %d, B=%lld) on %d %s (ZeRO %d, B=%lld): %s%s%s\n",
             o.world, o.world == 1 ? "rank" : "ranks", o.zero, (long long)o.B, t->world,
-            t->world == 1 ? "rank" : "ranks", zero, (long long)t->cfg.B,
+            t->world == 1 ? "rank" : "ranks", zero, (long long)t->cfg.data.B,
             recut ? "optimizer state re-cut" : "", recut && mapped ? "; " : "",
             mapped ? "data position mapped onto the new split" : "");
 }
@@ -737,7 +738,7 @@ static void say_recut(kiln_trainer *t, const cJSON *j) {
 /* The folders to try, best first: what `latest` names, then every step folder, newest first.
  * A path that is itself a step folder is the only one. */
 static kiln_status candidates(kiln_trainer *t, const char *dir, char ***out, int *count) {
-    FILE *log = t->cfg.log;
+    FILE *log = t->cfg.metrics.log;
     char path[4096], *text = NULL;
     size_t len = 0;
     int64_t *steps = NULL;
@@ -785,8 +786,8 @@ static kiln_status candidates(kiln_trainer *t, const char *dir, char ***out, int
 }
 
 kiln_status kiln__trainer_resume(kiln_trainer *t) {
-    const char *dir = t->cfg.resume_path;
-    FILE *log = t->cfg.log;
+    const char *dir = t->cfg.checkpoint.resume_path;
+    FILE *log = t->cfg.metrics.log;
     if (!dir)
         return KILN_OK;
     char **folders = NULL;

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "kiln/checkpoint.h"
 #include "kiln/core.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 
 /* Waits before the end's tries: 0.5, 1, 2 s. */
@@ -25,7 +26,8 @@
 static kiln_status check_savable(kiln_trainer *t) {
     KILN_CHECK(kiln_gpt_check_finite(t->model));
     float loss = 0.0f;
-    KILN_CHECK(kiln_gpt_forward(t->model, t->inputs, t->targets, t->cfg.B, t->cfg.T, &loss));
+    KILN_CHECK(
+        kiln_gpt_forward(t->model, t->inputs, t->targets, t->cfg.data.B, t->cfg.data.T, &loss));
     if (!isfinite(loss))
         return kiln_error_setf(KILN_ERR_RANGE,
                                "they are finite but give a loss of %f on the last batch", loss);
@@ -39,11 +41,11 @@ static kiln_status not_saved(kiln_trainer *t, int64_t step) {
     snprintf(why, sizeof why, "%s", kiln_error_message());
     if (t->saved_step > 0)
         snprintf(kept, sizeof kept, "the last good weights, of step %lld, are in %s",
-                 (long long)t->saved_step, cfg->save_path);
+                 (long long)t->saved_step, cfg->save.path);
     else if (t->save_existed)
-        snprintf(kept, sizeof kept, "%s is left as it was before this run", cfg->save_path);
+        snprintf(kept, sizeof kept, "%s is left as it was before this run", cfg->save.path);
     else
-        snprintf(kept, sizeof kept, "nothing was saved to %s", cfg->save_path);
+        snprintf(kept, sizeof kept, "nothing was saved to %s", cfg->save.path);
     return kiln_error_setf(KILN_ERR_RANGE,
                            "the weights after step %lld are not saved: %s (is the learning "
                            "rate too high?); %s",
@@ -57,7 +59,7 @@ static kiln_status write_weights(kiln_trainer *t, const char *path, const float 
     kiln_dtype dt = master ? KILN_DTYPE_F32 : kiln_gpt_dtype(t->model);
     int on_host = master && master != kiln_optim_master(t->opt); /* gathered */
     if (!t->staged || on_host)
-        return kiln_gpt_save_slab_meta(t->model, path, slab, dt, t->cfg.save_dtype,
+        return kiln_gpt_save_slab_meta(t->model, path, slab, dt, t->cfg.save.dtype,
                                        kiln__trainer_prune_meta(t, master));
     /* the slab read back from the backend's memory first (the plan's host_copy) */
     size_t bytes = (size_t)kiln_gpt_slab_len(t->model) * kiln_dtype_size(dt);
@@ -67,7 +69,7 @@ static kiln_status write_weights(kiln_trainer *t, const char *path, const float 
                                (double)bytes / (1 << 20));
     kiln_status s = kiln__trainer_to_host(t, h, slab, bytes);
     if (s == KILN_OK)
-        s = kiln_gpt_save_slab_meta(t->model, path, h, dt, t->cfg.save_dtype,
+        s = kiln_gpt_save_slab_meta(t->model, path, h, dt, t->cfg.save.dtype,
                                     kiln__trainer_prune_meta(t, master ? h : NULL));
     free(h);
     return s;
@@ -104,27 +106,27 @@ static kiln_status write_at_end(kiln_trainer *t, int64_t step, const float *mast
     const kiln_train_config *cfg = &t->cfg;
     double wait = SAVE_END_WAIT_MS;
     for (int k = 0; k < SAVE_END_TRIES; k++, wait *= 2) {
-        kiln__warn(cfg->log, "saving to %s failed (%s); trying again in %.1f s", cfg->save_path,
-                   first_why, wait / 1e3);
+        kiln__warn(cfg->metrics.log, "saving to %s failed (%s); trying again in %.1f s",
+                   cfg->save.path, first_why, wait / 1e3);
         sleep_ms(wait);
-        if (write_weights(t, cfg->save_path, master) == KILN_OK)
+        if (write_weights(t, cfg->save.path, master) == KILN_OK)
             return KILN_OK;
         snprintf(first_why, cap, "%s", kiln_error_message());
     }
-    const char *base = strrchr(cfg->save_path, '/');
-    base = base ? base + 1 : cfg->save_path;
+    const char *base = strrchr(cfg->save.path, '/');
+    base = base ? base + 1 : cfg->save.path;
     char p[4096];
     if (write_rescue(t, step, master, base, p, sizeof p))
         return kiln_error_setf(KILN_ERR_IO,
                                "cannot save the weights of step %lld to %s (%s; tried %d "
                                "times); they are in %s instead: move them there when it "
                                "can take them",
-                               (long long)step, cfg->save_path, first_why, SAVE_END_TRIES + 1, p);
+                               (long long)step, cfg->save.path, first_why, SAVE_END_TRIES + 1, p);
     return kiln_error_setf(KILN_ERR_IO,
                            "cannot save the weights of step %lld to %s (%s; tried %d times), nor "
                            "to a file in TMPDIR, /tmp or the current folder: they are lost%s",
-                           (long long)step, cfg->save_path, first_why, SAVE_END_TRIES + 1,
-                           cfg->checkpoint_dir ? " unless a checkpoint holds them" : "");
+                           (long long)step, cfg->save.path, first_why, SAVE_END_TRIES + 1,
+                           cfg->checkpoint.dir ? " unless a checkpoint holds them" : "");
 }
 
 /* Every rank: the weights to write, from the fp32 master weights when there are some: the
@@ -169,14 +171,14 @@ kiln_status kiln__trainer_rescue_final(kiln_trainer *t, int64_t step) {
                                "and no --save file was asked for: the weights of step %lld are in "
                                "%s instead (kiln train --init %s goes on from them, without the "
                                "optimizer's state)",
-                               (long long)step, t->cfg.checkpoint_dir, t->ckpt_why, (long long)step,
+                               (long long)step, t->cfg.checkpoint.dir, t->ckpt_why, (long long)step,
                                p, p);
     return kiln_error_setf(KILN_ERR_IO,
                            "the checkpoint of step %lld, the last, was not written to %s (%s), and "
                            "the weights could not be written to TMPDIR, /tmp or the current "
                            "folder either: the newest checkpoint in %s is all that is kept",
-                           (long long)step, t->cfg.checkpoint_dir, t->ckpt_why,
-                           t->cfg.checkpoint_dir);
+                           (long long)step, t->cfg.checkpoint.dir, t->ckpt_why,
+                           t->cfg.checkpoint.dir);
 }
 
 /* Whether any rank's value is set (rank 0's write is everyone's business: the retries gather
@@ -193,14 +195,14 @@ static kiln_status any_rank(kiln_trainer *t, int *v) {
 /* Whether a save is due after `step`: the interval, the last step, a failed save's retry. */
 static int due(const kiln_trainer *t, int64_t step) {
     const kiln_train_config *cfg = &t->cfg;
-    if (step == cfg->steps || (cfg->save_every > 0 && step % cfg->save_every == 0))
+    if (step == cfg->steps || (cfg->save.every > 0 && step % cfg->save.every == 0))
         return 1;
     return t->save_retry_at > 0 && step >= t->save_retry_at;
 }
 
 kiln_status kiln__trainer_maybe_save(kiln_trainer *t, int64_t step, int force) {
     const kiln_train_config *cfg = &t->cfg;
-    if (!cfg->save_path)
+    if (!cfg->save.path)
         return KILN_OK;
     int last = step == cfg->steps || force;
     if (!force && !due(t, step))
@@ -218,7 +220,7 @@ kiln_status kiln__trainer_maybe_save(kiln_trainer *t, int64_t step, int force) {
     char why[512] = "";
     kiln_status w = KILN_OK;
     if (s == KILN_OK && t->rank == 0) {
-        w = write_weights(t, cfg->save_path, master);
+        w = write_weights(t, cfg->save.path, master);
         failed = w != KILN_OK;
         if (failed) {
             snprintf(why, sizeof why, "%s", kiln_error_message());
@@ -235,18 +237,42 @@ kiln_status kiln__trainer_maybe_save(kiln_trainer *t, int64_t step, int force) {
     if (failed && !last) {
         t->save_failures++;
         t->save_retry_at = step + (1LL << (t->save_failures < 10 ? t->save_failures - 1 : 9));
-        kiln__warn(cfg->log,
+        kiln__warn(cfg->metrics.log,
                    "cannot save the weights of step %lld to %s: %s; training goes on (the "
                    "weights are in memory; the save is tried again at step %lld and at the end)",
-                   (long long)step, cfg->save_path, why, (long long)t->save_retry_at);
+                   (long long)step, cfg->save.path, why, (long long)t->save_retry_at);
         return KILN_OK;
     }
-    if (t->save_failures > 0 && cfg->log)
-        fprintf(cfg->log, "saving to %s works again\n", cfg->save_path);
+    if (t->save_failures > 0 && cfg->metrics.log)
+        fprintf(cfg->metrics.log, "saving to %s works again\n", cfg->save.path);
     t->save_failures = 0;
     t->save_retry_at = 0;
     t->saved_step = step;
-    if (cfg->log)
-        fprintf(cfg->log, "saved weights to %s (step %lld)\n", cfg->save_path, (long long)step);
+    if (cfg->metrics.log)
+        fprintf(cfg->metrics.log, "saved weights to %s (step %lld)\n", cfg->save.path,
+                (long long)step);
     return KILN_OK;
 }
+
+/* ---- the --save weights as a feature of the trainer (trainer_feature.h) ---- */
+
+static kiln_status save_step_end(kiln_trainer *t, const kiln_step_info *mt, int *done) {
+    (void)done;
+    return kiln__trainer_maybe_save(t, mt->step, 0);
+}
+
+/* With a checkpoint folder the checkpoint keeps the state (checkpoints', later in the
+ * registry); else the --save weights, saved whether due or not. */
+static kiln_status save_now(kiln_trainer *t, int64_t step, const char **where) {
+    if (t->cfg.checkpoint.dir || !t->cfg.save.path)
+        return KILN_OK;
+    KILN_CHECK(kiln__trainer_maybe_save(t, step, 1));
+    *where = t->cfg.save.path;
+    return KILN_OK;
+}
+
+const kiln__feature kiln__feature_save = {
+    .name = "save",
+    .step_end = save_step_end,
+    .save_now = save_now,
+};

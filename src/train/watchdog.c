@@ -1,6 +1,6 @@
 /* The trainer's watchdog: a thread that sees each step begin and end, warns when one runs far
- * past the median step, ends the process (KILN_EXIT_HUNG) when one stays stuck, and writes
- * heartbeats; and the per-step exchange of the ranks' compute times that names a straggler.
+ * past the median step, reports a hang (the config's on_hang; the run marked hung, its steps
+ * failing with KILN_ERR_HUNG) when one stays stuck, and writes heartbeats; and the per-step exchange of the ranks' compute times that names a straggler.
  * The training thread owns the windows and the straggler state; what the thread reads is
  * under mu. */
 #include <errno.h>
@@ -8,6 +8,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 
 #include "core/error.h"
 #include "kiln/core.h"
+#include "train/trainer_feature.h"
 #include "train/trainer_internal.h"
 #include "train/watchdog.h"
 
@@ -24,6 +26,7 @@ static const char *const health_names[] = {"ok", "slow", "hung", "straggler"};
 
 struct kiln__watchdog {
     kiln_watchdog_config cfg;
+    kiln__trainer_faults faults; /* the hang and the slowness injected (tests) */
     int rank, world;
     int64_t steps;
     int resumed; /* faults are injected in a run that was not resumed: a restart goes past them */
@@ -59,6 +62,10 @@ struct kiln__watchdog {
     int named_rank, named_for;   /* the rank the verdicts named last, how many in a row */
     int flagged_rank, clear_for; /* the straggler warned about; verdicts without it in a row */
     int exit_code;
+    /* a hang found: set once by the thread (hang_msg written first), read by the training
+     * thread */
+    atomic_int hung;
+    char hang_msg[512];
 };
 
 /* ---- heartbeat ---- */
@@ -76,7 +83,7 @@ static double wall_s(void) {
 }
 
 static int health_of(const kiln__watchdog *wd, int hung) {
-    if (hung)
+    if (hung || atomic_load(&wd->hung))
         return HEALTH_HUNG;
     if (wd->warned_seq != 0 && wd->warned_seq == wd->seq)
         return HEALTH_SLOW;
@@ -189,8 +196,9 @@ static void median_text(char *buf, size_t cap, const kiln__watchdog *wd) {
         snprintf(buf, cap, "no median step yet");
 }
 
-/* Under mu: judge the stall, warn once, end the process when hung. */
-static void judge(kiln__watchdog *wd, double now) {
+/* Under mu: judge the stall and warn once. A hang: the heartbeat says so, the run is marked
+ * hung, and *h (its message in wd->hang_msg) is filled for the caller to report; returns 1. */
+static int judge(kiln__watchdog *wd, double now, kiln_watchdog_hang *h) {
     double elapsed = (now - wd->progress_ms) / 1e3, warn_s, hang_s;
     double expected_ms = wd->median_ms * fmax(1.0, wd->allowance);
     kiln__hang_verdict v =
@@ -202,10 +210,18 @@ static void judge(kiln__watchdog *wd, double now) {
         hb_state s = snapshot(wd, now, 1);
         if (wd->hb_path)
             (void)write_heartbeat(wd, &s);
-        say("kiln: watchdog: rank %d: no progress for %.1f s %s (%s; the limit is %.1f s): "
-            "hung; exiting with status %d\n",
-            wd->rank, elapsed, at, med, hang_s, KILN_EXIT_HUNG);
-        _exit(KILN_EXIT_HUNG); /* no atexit handlers: the training thread is still inside */
+        snprintf(wd->hang_msg, sizeof wd->hang_msg,
+                 "kiln: watchdog: rank %d: no progress for %.1f s %s (%s; the limit is %.1f s): "
+                 "hung",
+                 wd->rank, elapsed, at, med, hang_s);
+        *h = (kiln_watchdog_hang){.rank = wd->rank,
+                                  .step = wd->step,
+                                  .stalled_s = elapsed,
+                                  .limit_s = hang_s,
+                                  .message = wd->hang_msg};
+        wd->armed = 0; /* one report */
+        atomic_store(&wd->hung, 1);
+        return 1;
     }
     if (v == KILN__HANG_SLOW && wd->warned_seq != wd->seq) {
         wd->warned_seq = wd->seq;
@@ -215,6 +231,15 @@ static void judge(kiln__watchdog *wd, double now) {
             wd->rank, elapsed, at, elapsed * 1e3 / fmax(expected_ms, 1e-3),
             wd->allowance > 1 ? "time expected" : "median step", expected_ms, hang_s);
     }
+    return 0;
+}
+
+/* Outside mu: the hang to the program's handler, or on stderr. */
+static void report_hang(kiln__watchdog *wd, const kiln_watchdog_hang *h) {
+    if (wd->cfg.on_hang)
+        wd->cfg.on_hang(h, wd->cfg.on_hang_user); /* kiln train's ends the process here */
+    else
+        say("%s; the run stops with an error (no hang handler)\n", h->message);
 }
 
 static void *watch(void *arg) {
@@ -226,8 +251,13 @@ static void *watch(void *arg) {
     pthread_mutex_lock(&wd->mu);
     while (!wd->quit) {
         double now = kiln_time_ms();
-        if (wd->armed)
-            judge(wd, now);
+        kiln_watchdog_hang h;
+        if (wd->armed && judge(wd, now, &h)) {
+            pthread_mutex_unlock(&wd->mu);
+            report_hang(wd, &h);
+            pthread_mutex_lock(&wd->mu);
+            continue;
+        }
         if (wd->hb_path && now - wd->last_write_ms >= wd->cfg.heartbeat_s * 1e3) {
             pthread_mutex_unlock(&wd->mu);
             beat(wd, 0);
@@ -249,7 +279,8 @@ static void *watch(void *arg) {
 
 /* resumed: a run that goes on from a checkpoint, where the injected faults do not fire (a
  * restart on fewer ranks may no longer have the rank named). */
-static kiln_status check_config(const kiln_watchdog_config *c, int world, int resumed) {
+static kiln_status check_config(const kiln_watchdog_config *c, const kiln__trainer_faults *f,
+                                int world, int resumed) {
     if (!(c->warn_factor >= 1.0) || !(c->hang_factor >= c->warn_factor) || !(c->hang_min_s > 0) ||
         c->hang_factor > 1e6 || c->hang_min_s > 1e7)
         return kiln_error_setf(KILN_ERR_CONFIG,
@@ -271,21 +302,19 @@ static kiln_status check_config(const kiln_watchdog_config *c, int world, int re
                                "watchdog: the straggler factor (%g) must be > 1, "
                                "or 0 (off)",
                                c->straggler_factor);
-    if (c->inject_hang_step < 0 ||
-        (c->inject_hang_step > 0 &&
-         (c->inject_hang_rank < 0 || (c->inject_hang_rank >= world && !resumed))))
+    if (f->hang_step < 0 ||
+        (f->hang_step > 0 && (f->hang_rank < 0 || (f->hang_rank >= world && !resumed))))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "fault injection: a hang in step %lld of rank %d, but the run has "
                                "%d rank%s (0..%d) and steps from 1",
-                               (long long)c->inject_hang_step, c->inject_hang_rank, world,
+                               (long long)f->hang_step, f->hang_rank, world,
                                world == 1 ? "" : "s", world - 1);
-    if (!(c->inject_slow_ms >= 0) || c->inject_slow_ms > 1e6 ||
-        (c->inject_slow_ms > 0 &&
-         (c->inject_slow_rank < 0 || (c->inject_slow_rank >= world && !resumed))))
+    if (!(f->slow_ms >= 0) || f->slow_ms > 1e6 ||
+        (f->slow_ms > 0 && (f->slow_rank < 0 || (f->slow_rank >= world && !resumed))))
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "fault injection: %g ms more per step on rank %d, but the run has "
                                "%d rank%s (0..%d), and the time must be 0..1e6 ms",
-                               c->inject_slow_ms, c->inject_slow_rank, world, world == 1 ? "" : "s",
+                               f->slow_ms, f->slow_rank, world, world == 1 ? "" : "s",
                                world - 1);
     return KILN_OK;
 }
@@ -316,11 +345,12 @@ kiln_status kiln__watchdog_start(kiln_trainer *t) {
     t->wd = NULL;
     if (!c->enabled)
         return KILN_OK;
-    KILN_CHECK(check_config(c, t->world, t->cfg.resume_path != NULL));
+    KILN_CHECK(check_config(c, &t->faults, t->world, t->cfg.checkpoint.resume_path != NULL));
     kiln__watchdog *wd = calloc(1, sizeof *wd);
     if (!wd)
         return kiln_error_setf(KILN_ERR_NOMEM, "cannot allocate the watchdog");
     wd->cfg = *c;
+    wd->faults = t->faults;
     wd->rank = t->rank;
     wd->world = t->world;
     wd->steps = t->cfg.steps;
@@ -421,8 +451,20 @@ kiln_status kiln__watchdog_ready(kiln_trainer *t) {
     return s;
 }
 
-int kiln__watchdog_exit_code(const kiln__watchdog *wd) {
-    return wd ? wd->exit_code : 0;
+int kiln__watchdog_exit_code(kiln__watchdog *wd) {
+    if (!wd)
+        return 0;
+    return atomic_load(&wd->hung) ? KILN_EXIT_HUNG : wd->exit_code;
+}
+
+int kiln_trainer_watchdog_exit(const kiln_trainer *t) {
+    return kiln__watchdog_exit_code(t->wd);
+}
+
+kiln_status kiln__watchdog_check(kiln__watchdog *wd) {
+    if (!wd || !atomic_load(&wd->hung))
+        return KILN_OK;
+    return kiln_error_setf(KILN_ERR_HUNG, "%s", wd->hang_msg + strlen("kiln: "));
 }
 
 /* ---- the training thread's hooks ---- */
@@ -433,9 +475,10 @@ static void sleep_ms(double ms) {
         ;
 }
 
-void kiln__watchdog_begin(kiln__watchdog *wd, int64_t step) {
+kiln_status kiln__watchdog_begin(kiln__watchdog *wd, int64_t step) {
     if (!wd)
-        return;
+        return KILN_OK;
+    KILN_CHECK(kiln__watchdog_check(wd)); /* a hung run takes no more steps */
     pthread_mutex_lock(&wd->mu);
     wd->step = step;
     wd->in_step = 1;
@@ -446,15 +489,19 @@ void kiln__watchdog_begin(kiln__watchdog *wd, int64_t step) {
     pthread_mutex_unlock(&wd->mu);
     wd->exchanged = 0;
     wd->exchange_ms = 0;
-    const kiln_watchdog_config *c = &wd->cfg;
+    const kiln__trainer_faults *f = &wd->faults;
     if (wd->resumed)
-        return;
-    if (c->inject_slow_ms > 0 && c->inject_slow_rank == wd->rank)
-        sleep_ms(c->inject_slow_ms);
-    if (c->inject_hang_step == step && c->inject_hang_rank == wd->rank) {
+        return KILN_OK;
+    if (f->slow_ms > 0 && f->slow_rank == wd->rank)
+        sleep_ms(f->slow_ms);
+    if (f->hang_step == step && f->hang_rank == wd->rank) {
         say("kiln: fault injection: rank %d hangs in step %lld\n", wd->rank, (long long)step);
-        sleep_ms(3600e3); /* for good: the watchdog (or a supervisor) ends it */
+        /* for good (an hour), unless the watchdog marks the run hung and lets the step fail
+         * (no handler ended the process) */
+        for (int i = 0; i < 360000 && !atomic_load(&wd->hung); i++)
+            sleep_ms(10);
     }
+    return kiln__watchdog_check(wd);
 }
 
 void kiln__watchdog_evaluating(kiln_trainer *t) {
@@ -462,8 +509,8 @@ void kiln__watchdog_evaluating(kiln_trainer *t) {
     if (!wd || !t->val)
         return;
     int64_t n = kiln_loader_batches_per_epoch(t->val);
-    if (t->cfg.eval_batches > 0 && t->cfg.eval_batches < n)
-        n = t->cfg.eval_batches;
+    if (t->cfg.data.eval_batches > 0 && t->cfg.data.eval_batches < n)
+        n = t->cfg.data.eval_batches;
     pthread_mutex_lock(&wd->mu);
     /* a batch's forward pass is a third of a micro-batch's step: 3x to spare */
     wd->allowance = (double)n / (double)(t->micro > 0 ? t->micro : 1);
@@ -476,7 +523,7 @@ kiln_status kiln__watchdog_exchange(kiln_trainer *t, int64_t step) {
     kiln__watchdog *wd = t->wd;
     if (!exchanges(wd))
         return KILN_OK;
-    if (t->cfg.local_steps > 0 && !kiln__trainer_local_sync_due(t, step))
+    if (t->cfg.dist.local_steps > 0 && !kiln__trainer_local_sync_due(t, step))
         return KILN_OK; /* local SGD's ranks talk at the averages alone */
     /* the mean compute time of the steps since the last exchange (-1: none timed yet) */
     float mine = wd->compute_n > 0 ? (float)(wd->compute_sum / wd->compute_n) : -1.0f;
@@ -536,7 +583,8 @@ static kiln_status write_event(kiln_trainer *t, const char *event, int64_t step,
              "\"others_compute_ms\": %.3f}",
              event, (long long)step, rank, ratio, t->cfg.watchdog.straggler_factor,
              t->cfg.watchdog.straggler_window, mine, others);
-    kiln__metrics_line(t->metrics, line, t->cfg.log); /* a failed write is kept and retried */
+    kiln__metrics_line(t->metrics, line,
+                       t->cfg.metrics.log); /* a failed write is kept and retried */
     return KILN_OK;
 }
 
@@ -621,3 +669,44 @@ kiln_status kiln__watchdog_end(kiln_trainer *t, const kiln_step_info *mt) {
         KILN_CHECK(straggler_step(t, mt->step));
     return KILN_OK;
 }
+
+/* ---- the watchdog as a feature of the trainer (trainer_feature.h) ---- */
+
+static kiln_status wd_step_begin(kiln_trainer *t, int64_t step) {
+    return kiln__watchdog_begin(t->wd, step);
+}
+
+/* A step that comes back after the thread found a hang fails. */
+static kiln_status wd_after_update(kiln_trainer *t, int64_t step, int updated) {
+    (void)step;
+    (void)updated;
+    return kiln__watchdog_check(t->wd);
+}
+
+static kiln_status wd_figures(kiln_trainer *t, kiln_step_info *mt) {
+    kiln__watchdog_account(t->wd, mt);
+    return KILN_OK;
+}
+
+static kiln_status wd_step_end(kiln_trainer *t, const kiln_step_info *mt, int *done) {
+    (void)done;
+    return kiln__watchdog_end(t, mt);
+}
+
+static void wd_feature_free(kiln_trainer *t) {
+    kiln__watchdog_stop(t->wd);
+    t->wd = NULL;
+}
+
+const kiln__feature kiln__feature_watchdog = {
+    .name = "watchdog",
+    .start = kiln__watchdog_start,
+    .ready = kiln__watchdog_ready,
+    .step_begin = wd_step_begin,
+    .after_update = wd_after_update,
+    .step_sync = kiln__watchdog_exchange,
+    .step_figures = wd_figures,
+    .step_end = wd_step_end,
+    .before_eval = kiln__watchdog_evaluating,
+    .free = wd_feature_free,
+};

@@ -58,8 +58,9 @@ void kiln__watchdog_stop(kiln__watchdog *wd); /* joins the thread; NULL is safe 
  * times, or none (ranks given different watchdog flags would wait for each other): an error on
  * every rank naming those that differ. One collective, after the ranks' start is agreed. */
 kiln_status kiln__watchdog_ready(struct kiln_trainer *t);
-/* Step `step` begins (kiln_trainer_step's start); sleeps there when a fault is injected. */
-void kiln__watchdog_begin(kiln__watchdog *wd, int64_t step);
+/* Step `step` begins (kiln_trainer_step's start); sleeps there when a fault is injected.
+ * KILN_ERR_HUNG when the run is marked hung. */
+kiln_status kiln__watchdog_begin(kiln__watchdog *wd, int64_t step);
 /* An evaluation of the validation data begins: progress, and a stall until the next is allowed
  * the evaluation's batches' worth of median steps. */
 void kiln__watchdog_evaluating(struct kiln_trainer *t);
@@ -71,6 +72,10 @@ void kiln__watchdog_account(kiln__watchdog *wd, kiln_step_info *mt);
 /* The step is done (after its lines): its time into the median, warnings, straggler verdicts
  * and events in the metrics file; may set t->stopping (straggler_exit). */
 kiln_status kiln__watchdog_end(struct kiln_trainer *t, const kiln_step_info *mt);
-int kiln__watchdog_exit_code(const kiln__watchdog *wd);
+/* KILN_EXIT_HUNG once a hang was found, KILN_EXIT_STRAGGLER after straggler_exit, else 0. */
+int kiln__watchdog_exit_code(kiln__watchdog *wd);
+/* KILN_ERR_HUNG (the hang's message) once the thread found a hang that no handler ended;
+ * KILN_OK otherwise (NULL too). */
+kiln_status kiln__watchdog_check(kiln__watchdog *wd);
 
 #endif

@@ -703,7 +703,16 @@ static void test_common(void) {
     kiln_comm_free_shared(world, again);
 }
 
+/* kiln_comm_abort reports; this program ends the job, as the kiln command does. */
+static void end_job(kiln_comm *c, int code, const char *msg, void *user) {
+    (void)msg;
+    (void)user;
+    kiln_comm_abort_job(c, code);
+    exit(code);
+}
+
 int main(int argc, char **argv) {
+    kiln_comm_set_abort_handler(end_job, NULL);
     if (!kiln_comm_have_mpi()) {
         fprintf(stderr, "SKIP: kiln was built without MPI\n");
         return TEST_SKIP_CODE;

@@ -50,19 +50,19 @@ static inline kiln_train_config ckpt_config(const ckpt_run *r) {
     kiln_train_config c = kiln_train_config_default();
     c.model = (kiln_gpt_config){
         .max_seq_len = 8, .vocab_size = 0, .n_layer = 1, .n_head = 2, .n_embd = 16};
-    c.train_path = r->train;
-    c.B = 2;
-    c.T = 8;
+    c.data.train_path = r->train;
+    c.data.B = 2;
+    c.data.T = 8;
     c.steps = 4;
     c.lr.warmup_steps = 1;
-    c.peak_gflops = 100.0;
+    c.compute.peak_gflops = 100.0;
     c.seed = 7;
-    c.checkpoint_dir = r->ckpt;
-    c.checkpoint_every = 2;
-    c.checkpoint_sync = 1;
-    c.checkpoint_replicas = 1;
+    c.checkpoint.dir = r->ckpt;
+    c.checkpoint.every = 2;
+    c.checkpoint.sync = 1;
+    c.checkpoint.replicas = 1;
     c.watchdog.enabled = 0;
-    c.log = NULL;
+    c.metrics.log = NULL;
     return c;
 }
 

@@ -150,8 +150,8 @@ static void write_case(const uint8_t *data, size_t size) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     write_case(data, size);
     kiln_train_config c = ckpt_config(&run);
-    c.checkpoint_dir = NULL; /* resuming writes nothing */
-    c.resume_path = case_dir;
+    c.checkpoint.dir = NULL; /* resuming writes nothing */
+    c.checkpoint.resume_path = case_dir;
     kiln_trainer *t = NULL;
     kiln_status s = kiln_trainer_create(&t, &c);
     if (getenv("FUZZ_CKPT_VERBOSE")) /* each outcome, to see how deep the inputs go */

@@ -303,20 +303,63 @@ static void test_init_auto_without_mpi(void) {
     clear_launch_env();
 }
 
-/* kiln_comm_abort ends the process with the code, after the message. */
+/* kiln_comm_abort never ends the process itself: without a handler it returns
+ * KILN_ERR_ABORTED with the message; a registered handler gets the communicator, the code and
+ * the message, and ending the process is the handler's (here, in a child, with the code). */
+static int abort_calls, abort_code;
+static kiln_comm *abort_comm;
+static void *abort_user;
+static char abort_msg[128];
+
+static void record_abort(kiln_comm *c, int code, const char *msg, void *user) {
+    abort_calls++;
+    abort_code = code;
+    abort_comm = c;
+    abort_user = user;
+    snprintf(abort_msg, sizeof abort_msg, "%s", msg);
+}
+
+static void exit_abort(kiln_comm *c, int code, const char *msg, void *user) {
+    (void)c;
+    (void)msg;
+    (void)user;
+    _exit(code);
+}
+
 static void test_abort(void) {
+    kiln_comm *c = NULL;
+    CHECK_OK(kiln_comm_init_single(&c));
+    kiln_comm_set_abort_handler(NULL, NULL);
+    CHECK_STATUS(kiln_comm_abort(c, 5, "test_comm: no handler"), KILN_ERR_ABORTED);
+    CHECK_TRUE(strstr(kiln_error_message(), "test_comm: no handler") != NULL);
+    float x = 2.0f; /* the communicator still works */
+    CHECK_OK(kiln_comm_allreduce(&x, &x, 1, KILN_DTYPE_F32, KILN_REDUCE_SUM, c));
+    CHECK_NEAR(x, 2.0, 0);
+
+    int token = 7;
+    kiln_comm_set_abort_handler(record_abort, &token);
+    CHECK_STATUS(kiln_comm_abort(c, 6, "test_comm: a handler that returns"), KILN_ERR_ABORTED);
+    CHECK_INT_EQ(abort_calls, 1);
+    CHECK_INT_EQ(abort_code, 6);
+    CHECK_TRUE(abort_comm == c);
+    CHECK_TRUE(abort_user == &token);
+    CHECK_STR_EQ(abort_msg, "test_comm: a handler that returns");
+    kiln_comm_abort_job(c, 6); /* "single": no other rank, and it returns */
+    CHECK_INT_EQ(abort_calls, 1);
+
+    kiln_comm_set_abort_handler(exit_abort, NULL);
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        kiln_comm *c;
-        if (kiln_comm_init_single(&c) != KILN_OK)
-            _exit(99);
-        kiln_comm_abort(c, 5, "test_comm: aborting on purpose");
+        kiln_comm_abort(c, 5, "test_comm: a handler that ends the process");
+        _exit(99); /* not reached: the handler exits */
     }
     int status = 0;
     CHECK_TRUE(pid > 0 && waitpid(pid, &status, 0) == pid);
     CHECK_TRUE(WIFEXITED(status));
     CHECK_INT_EQ(WEXITSTATUS(status), 5);
+    kiln_comm_set_abort_handler(NULL, NULL);
+    kiln_comm_free(c);
 }
 
 int main(void) {

@@ -39,22 +39,22 @@ static kiln_train_config tiny_run(void) {
     kiln_train_config c = kiln_train_config_default();
     c.model = (kiln_gpt_config){.max_seq_len = 16, .vocab_size = 0, .n_layer = 2, .n_head = 2,
                                 .n_embd = 32};
-    c.train_path = shard_path;
-    c.B = 4;
-    c.T = 16;
+    c.data.train_path = shard_path;
+    c.data.B = 4;
+    c.data.T = 16;
     c.steps = 40;
     c.lr.lr = 1e-2f;
     c.lr.min_lr = 1e-3f;
     c.lr.warmup_steps = 5;
-    c.peak_gflops = 100.0;
+    c.compute.peak_gflops = 100.0;
     c.seed = 5;
     return c;
 }
 
 static void test_loss_falls_and_runs_repeat(void) {
     kiln_train_config c = tiny_run();
-    c.metrics_path = metrics_path;
-    c.save_path = weights_path;
+    c.metrics.path = metrics_path;
+    c.save.path = weights_path;
     kiln_train_result a, b;
     CHECK_OK(kiln_train(&c, &a));
     CHECK_INT_EQ(a.steps, 40);
@@ -63,8 +63,8 @@ static void test_loss_falls_and_runs_repeat(void) {
         fprintf(stderr, "  loss %.4f -> %.4f\n", a.first_loss, a.last_loss);
     CHECK_TRUE(a.last_loss < 0.6 * a.first_loss);
     CHECK_TRUE(access(weights_path, F_OK) == 0);
-    c.metrics_path = NULL;
-    c.save_path = NULL;
+    c.metrics.path = NULL;
+    c.save.path = NULL;
     CHECK_OK(kiln_train(&c, &b));
     CHECK_TRUE(a.last_loss == b.last_loss); /* same bits */
     c.seed = 6;
@@ -100,7 +100,7 @@ static void test_every_optimizer_learns(void) {
         c.optim.kind = kinds[i];
         c.lr.lr = lrs[i];
         c.lr.min_lr = lrs[i] / 10;
-        c.grad_accum = 2;
+        c.data.grad_accum = 2;
         kiln_train_result r;
         CHECK_OK(kiln_train(&c, &r));
         if (!(r.last_loss < 0.8 * r.first_loss))
@@ -142,28 +142,31 @@ static double loss_of_weights(const char *path, const char *data, int64_t B, int
 static void test_validation_and_mismatch(void) {
     kiln_train_config c = tiny_run();
     c.steps = 4;
-    c.val_path = val_shard_path;
-    c.eval_every = 2;
-    c.eval_batches = 3;
-    c.save_path = weights_path;
+    c.data.val_path = val_shard_path;
+    c.data.eval_every = 2;
+    c.data.eval_batches = 3;
+    c.save.path = weights_path;
     kiln_train_result r;
     CHECK_OK(kiln_train(&c, &r));
-    double want = loss_of_weights(weights_path, val_shard_path, c.B, c.T, 3);
+    double want = loss_of_weights(weights_path, val_shard_path, c.data.B, c.data.T, 3);
     CHECK_NEAR(r.last_val_loss, want, 1e-6);
     /* and not the training data's, nor more or fewer batches */
-    CHECK_TRUE(fabs(loss_of_weights(weights_path, shard_path, c.B, c.T, 3) - want) > 1e-3);
-    CHECK_TRUE(fabs(loss_of_weights(weights_path, val_shard_path, c.B, c.T, 4) - want) > 1e-5);
-    CHECK_TRUE(fabs(loss_of_weights(weights_path, val_shard_path, c.B, c.T, 2) - want) > 1e-5);
+    CHECK_TRUE(fabs(loss_of_weights(weights_path, shard_path, c.data.B, c.data.T, 3) - want) >
+               1e-3);
+    CHECK_TRUE(fabs(loss_of_weights(weights_path, val_shard_path, c.data.B, c.data.T, 4) - want) >
+               1e-5);
+    CHECK_TRUE(fabs(loss_of_weights(weights_path, val_shard_path, c.data.B, c.data.T, 2) - want) >
+               1e-5);
 
     c = tiny_run();
     c.model.vocab_size = 60;
     CHECK_STATUS(kiln_train(&c, &r), KILN_ERR_CONFIG);
     CHECK_TRUE(strstr(kiln_error_message(), "vocabulary") != NULL);
     c = tiny_run();
-    c.T = 17; /* beyond the context */
+    c.data.T = 17; /* beyond the context */
     CHECK_STATUS(kiln_train(&c, &r), KILN_ERR_CONFIG);
     c = tiny_run();
-    c.train_path = "/nonexistent/kiln/shard.bin";
+    c.data.train_path = "/nonexistent/kiln/shard.bin";
     CHECK_TRUE(kiln_train(&c, &r) != KILN_OK);
     CHECK_TRUE(strstr(kiln_error_message(), "/nonexistent/kiln/shard.bin") != NULL);
 }
@@ -175,27 +178,27 @@ static void test_validation_and_mismatch(void) {
 static void check_trainer_is_kiln_train(kiln_dtype dt) {
     kiln_train_config c = tiny_run();
     c.steps = 6;
-    c.model_opt.dtype = dt;
-    c.save_path = weights_path;
+    c.compute.model_opt.dtype = dt;
+    c.save.path = weights_path;
     if (dt == KILN_DTYPE_F32) {
-        c.grad_accum = 2;
-        c.val_path = val_shard_path;
-        c.eval_every = 4;
-        c.eval_batches = 2;
+        c.data.grad_accum = 2;
+        c.data.val_path = val_shard_path;
+        c.data.eval_every = 4;
+        c.data.eval_batches = 2;
     }
     kiln_train_result want, got;
     CHECK_OK(kiln_train(&c, &want));
     CHECK_INT_EQ(want.steps, 6);
 
     kiln_train_config mine = c;
-    mine.save_path = weights2_path;
+    mine.save.path = weights2_path;
     kiln_trainer *t = NULL;
     CHECK_OK(kiln_trainer_create(&t, &mine));
     if (!t)
         return;
     mine.steps = 1; /* the trainer's copy is what counts */
-    mine.B = 1;
-    mine.save_path = NULL;
+    mine.data.B = 1;
+    mine.save.path = NULL;
     kiln_trainer_result(t, &got);
     CHECK_INT_EQ(got.steps, 0);
     CHECK_INT_EQ(kiln_trainer_steps_done(t), 0);
@@ -215,7 +218,7 @@ static void check_trainer_is_kiln_train(kiln_dtype dt) {
         CHECK_TRUE(info.ms > 0 && info.tokens_per_s > 0 && info.mfu > 0);
         CHECK_TRUE(info.rss > 0);
         CHECK_TRUE(info.loss_scale == 0 && info.skipped == 0 && info.skipped_total == 0);
-        int evaluated = c.val_path && (k % c.eval_every == 0 || k == c.steps);
+        int evaluated = c.data.val_path && (k % c.data.eval_every == 0 || k == c.steps);
         CHECK_INT_EQ(!isnan(info.val_loss), evaluated);
         if (k == 1)
             first = info.loss;
@@ -232,7 +235,7 @@ static void check_trainer_is_kiln_train(kiln_dtype dt) {
     CHECK_TRUE(got.peak_gflops == want.peak_gflops);
     CHECK_TRUE(got.mean_ms > 0 && got.tokens_per_s > 0 && got.mfu > 0);
     double vl = NAN;
-    if (c.val_path) {
+    if (c.data.val_path) {
         CHECK_OK(kiln_trainer_evaluate(t, &vl));
         CHECK_TRUE((float)vl == want.last_val_loss); /* the same weights, the same batches */
     } else {
@@ -246,7 +249,8 @@ static void check_trainer_is_kiln_train(kiln_dtype dt) {
     free(b);
     /* and the trainer's working weights are those of kiln_train's file */
     kiln_gpt *m = kiln_trainer_model(t), *ref = NULL;
-    CHECK_OK(kiln_gpt_create(&ref, kiln_gpt_get_config(m), c.B, c.T, &c.model_opt, NULL));
+    CHECK_OK(kiln_gpt_create(&ref, kiln_gpt_get_config(m), c.data.B, c.data.T, &c.compute.model_opt,
+                             NULL));
     if (ref && kiln_gpt_load_safetensors(ref, weights_path) == KILN_OK)
         CHECK_TRUE(memcmp(kiln_gpt_params(ref), kiln_gpt_params(m),
                           (size_t)kiln_gpt_slab_len(m) * kiln_dtype_size(dt)) == 0);

@@ -1,10 +1,14 @@
 /* The watchdog's judgements (src/train/watchdog_stats.c): medians over a window, the hang and
- * warning limits against the median step, and the straggler among ranks. */
+ * warning limits against the median step, and the straggler among ranks; and a hang in a real
+ * run, which the library reports (a status, the on_hang callback) and never ends the process
+ * for. */
 #include <math.h>
 #include <string.h>
 
+#include "kiln/shard.h"
 #include "kiln/train.h"
 #include "test.h"
+#include "train/trainer_fault.h"
 #include "train/watchdog.h"
 
 static void test_median(void) {
@@ -102,10 +106,94 @@ static void test_straggler(void) {
     CHECK_INT_EQ(kiln__straggler_find(t, 10, 2, 1.3, &ratio), -1);
 }
 
+static char dir[256], shard_path[300];
+
+static void make_data(void) {
+    test_tmpdir(dir, sizeof dir, "test_watchdog");
+    test_path(shard_path, sizeof shard_path, dir, "train_000.bin");
+    int32_t ids[2000];
+    for (int i = 0; i < 2000; i++)
+        ids[i] = (int32_t)((i * 7 + (i / 13)) % 50);
+    CHECK_OK(kiln_shard_write(shard_path, 50, ids, 2000));
+}
+
+/* A tiny run whose rank 0 hangs inside step 2, and a watchdog that calls 1 s without
+ * progress a hang (the limit before any median counts). */
+static kiln_train_config hanging_run(void) {
+    kiln_train_config c = kiln_train_config_default();
+    c.model = (kiln_gpt_config){.max_seq_len = 16, .n_layer = 1, .n_head = 2, .n_embd = 16};
+    c.data.train_path = shard_path;
+    c.data.B = 2;
+    c.data.T = 16;
+    c.steps = 5;
+    c.compute.peak_gflops = 100.0;
+    c.watchdog.hang_min_s = 1.0;
+    kiln__trainer_fault_set(&(kiln__trainer_faults){.hang_step = 2, .hang_rank = 0});
+    return c;
+}
+
+/* No handler: the hang is reported as the step's status, and this process goes on. */
+static void test_hang_without_handler(void) {
+    kiln_train_config c = hanging_run();
+    kiln_trainer *t = NULL;
+    CHECK_OK(kiln_trainer_create(&t, &c));
+    if (!t)
+        return;
+    CHECK_OK(kiln_trainer_step(t, NULL));
+    CHECK_INT_EQ(kiln_trainer_watchdog_exit(t), 0);
+    CHECK_STATUS(kiln_trainer_step(t, NULL), KILN_ERR_HUNG);
+    CHECK_TRUE(strstr(kiln_error_message(), "rank 0: no progress for") != NULL);
+    CHECK_TRUE(strstr(kiln_error_message(), "in step 2") != NULL);
+    CHECK_INT_EQ(kiln_trainer_watchdog_exit(t), KILN_EXIT_HUNG);
+    CHECK_INT_EQ(kiln_trainer_steps_done(t), 1);
+    CHECK_STATUS(kiln_trainer_step(t, NULL), KILN_ERR_HUNG); /* a hung run takes no more */
+    kiln_trainer_free(t);
+    kiln__trainer_fault_set(NULL);
+}
+
+static int hang_calls;
+static kiln_watchdog_hang hang_seen;
+static char hang_text[512];
+
+static void record_hang(const kiln_watchdog_hang *h, void *user) {
+    hang_calls += user == (void *)&hang_calls;
+    hang_seen = *h;
+    snprintf(hang_text, sizeof hang_text, "%s", h->message);
+}
+
+/* A registered handler is called once, on the hang, with where and how long; when it
+ * returns, the step still fails. */
+static void test_hang_handler_called(void) {
+    kiln_train_config c = hanging_run();
+    c.watchdog.on_hang = record_hang;
+    c.watchdog.on_hang_user = &hang_calls;
+    kiln_trainer *t = NULL;
+    CHECK_OK(kiln_trainer_create(&t, &c));
+    if (!t)
+        return;
+    CHECK_OK(kiln_trainer_step(t, NULL));
+    CHECK_INT_EQ(hang_calls, 0);
+    CHECK_STATUS(kiln_trainer_step(t, NULL), KILN_ERR_HUNG);
+    CHECK_INT_EQ(hang_calls, 1);
+    CHECK_INT_EQ(hang_seen.rank, 0);
+    CHECK_INT_EQ(hang_seen.step, 2);
+    CHECK_TRUE(hang_seen.stalled_s >= 1.0);
+    CHECK_NEAR(hang_seen.limit_s, 1.0, 1e-9);
+    CHECK_TRUE(strstr(hang_text, "kiln: watchdog: rank 0: no progress for") == hang_text);
+    CHECK_TRUE(strstr(hang_text, "): hung") != NULL);
+    kiln_trainer_free(t);
+    kiln__trainer_fault_set(NULL);
+    CHECK_INT_EQ(hang_calls, 1);
+}
+
 int main(void) {
+    make_data();
     RUN_TEST(test_median);
     RUN_TEST(test_window);
     RUN_TEST(test_hang_limits);
     RUN_TEST(test_straggler);
+    RUN_TEST(test_hang_without_handler);
+    RUN_TEST(test_hang_handler_called);
+    test_rmtree(dir);
     TEST_MAIN_END();
 }

@@ -78,7 +78,7 @@ int tool_replay(const kiln_train_config *cfg, int64_t step, const char *run_log,
         printf("%s\n  highest:", r.nseq > 32 ? " ..." : "");
         for (int k = 0; k < 3 && worst[k] >= 0; k++)
             printf(" sequence %lld (micro-batch %lld, row %lld) %.3f", (long long)worst[k],
-                   (long long)(worst[k] / cfg->B), (long long)(worst[k] % cfg->B),
+                   (long long)(worst[k] / cfg->data.B), (long long)(worst[k] % cfg->data.B),
                    r.seq_loss[worst[k]]);
         printf("\n");
         for (int k = 0; k < r.nothers; k++)

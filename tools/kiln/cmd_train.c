@@ -280,13 +280,14 @@ static int print_plan(kiln_train_config *cfg, const char *budget_text) {
         s = kiln_gpt_config_from_safetensors(&mc, cfg->init_path);
     if (!s && mc.vocab_size <= 0) {
         kiln_loader *l = NULL;
-        kiln_loader_config lc = {.path = cfg->train_path, .B = 1, .T = 1, .world = 1};
+        kiln_loader_config lc = {.path = cfg->data.train_path, .B = 1, .T = 1, .world = 1};
         if (kiln_loader_open(&l, &lc) == KILN_OK) {
             mc.vocab_size = kiln_loader_vocab_size(l);
             kiln_loader_close(l);
         } else {
             mc.vocab_size = 50257;
-            printf("(no data at %s: planned with GPT-2's vocabulary of 50257)\n", cfg->train_path);
+            printf("(no data at %s: planned with GPT-2's vocabulary of 50257)\n",
+                   cfg->data.train_path);
         }
     }
     if (!s)
@@ -308,9 +309,10 @@ static int print_plan(kiln_train_config *cfg, const char *budget_text) {
            "%.2fM parameters; %s, recompute %s\n",
            (long long)mc.n_layer, (long long)mc.n_head, (long long)mc.n_embd,
            (long long)mc.vocab_size, (long long)mc.max_seq_len,
-           (double)kiln_gpt_config_num_params(&mc) / 1e6, kiln_dtype_name(cfg->model_opt.dtype),
-           kiln_recompute_name(cfg->model_opt.recompute));
-    kiln_train_memory_print(stdout, &p, cfg->B, cfg->T);
+           (double)kiln_gpt_config_num_params(&mc) / 1e6,
+           kiln_dtype_name(cfg->compute.model_opt.dtype),
+           kiln_recompute_name(cfg->compute.model_opt.recompute));
+    kiln_train_memory_print(stdout, &p, cfg->data.B, cfg->data.T);
     double gib = 1024.0 * 1024.0 * 1024.0;
     /* a GPU run: the GPU's part against the GPU's free memory (or --plan-memory) */
     int gpu = p.device > 0;
@@ -338,7 +340,7 @@ static int print_plan(kiln_train_config *cfg, const char *budget_text) {
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
         kiln_train_config c = *cfg;
-        c.B = mid;
+        c.data.B = mid;
         kiln_train_memory q;
         if (kiln_train_memory_plan(&c, &mc, &q) == KILN_OK &&
             (gpu ? q.device + q.device_headroom : q.total + q.headroom) <= budget)
@@ -347,16 +349,17 @@ static int print_plan(kiln_train_config *cfg, const char *budget_text) {
             hi = mid - 1;
     }
     if (lo > 0)
-        printf("largest batch that fits at T=%lld: B=%lld\n", (long long)cfg->T, (long long)lo);
+        printf("largest batch that fits at T=%lld: B=%lld\n", (long long)cfg->data.T,
+               (long long)lo);
     else
-        printf("no batch fits at T=%lld in %.2f GiB\n", (long long)cfg->T, budget / gib);
+        printf("no batch fits at T=%lld in %.2f GiB\n", (long long)cfg->data.T, budget / gib);
     return 0;
 }
 
 static int64_t step_micro(const kiln_train_config *cfg, int world) {
     int64_t n = 0;
     for (int r = 0; r < world; r++)
-        n += cfg->rank_batches ? cfg->rank_batches[r] : cfg->grad_accum;
+        n += cfg->dist.rank_batches ? cfg->dist.rank_batches[r] : cfg->data.grad_accum;
     return n;
 }
 
@@ -375,7 +378,7 @@ static int split_global_batch(int64_t G, int64_t B, int world, kiln_train_config
         return 2;
     }
     if (micro % world == 0) {
-        cfg->grad_accum = micro / world;
+        cfg->data.grad_accum = micro / world;
         return 0;
     }
     int64_t *v = calloc((size_t)world, sizeof *v);
@@ -383,7 +386,7 @@ static int split_global_batch(int64_t G, int64_t B, int world, kiln_train_config
         return 1;
     for (int r = 0; r < world; r++)
         v[r] = micro / world + (r < micro % world);
-    cfg->grad_accum = 1;
+    cfg->data.grad_accum = 1;
     *per_rank = v;
     return 0;
 }
@@ -432,13 +435,13 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
     const char *optimizer = "adamw", *schedule = "cosine", *metrics = NULL;
     const char *save = "out/model.safetensors";
     int64_t layers = 0, heads = 0, embd = 0, context = 0, vocab = 0, threads = 0, share = 0;
-    int64_t B = cfg.B, T = cfg.T, accum = cfg.grad_accum, steps = cfg.steps;
-    int64_t warmup = cfg.lr.warmup_steps, eval_every = 0, eval_batches = cfg.eval_batches;
+    int64_t B = cfg.data.B, T = cfg.data.T, accum = cfg.data.grad_accum, steps = cfg.steps;
+    int64_t warmup = cfg.lr.warmup_steps, eval_every = 0, eval_batches = cfg.data.eval_batches;
     int64_t lr_total = 0;
     int warmup_given = 0; /* the default stays silent with a run shorter than it */
     int64_t save_every = 0, seed = (int64_t)cfg.seed;
     const char *ckpt_dir = NULL, *resume = NULL;
-    int64_t ckpt_every = 0, ckpt_keep = cfg.checkpoint_keep, ckpt_keep_every = 0;
+    int64_t ckpt_every = 0, ckpt_keep = cfg.checkpoint.keep, ckpt_keep_every = 0;
     int ckpt_sync = 0;
     const char *ckpt_replicas = "auto";
     double lr = cfg.lr.lr, min_lr_frac = 0.1, wd = cfg.optim.weight_decay;
@@ -446,11 +449,12 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
     double momentum = cfg.optim.momentum, dampening = cfg.optim.dampening;
     double alpha = cfg.optim.alpha, clip = cfg.grad_clip, peak = 0.0;
     int nesterov = 0, plan = 0, stochastic = 0;
-    int fuse_gelu = cfg.model_opt.fuse_gelu, fuse_ln = cfg.model_opt.fuse_residual_ln;
+    int fuse_gelu = cfg.compute.model_opt.fuse_gelu,
+        fuse_ln = cfg.compute.model_opt.fuse_residual_ln;
     const char *precision = "fp32", *save_dtype = "fp32", *recompute = "none", *plan_memory = NULL;
     const char *device = "cpu";
-    int64_t chunk = cfg.model_opt.classifier_chunk;
-    double loss_scale = cfg.loss_scaler.scale;
+    int64_t chunk = cfg.compute.model_opt.classifier_chunk;
+    double loss_scale = cfg.compute.loss_scaler.scale;
     int64_t inject = 0, zero = 0, local_steps = 0, plan_ranks = 0;
     double outer_lr = 1.0, outer_momentum = 0.0;
     double bucket_mb = (double)kiln_dp_config_default().bucket_bytes / (1 << 20);
@@ -459,11 +463,11 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
     int64_t global_batch = 0;
     const char *teacher = NULL;
     int64_t qat = 0;
-    double distill_alpha = cfg.distill_alpha, distill_temp = cfg.distill_temperature;
-    int64_t guard_window = cfg.guard_window, guard_max_bad = cfg.guard_max_bad;
-    int64_t guard_rollbacks = cfg.guard_max_rollbacks;
-    int guard_skip_norm = cfg.guard_skip_norm_spikes, spike_norm_only = 0;
-    double guard_z = cfg.guard_z, guard_ceiling = cfg.guard_ceiling;
+    double distill_alpha = cfg.distill.alpha, distill_temp = cfg.distill.temperature;
+    int64_t guard_window = cfg.guard.window, guard_max_bad = cfg.guard.max_bad;
+    int64_t guard_rollbacks = cfg.guard.max_rollbacks;
+    int guard_skip_norm = cfg.guard.skip_norm_spikes, spike_norm_only = 0;
+    double guard_z = cfg.guard.z, guard_ceiling = cfg.guard.ceiling;
     const char *tensorboard = NULL;
     const char *skip_batches = NULL, *inject_spike = NULL;
     double prune = 0.0;
@@ -724,26 +728,26 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
         snprintf(v, sizeof v, "%lld", (long long)qat);
         return tool_flag_refuse("kiln train", "qat", v, "8 (int8) or 0 (none)");
     }
-    cfg.qat_bits = (int)qat;
-    cfg.teacher_path = teacher;
-    cfg.distill_alpha = (float)distill_alpha;
-    cfg.distill_temperature = (float)distill_temp;
-    cfg.prune_sparsity = prune;
-    cfg.prune_scope = (int)scope;
-    cfg.prune_start = prune_start;
-    cfg.prune_end = prune_end ? prune_end : prune_start;
-    cfg.prune_every = prune_every;
-    cfg.guard_window = guard_window;
-    cfg.guard_z = (float)guard_z;
-    cfg.guard_ceiling = (float)guard_ceiling;
-    cfg.guard_max_bad = guard_max_bad;
-    cfg.guard_max_rollbacks = guard_rollbacks;
-    cfg.guard_skip_norm_spikes = guard_skip_norm;
-    cfg.skip_batches = skips;
-    cfg.nskip_batches = nskips;
-    cfg.inject_spike_step = spike_at;
-    cfg.inject_spike_count = spike_count;
-    cfg.inject_spike_norm_only = spike_norm_only;
+    cfg.compress.qat_bits = (int)qat;
+    cfg.distill.teacher_path = teacher;
+    cfg.distill.alpha = (float)distill_alpha;
+    cfg.distill.temperature = (float)distill_temp;
+    cfg.compress.prune_sparsity = prune;
+    cfg.compress.prune_scope = (int)scope;
+    cfg.compress.prune_start = prune_start;
+    cfg.compress.prune_end = prune_end ? prune_end : prune_start;
+    cfg.compress.prune_every = prune_every;
+    cfg.guard.window = guard_window;
+    cfg.guard.z = (float)guard_z;
+    cfg.guard.ceiling = (float)guard_ceiling;
+    cfg.guard.max_bad = guard_max_bad;
+    cfg.guard.max_rollbacks = guard_rollbacks;
+    cfg.guard.skip_norm_spikes = guard_skip_norm;
+    cfg.data.skip_batches = skips;
+    cfg.data.nskip_batches = nskips;
+    kiln__trainer_faults faults = {.spike_step = spike_at,
+                                   .spike_count = spike_count,
+                                   .spike_norm_only = spike_norm_only};
     int has_ckpt_dir = ckpt_dir && ckpt_dir[0];
     /* a step folder's config.json keeps the cadence, not the folder (config_skip): without
      * a --checkpoint-dir the run writes no checkpoints, and says so */
@@ -796,19 +800,19 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
     if (!s)
         s = kiln_lr_kind_parse(schedule, &cfg.lr.kind);
     if (!s)
-        s = kiln_dtype_parse(precision, &cfg.model_opt.dtype);
+        s = kiln_dtype_parse(precision, &cfg.compute.model_opt.dtype);
     if (!s)
-        s = kiln_dtype_parse(save_dtype, &cfg.save_dtype);
+        s = kiln_dtype_parse(save_dtype, &cfg.save.dtype);
     if (!s)
-        s = kiln_recompute_parse(recompute, &cfg.model_opt.recompute);
+        s = kiln_recompute_parse(recompute, &cfg.compute.model_opt.recompute);
     if (!s)
-        s = kiln_dtype_parse(reduce_dtype, &cfg.dp.reduce_dtype);
+        s = kiln_dtype_parse(reduce_dtype, &cfg.dist.dp.reduce_dtype);
     if (!s) {
-        cfg.dp.rows_apart = !strcmp(embedding_rows, "apart")      ? 1
-                            : !strcmp(embedding_rows, "together") ? 0
-                            : !strcmp(embedding_rows, "auto")     ? -1
-                                                                  : -2;
-        if (cfg.dp.rows_apart == -2)
+        cfg.dist.dp.rows_apart = !strcmp(embedding_rows, "apart")      ? 1
+                                 : !strcmp(embedding_rows, "together") ? 0
+                                 : !strcmp(embedding_rows, "auto")     ? -1
+                                                                       : -2;
+        if (cfg.dist.dp.rows_apart == -2)
             s = kiln_error_setf(KILN_ERR_ARG,
                                 "--embedding-rows is apart, together or auto, not "
                                 "'%s'",
@@ -829,13 +833,13 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
         return 2;
     }
     cfg.init_path = init;
-    cfg.train_path = data;
-    cfg.val_path = val && val[0] ? val : NULL;
-    cfg.eval_every = eval_every;
-    cfg.eval_batches = eval_batches;
-    cfg.B = B;
-    cfg.T = T;
-    cfg.grad_accum = accum;
+    cfg.data.train_path = data;
+    cfg.data.val_path = val && val[0] ? val : NULL;
+    cfg.data.eval_every = eval_every;
+    cfg.data.eval_batches = eval_batches;
+    cfg.data.B = B;
+    cfg.data.T = T;
+    cfg.data.grad_accum = accum;
     cfg.steps = steps;
     cfg.lr.lr = (float)lr;
     cfg.lr.min_lr = (float)(lr * min_lr_frac);
@@ -851,49 +855,51 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
     cfg.optim.alpha = (float)alpha;
     cfg.grad_clip = (float)clip;
     cfg.seed = (uint64_t)seed;
-    cfg.metrics_path = metrics;
-    cfg.tensorboard_dir = tensorboard && tensorboard[0] ? tensorboard : NULL;
-    cfg.save_path = save && save[0] ? save : NULL;
-    cfg.save_every = save_every;
-    cfg.peak_gflops = peak;
+    cfg.metrics.path = metrics;
+    cfg.metrics.tensorboard_dir = tensorboard && tensorboard[0] ? tensorboard : NULL;
+    cfg.save.path = save && save[0] ? save : NULL;
+    cfg.save.every = save_every;
+    cfg.compute.peak_gflops = peak;
     if (strcmp(device, "cpu") && strcmp(device, "cuda")) {
         fprintf(stderr, "kiln train: --device is cpu or cuda, not '%s'\n", device);
         return 2;
     }
-    cfg.device = device;
-    cfg.checkpoint_dir = ckpt_dir && ckpt_dir[0] ? ckpt_dir : NULL;
-    cfg.checkpoint_every = ckpt_every;
-    cfg.checkpoint_keep = ckpt_keep;
-    cfg.checkpoint_keep_every = ckpt_keep_every;
-    cfg.checkpoint_sync = ckpt_sync;
-    cfg.checkpoint_replicas = !strcmp(ckpt_replicas, "on") ? 1 : 0;
+    cfg.compute.device = device;
+    cfg.checkpoint.dir = ckpt_dir && ckpt_dir[0] ? ckpt_dir : NULL;
+    cfg.checkpoint.every = ckpt_every;
+    cfg.checkpoint.keep = ckpt_keep;
+    cfg.checkpoint.keep_every = ckpt_keep_every;
+    cfg.checkpoint.sync = ckpt_sync;
+    cfg.checkpoint.replicas = !strcmp(ckpt_replicas, "on") ? 1 : 0;
     if (!strcmp(ckpt_replicas, "off"))
-        cfg.checkpoint_replicas = -1;
-    cfg.resume_path = resume && resume[0] ? resume : NULL;
+        cfg.checkpoint.replicas = -1;
+    cfg.checkpoint.resume_path = resume && resume[0] ? resume : NULL;
     const char *run_log = NULL; /* replay: the run's metrics, read */
     if (replay_step) {
-        run_log = cfg.metrics_path;
-        cfg.metrics_path = NULL;
-        cfg.tensorboard_dir = NULL;
-        cfg.save_path = NULL;
-        if (!cfg.resume_path)
-            cfg.resume_path = cfg.checkpoint_dir;
+        run_log = cfg.metrics.path;
+        cfg.metrics.path = NULL;
+        cfg.metrics.tensorboard_dir = NULL;
+        cfg.save.path = NULL;
+        if (!cfg.checkpoint.resume_path)
+            cfg.checkpoint.resume_path = cfg.checkpoint.dir;
     }
-    cfg.log = stdout;
-    cfg.model_opt.fuse_gelu = fuse_gelu;
-    cfg.model_opt.fuse_residual_ln = fuse_ln;
-    cfg.model_opt.classifier_chunk = chunk;
-    cfg.stochastic_rounding = stochastic;
-    cfg.inject_nonfinite_step = inject;
-    cfg.loss_scaler.scale = (float)loss_scale;
-    cfg.dp.zero = (int)zero;
-    cfg.plan_world = (int)plan_ranks;
-    cfg.local_steps = local_steps;
-    cfg.outer_lr = (float)outer_lr;
-    cfg.outer_momentum = (float)outer_momentum;
-    cfg.dp.bucket_bytes = (int64_t)(bucket_mb * (1 << 20));
-    if ((rc = tool_watchdog_flags_apply(&wf, &cfg.watchdog)))
+    cfg.metrics.log = stdout;
+    cfg.compute.model_opt.fuse_gelu = fuse_gelu;
+    cfg.compute.model_opt.fuse_residual_ln = fuse_ln;
+    cfg.compute.model_opt.classifier_chunk = chunk;
+    cfg.compute.stochastic_rounding = stochastic;
+    faults.nonfinite_step = inject;
+    cfg.compute.loss_scaler.scale = (float)loss_scale;
+    cfg.dist.dp.zero = (int)zero;
+    cfg.dist.plan_world = (int)plan_ranks;
+    cfg.dist.local_steps = local_steps;
+    cfg.dist.outer_lr = (float)outer_lr;
+    cfg.dist.outer_momentum = (float)outer_momentum;
+    cfg.dist.dp.bucket_bytes = (int64_t)(bucket_mb * (1 << 20));
+    if ((rc = tool_watchdog_flags_apply(&wf, &cfg.watchdog, &faults)))
         return rc;
+    tool_test_faults_from_env(&faults);
+    kiln__trainer_fault_set(&faults); /* the test switches: one call, before any trainer */
     if (plan)
         return print_plan(&cfg, plan_memory);
     /* one process, or a rank of many when mpirun or srun started several */
@@ -905,13 +911,13 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
     int rank = kiln_comm_rank(comm), world = kiln_comm_size(comm);
     char what[64];
     snprintf(what, sizeof what, world > 1 ? "train (rank %d of %d)" : "train", rank, world);
-    cfg.comm = comm;
+    cfg.dist.comm = comm;
     if (rank == 0 && !strcmp(device, "cpu")) /* the CPU's bf16 products */
-        tool_precision_note(cfg.model_opt.dtype);
+        tool_precision_note(cfg.compute.model_opt.dtype);
     /* A --save that could never be written fails now, not after hours of training. */
-    if (!replay_step && rank == 0 && cfg.save_path &&
-        ((s = tool_make_parent_dirs(cfg.save_path)) ||
-         (s = kiln_file_check_replaceable(cfg.save_path)))) {
+    if (!replay_step && rank == 0 && cfg.save.path &&
+        ((s = tool_make_parent_dirs(cfg.save.path)) ||
+         (s = kiln_file_check_replaceable(cfg.save.path)))) {
         tool_report(what, s);
         if (world > 1)
             kiln_comm_abort(comm, 1, "rank 0 cannot write its --save file");
@@ -940,19 +946,20 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
             kiln_comm_free(comm);
             return 2;
         }
-        cfg.rank_batches_auto = n;
+        cfg.dist.rank_batches_auto = n;
         rank_batches = NULL;
     }
     if (rank_batches && (rc = parse_rank_batches(rank_batches, world, accum, &per_rank))) {
         kiln_comm_free(comm);
         return rc;
     }
-    cfg.rank_batches = per_rank;
+    cfg.dist.rank_batches = per_rank;
     if (world > 1 && rank == 0)
         printf("data parallel: %d ranks (%s), ZeRO %d, gradient buckets of %.1f MiB, reduced in "
                "%s; a step takes %lld sequences of %lld tokens%s\n",
-               world, kiln_comm_kind(comm), cfg.dp.zero, (double)cfg.dp.bucket_bytes / (1 << 20),
-               kiln_dtype_name(cfg.dp.reduce_dtype), (long long)(B * step_micro(&cfg, world)),
+               world, kiln_comm_kind(comm), cfg.dist.dp.zero,
+               (double)cfg.dist.dp.bucket_bytes / (1 << 20),
+               kiln_dtype_name(cfg.dist.dp.reduce_dtype), (long long)(B * step_micro(&cfg, world)),
                (long long)T, per_rank ? " (uneven ranks: --rank-batches)" : "");
     if (replay_step) {
         rc = tool_replay(&cfg, replay_step, run_log, rank, what);
@@ -961,7 +968,7 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
         return rc;
     }
     /* every step folder keeps the flags resolved, its paths against this folder */
-    if (cfg.checkpoint_dir) {
+    if (cfg.checkpoint.dir) {
         size_t n = strlen(model);
         int model_file = n > 5 && !strcmp(model + n - 5, ".json");
         const char *paths[] = {"init",    "data",        "val-data",
@@ -974,7 +981,7 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
             free(per_rank);
             return 1;
         }
-        cfg.config_json = config_json;
+        cfg.checkpoint.config_json = config_json;
     }
     /* The loop over steps (kiln_train's): the place for what runs between them. */
     kiln_trainer *tr = NULL;
@@ -985,7 +992,8 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
     s = kiln_trainer_create(&tr, &cfg);
     started = s == KILN_OK;
     /* a checkpoint at or past --steps: the trainer said there is nothing left to do */
-    int nothing_left = started && cfg.resume_path && kiln_trainer_steps_done(tr) >= cfg.steps;
+    int nothing_left =
+        started && cfg.checkpoint.resume_path && kiln_trainer_steps_done(tr) >= cfg.steps;
     while (s == KILN_OK && !kiln_trainer_stopping(tr) && kiln_trainer_steps_done(tr) < cfg.steps)
         s = kiln_trainer_step(tr, NULL);
     if (s == KILN_OK && kiln_trainer_watchdog_exit(tr)) {
@@ -997,7 +1005,7 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
         return rc;
     }
     if (s == KILN_OK && kiln_trainer_stopping(tr)) {
-        rc = stop_preempted(tr, cfg.checkpoint_dir != NULL, rank, world, comm, what);
+        rc = stop_preempted(tr, cfg.checkpoint.dir != NULL, rank, world, comm, what);
         kiln_trainer_free(tr);
         kiln_comm_free(comm);
         free(per_rank);
@@ -1049,8 +1057,8 @@ static int train_main(int argc, char **argv, int64_t replay_step, tool_owned *ow
                 "(the first at step %lld: %s); the newest in %s is %s%s\n",
                 (long long)res.checkpoints_missed, res.checkpoints_missed == 1 ? "" : "s",
                 res.checkpoints_missed == 1 ? "was" : "were", (long long)res.first_missed_step,
-                res.missed_why, cfg.checkpoint_dir, newest,
-                cfg.save_path ? "; the final weights are in the --save file" : "");
+                res.missed_why, cfg.checkpoint.dir, newest,
+                cfg.save.path ? "; the final weights are in the --save file" : "");
     }
     return 0;
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "tool_common.h"
 
 typedef struct tool_command {
     const char *name;
@@ -43,6 +44,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    tool_exit_handlers_install();
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);

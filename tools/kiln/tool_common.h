@@ -25,6 +25,13 @@
 #define TOOL_EXIT_HUNG KILN_EXIT_HUNG
 #define TOOL_EXIT_STRAGGLER KILN_EXIT_STRAGGLER
 
+/* tool_exit.c: the library never ends the process; the kiln command does, through these. At
+ * its start: kiln_comm_abort ends the job (kiln_comm_abort_job) and exits with its code. */
+void tool_exit_handlers_install(void);
+/* kiln train's watchdog hang handler (kiln_watchdog_config.on_hang): the message, then the
+ * process ends with TOOL_EXIT_HUNG. */
+void tool_watchdog_hung(const kiln_watchdog_hang *h, void *user);
+
 /* Use n threads for kiln's loops and OpenBLAS (n <= 0: leave OpenMP's default), with a
  * warning on stderr when that is more threads than the cores this process may run on. */
 /* --inject-spike STEP[:COUNT] (COUNT 1 when absent); 2 and a message on stderr when bad. */

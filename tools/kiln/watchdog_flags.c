@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "tool_common.h"
+
 void tool_watchdog_flags_init(tool_watchdog_flags *f, const kiln_watchdog_config *d) {
     *f = (tool_watchdog_flags){.on = d->enabled,
                                .straggler_exit = d->straggler_exit,
@@ -34,7 +36,8 @@ static int parse_pair(const char *flag, const char *text, int *rank, double *val
     return 2;
 }
 
-int tool_watchdog_flags_apply(const tool_watchdog_flags *f, kiln_watchdog_config *c) {
+int tool_watchdog_flags_apply(const tool_watchdog_flags *f, kiln_watchdog_config *c,
+                              kiln__trainer_faults *faults) {
     c->enabled = f->on;
     c->heartbeat_path = f->heartbeat && f->heartbeat[0] ? f->heartbeat : NULL;
     c->heartbeat_s = f->heartbeat_s;
@@ -44,6 +47,7 @@ int tool_watchdog_flags_apply(const tool_watchdog_flags *f, kiln_watchdog_config
     c->straggler_factor = f->straggler;
     c->straggler_window = (int)f->straggler_window; /* 3..1024, by the flag table */
     c->straggler_exit = f->straggler_exit;
+    c->on_hang = tool_watchdog_hung; /* the library reports the hang; the command exits */
     if (!(f->hang >= f->warn)) {
         fprintf(stderr,
                 "kiln train: --hang-factor %g is below --hang-warn-factor %g: a step is "
@@ -62,16 +66,16 @@ int tool_watchdog_flags_apply(const tool_watchdog_flags *f, kiln_watchdog_config
         return 2;
     }
     double step = 0;
-    if (f->inject_hang && parse_pair("inject-hang", f->inject_hang, &c->inject_hang_rank, &step))
+    if (f->inject_hang && parse_pair("inject-hang", f->inject_hang, &faults->hang_rank, &step))
         return 2;
     if (f->inject_hang && (step < 1 || step > 1e15 || step != floor(step))) {
         fprintf(stderr, "kiln train: --inject-hang's step must be a whole number >= 1, got '%s'\n",
                 f->inject_hang);
         return 2;
     }
-    c->inject_hang_step = (int64_t)step;
+    faults->hang_step = (int64_t)step;
     if (f->inject_slow &&
-        parse_pair("inject-slow", f->inject_slow, &c->inject_slow_rank, &c->inject_slow_ms))
+        parse_pair("inject-slow", f->inject_slow, &faults->slow_rank, &faults->slow_ms))
         return 2;
     return 0;
 }

@@ -7,6 +7,7 @@
 
 #include "flags.h"
 #include "kiln/train.h"
+#include "test_faults.h"
 
 typedef struct tool_watchdog_flags {
     int on, straggler_exit;
@@ -17,8 +18,10 @@ typedef struct tool_watchdog_flags {
 
 /* The defaults: d's. */
 void tool_watchdog_flags_init(tool_watchdog_flags *f, const kiln_watchdog_config *d);
-/* f's values into *c; 0, or 2 after a message on stderr. */
-int tool_watchdog_flags_apply(const tool_watchdog_flags *f, kiln_watchdog_config *c);
+/* f's values into *c, and the injected hang and slowness into *faults; 0, or 2 after a
+ * message on stderr. */
+int tool_watchdog_flags_apply(const tool_watchdog_flags *f, kiln_watchdog_config *c,
+                              kiln__trainer_faults *faults);
 
 /* The entries of the flag table, for f (a tool_watchdog_flags). */
 /* clang-format off */
