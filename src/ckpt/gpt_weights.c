@@ -484,6 +484,10 @@ static kiln_status llama_config(const kiln_safetensors *f, kiln_gpt_config *c) {
     KILN_CHECK(parse_meta_real(path, "kiln.untied_head",
                                kiln_safetensors_metadata(f, "kiln.untied_head"), &untied));
     c->untied_head = untied != 0.0;
+    /* shared blocks: kiln.n_layer counts layers, the tensors blocks (validation checks both) */
+    const char *share = kiln_safetensors_metadata(f, "kiln.share_layers");
+    if (share)
+        KILN_CHECK(parse_meta_int(path, "kiln.share_layers", share, &c->share_layers));
     return KILN_OK;
 }
 
