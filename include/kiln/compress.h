@@ -1,5 +1,5 @@
-/* kiln: smaller models for deployment. GGUF export: a trained GPT-2 model and its tokenizer
- * in the file format llama.cpp runs. Post-training quantization: int8 or int4 weights that
+/* kiln: smaller models for deployment. GGUF export: a trained GPT-2 or Llama model and its
+ * tokenizer in the file format llama.cpp runs. Post-training quantization: int8 or int4 weights that
  * kiln eval and kiln sample run with integer products. Low-rank factorisation: block matrices
  * as products of two thin factors, through a truncated SVD. */
 #ifndef KILN_COMPRESS_H
@@ -19,7 +19,7 @@ extern "C" {
 /* The type the matrices are stored in. f32 and f16 keep every weight (f16 rounded to
  * nearest even); q8_0 stores blocks of 32 weights as 8-bit integers with an f16 scale
  * (8.5 bits a weight), q4_0 as 4-bit integers with an f16 scale (4.5 bits a weight).
- * LayerNorm parameters and biases stay f32 in every type, the position embedding too in the
+ * Norm weights and biases stay f32 in every type, GPT-2's position embedding too in the
  * quantized ones. */
 typedef enum kiln_gguf_type {
     KILN_GGUF_F32 = 0,
@@ -32,12 +32,16 @@ typedef enum kiln_gguf_type {
 const char *kiln_gguf_type_name(kiln_gguf_type t);
 kiln_status kiln_gguf_type_parse(const char *name, kiln_gguf_type *out);
 
-/* Write model m (GPT-2 architecture: llama.cpp's "gpt2") with tokenizer tok (its vocabulary
- * must be the model's) as a GGUF version 3 file at path: the hyperparameters, the tokenizer
- * (tokens in GPT-2's byte-to-character alphabet, merges, the end-of-text token), and every
- * weight (matrices transposed to ggml's (out, in) rows; the token embedding's padded rows
- * left out). name goes in general.name. The file is written under a temporary name and
- * renamed: whole or not at all. Quantized types need n_embd a multiple of 32. */
+/* Write model m with tokenizer tok (its vocabulary must be the model's) as a GGUF version 3
+ * file at path: the hyperparameters, the tokenizer (tokens in GPT-2's byte-to-character
+ * alphabet, merges, the end-of-text token), and every weight (the token embedding's padded
+ * rows left out; shared blocks written once per layer). A GPT-2 is llama.cpp's "gpt2", its
+ * matrices transposed to ggml's (out, in) rows. A Llama is llama.cpp's "llama": the matrices
+ * are already (out, in), and q's and k's rows are permuted within each head so that llama.cpp's
+ * rotation of channel pairs (2i, 2i + 1) is the model's rotate-half of (i, i + hs/2); a tied
+ * head has no "output" tensor. name goes in general.name. The file is written under a
+ * temporary name and renamed: whole or not at all. Quantized types need the matrices' rows
+ * (n_embd, the attention's width, the MLP's) a multiple of 32. */
 kiln_status kiln_export_gguf(kiln_gpt *m, const kiln_tokenizer *tok, kiln_gguf_type type,
                              const char *name, const char *path);
 

@@ -2,7 +2,7 @@
 # Llama models through the kiln command: a preset and a Hugging Face config.json train and
 # lower the loss; the weights carry Hugging Face Llama names and sample back; a run killed
 # after a checkpoint and resumed ends with the same bytes as one never interrupted; bf16 and
-# fp16 train, with recomputation, distillation and pruning; what is built for GPT-2 only (GGUF export, quantization, structured pruning,
+# fp16 train, with recomputation, distillation and pruning; what is built for GPT-2 only (quantization, structured pruning,
 # low-rank) says so by name; configurations kiln cannot run are refused before anything is
 # written.
 . "$(dirname "$0")/lib.sh"
@@ -138,10 +138,6 @@ case_gpt2_only_features_refused() {
     need_fixture
     run $TRAIN --steps 2 --save l.safetensors
     expect_ok
-    run export --weights l.safetensors --tokenizer "$FIX/t300.kbpe" --out l.gguf
-    expect_fail
-    expect_err "GGUF export is for gpt2 models; this one is a llama"
-    check "no GGUF written" test ! -e l.gguf
     run compress quantize --weights l.safetensors --out q.safetensors
     expect_fail
     expect_err "quantization is for gpt2 models"

@@ -500,10 +500,10 @@ static void no_products(void *ctx, int64_t layer, kiln_gpt_matrix which, float *
 static void test_gpt2_only_features(void) {
     kiln_gpt_config c = small(2, 0);
     CHECK_OK(kiln_gpt_config_validate(&c));
-    CHECK_STATUS(kiln_gpt_require_family(&c, KILN_FAMILY_GPT2, "GGUF export"),
+    CHECK_STATUS(kiln_gpt_require_family(&c, KILN_FAMILY_GPT2, "structured pruning"),
                  KILN_ERR_UNSUPPORTED);
     CHECK_TRUE(strstr(kiln_error_message(),
-                      "GGUF export is for gpt2 models; this one is a llama") != NULL);
+                      "structured pruning is for gpt2 models; this one is a llama") != NULL);
     kiln_gpt *m = NULL;
     CHECK_OK(kiln_gpt_create_inference(&m, &c, 1, 8, KILN_DTYPE_F32, kiln_backend_cpu()));
     if (m) { /* a quantized model's products read GPT-2's matrices */

@@ -11,9 +11,9 @@
 static const char *usage =
     "usage: kiln export --weights W --out FILE [flags]\n\n"
     "Write a model and its tokenizer as a GGUF file that llama.cpp (and what runs on it)\n"
-    "loads: llama.cpp's \"gpt2\" architecture, the matrices in --type f32, f16, q8_0 (8-bit\n"
-    "blocks of 32 with an f16 scale) or q4_0 (4-bit blocks), LayerNorm parameters and biases\n"
-    "in f32. The tokenizer is the one the model was trained with (--tokenizer; by default\n"
+    "loads: llama.cpp's \"gpt2\" or \"llama\" architecture (the model's family), the matrices\n"
+    "in --type f32, f16, q8_0 (8-bit blocks of 32 with an f16 scale) or q4_0 (4-bit blocks),\n"
+    "norm weights and biases in f32. The tokenizer is the one the model was trained with (--tokenizer; by default\n"
     "chosen by the vocabulary size). The file is written whole or not at all.";
 
 int cmd_export(int argc, char **argv) {
