@@ -548,6 +548,12 @@ kiln_status kiln_export_gguf(kiln_gpt *m, const kiln_tokenizer *tok, kiln_gguf_t
                                "n_embd, and this model's attention is %lld wide for n_embd %lld "
                                "(heads pruned): export a model with whole attention",
                                (long long)kiln_gpt_config_attn_width(c), (long long)c->n_embd);
+    if (tok->kind == TOK_HF) /* its ranks are not its ids, its pieces maybe not bytes' */
+        return kiln_error_setf(KILN_ERR_UNSUPPORTED,
+                               "GGUF export writes kiln's own tokenizers (bytes, gpt2, a trained "
+                               "BPE); %s is a Hugging Face tokenizer.json, whose merges and "
+                               "pre-tokeniser it does not write",
+                               kiln_tokenizer_name(tok));
     if (kiln_tokenizer_vocab_size(tok) != c->vocab_size)
         return kiln_error_setf(KILN_ERR_CONFIG,
                                "the tokenizer (%s) has %lld tokens but the model's vocabulary is "

